@@ -1,0 +1,60 @@
+# Lazarus build. `make` builds everything into build/.
+CC      ?= gcc
+CFLAGS  ?= -O2 -g
+WARN    := -std=gnu17 -Wall -Wextra -Werror -D_GNU_SOURCE
+INC     := -Iinclude -Icommon -Istore
+B       := build
+OBJ     := $(B)/obj
+
+COMMON_SRC  := common/util.c store/manifest.c store/store.c
+RT_SRC      := runtime/rt_init.c runtime/rt_signals.c runtime/rt_capture.c \
+               runtime/rt_regions.c runtime/rt_fds.c runtime/rt_writer.c \
+               runtime/rt_checkpoint.c runtime/rt_resume.c runtime/context.S
+RESTORE_SRC := restorer/restore_main.c restorer/restore_memory.c restorer/restore_fds.c \
+               restorer/restore_process.c restorer/final_jump.S
+CLI_SRC     := cli/main.c cli/cmd_run.c cli/cmd_restart.c cli/supervisor.c cli/cmd_list.c \
+               cli/cmd_verify.c cli/cmd_checkpoint.c cli/pidns.c cli/identity.c cli/job.c
+
+all: $(B)/bin/lazarus $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so
+
+$(OBJ)/pic/%.o: %.c $(wildcard common/*.h store/*.h runtime/*.h include/*.h)
+	@mkdir -p $(dir $@)
+	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(INC) -fPIC -fvisibility=hidden -c $< -o $@
+$(OBJ)/pic/%.o: %.S
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -c $< -o $@
+$(OBJ)/static/%.o: %.c $(wildcard common/*.h store/*.h restorer/*.h include/*.h)
+	@mkdir -p $(dir $@)
+	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(INC) -fPIE -c $< -o $@
+$(OBJ)/static/%.o: %.S
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIE -c $< -o $@
+$(OBJ)/cli/%.o: %.c $(wildcard common/*.h store/*.h cli/*.h include/*.h)
+	@mkdir -p $(dir $@)
+	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(INC) -c $< -o $@
+
+# The LD_PRELOAD runtime: bound at load time (-z now) so the checkpoint
+# signal handler never enters the lazy binder.
+$(B)/lib/liblazarus-rt.so: $(patsubst %,$(OBJ)/pic/%.o,$(basename $(RT_SRC)))
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-z,now -Wl,-z,nodelete -o $@ $^
+
+# The restorer is a static PIE; `lazarus restart` starts it without address
+# randomization, which puts it just below the stack top, above where a
+# randomized program's libraries live (ARCHITECTURE.md).
+$(B)/bin/lazarus-restore: $(patsubst %,$(OBJ)/static/%.o,$(basename $(RESTORE_SRC) $(COMMON_SRC)))
+	@mkdir -p $(dir $@)
+	$(CC) -static-pie -o $@ $^ -lpthread
+
+$(B)/bin/lazarus: $(patsubst %,$(OBJ)/cli/%.o,$(basename $(CLI_SRC) $(COMMON_SRC)))
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^
+
+$(B)/lib/liblazarus.so: $(OBJ)/pic/api/lazarus_api.o
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,liblazarus.so -o $@ $^ -ldl
+
+clean:
+	rm -rf $(B)
+
+.PHONY: all clean

@@ -1,0 +1,57 @@
+/* The `lazarus` command: one file per subcommand, the supervisor shared by
+ * `run` and `restart`. */
+#ifndef LZ_CLI_H
+#define LZ_CLI_H
+#include "store.h"
+#include <stdint.h>
+#include <sys/types.h>
+
+int cmd_run(int argc, char **argv);
+int cmd_restart(int argc, char **argv);
+int cmd_checkpoint(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+
+/* Common option parsing: -d DIR, --at N; returns index of first operand or
+ * -1 after printing a usage error.  `help` is printed for --help (exit 0). */
+struct cli_opts {
+    const char *dir;
+    int have_at; uint64_t at;
+    int have_interval; uint64_t interval;
+    int have_keep; uint64_t keep;
+    int json;
+};
+int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
+/* Absolute path of DIR (which may not exist yet). */
+char *abs_dir(const char *dir);
+/* bin/ and lib/ next to the running `lazarus` */
+const char *install_path(const char *rel);
+
+/* Connect to DIR/ctl.sock whatever the length of DIR; -1 if no job listens. */
+int ctl_connect(const char *dir);
+int ctl_listen(const char *dir);
+
+struct supervisor {
+    const char *dir;
+    int lock_fd;
+    int ctl_fd;          /* our end of the socketpair to the runtime */
+    int listen_fd;
+    pid_t child;         /* what we wait for: the program, or the PID-namespace init */
+    pid_t prog;          /* the program, as seen from here (0 = not known yet) */
+    int status_fd;       /* the namespace init reports the program's wait status here */
+    int restoring;       /* restart: until the runtime says RESTORED */
+    uint64_t restore_index;
+    uint64_t interval, keep, next_index;
+};
+/* Runs until the program ends; returns what `lazarus` exits with. */
+int supervise(struct supervisor *s);
+
+/* Starts `argv` (exec) as a child with the runtime preloaded. */
+pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv);
+/* Starts the restorer in a process that has the checkpointed PID. */
+pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image *img, const char *ckpt_dir,
+                     uint64_t index);
+
+/* Restart refuses an image whose mapped files or kernel differ. */
+int check_identity(const struct lz_image *img, char *why, size_t whylen);
+#endif

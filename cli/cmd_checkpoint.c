@@ -1,0 +1,46 @@
+/* lazarus checkpoint [-d DIR]: asks the job's supervisor for a checkpoint and
+ * prints its index once it is durable. */
+#include "cli.h"
+#include "util.h"
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static const char help[] =
+    "usage: lazarus checkpoint [-d DIR]\n"
+    "Checkpoint the job running with DIR now; print the checkpoint's index once it\n"
+    "is durable. Exits non-zero, saying why, if no checkpoint was taken.\n\n"
+    "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n";
+
+int cmd_checkpoint(int argc, char **argv)
+{
+    struct cli_opts o;
+    int first = parse_opts(argc, argv, "checkpoint", "d", help, &o);
+    if (first < 0) return 2;
+    if (first < argc) { lz_err("checkpoint: unexpected argument '%s'", argv[first]); return 2; }
+    int s = ctl_connect(o.dir);
+    if (s < 0) { lz_err("no job is running with %s (start one with `lazarus run -d %s ...`)", o.dir, o.dir); return 1; }
+    if (send(s, "CHECKPOINT", 10, MSG_NOSIGNAL) < 0) { lz_err("the job's supervisor went away"); return 1; }
+    char buf[1400];
+    int waited = 0;
+    for (;;) {
+        struct pollfd pf = {s, POLLIN, 0};
+        int r = poll(&pf, 1, 1000);
+        if (r < 0 && errno == EINTR) continue;
+        if (r == 0) {
+            if (!waited++) lz_err("checkpoint under way...");
+            continue;
+        }
+        break;
+    }
+    ssize_t n = recv(s, buf, sizeof buf - 1, 0);
+    close(s);
+    if (n <= 0) { lz_err("the job ended before the checkpoint was complete"); return 1; }
+    buf[n] = 0;
+    if (!strncmp(buf, "OK ", 3)) { printf("%s\n", buf + 3); return 0; }
+    lz_err("%s", !strncmp(buf, "ERR ", 4) ? buf + 4 : buf);
+    return 1;
+}

@@ -1,0 +1,107 @@
+/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--] PROGRAM [ARG...] */
+#include "cli.h"
+#include "util.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static const char help[] =
+    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--] PROGRAM [ARG...]\n"
+    "Run PROGRAM (an unmodified, dynamically linked program) under Lazarus and stay\n"
+    "in the foreground as its supervisor; exit with its status (128+signal if killed).\n\n"
+    "  -d DIR      checkpoint store (default ./lazarus.ckpt); refused if it holds an\n"
+    "              unfinished job (resume that with `lazarus restart -d DIR`)\n"
+    "  -i SECONDS  checkpoint every SECONDS (default 600, 0 = only on request)\n"
+    "  -k N        keep the N newest checkpoints (default 3)\n";
+
+pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
+{
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1) _exit(137);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    const char *rt = install_path("lib/liblazarus-rt.so");
+    const char *old = getenv("LD_PRELOAD");
+    char *pre = malloc(strlen(rt) + (old ? strlen(old) : 0) + 2);
+    sprintf(pre, "%s%s%s", rt, old && *old ? ":" : "", old && *old ? old : "");
+    char num[32];
+    setenv("LD_PRELOAD", pre, 1);
+    setenv("LAZARUS_DIR", s->dir, 1);
+    snprintf(num, sizeof num, "%d", child_ctl);
+    setenv("LAZARUS_CTL_FD", num, 1);
+    snprintf(num, sizeof num, "%d", getpid());
+    setenv("LAZARUS_PID", num, 1);
+    unsetenv("LAZARUS_PARENT");
+    execvp(argv[0], argv);
+    lz_err("cannot run %s: %s", argv[0], strerror(errno));
+    _exit(127);
+}
+
+int cmd_run(int argc, char **argv)
+{
+    struct cli_opts o;
+    int first = parse_opts(argc, argv, "run", "dik", help, &o);
+    if (first < 0) return 2;
+    if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--] PROGRAM [ARG...])"); return 2; }
+    char why[1024];
+    char *dir = abs_dir(o.dir);
+    if (lz_store_prepare(dir, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
+    free(dir);
+    dir = abs_dir(o.dir);
+    int lock = lz_store_lock(dir);
+    if (lock < 0) {
+        lz_err("a job is already running with %s (checkpoint it with `lazarus checkpoint -d %s`)", o.dir, o.dir);
+        return 1;
+    }
+    lz_store_cleanup_tmp(dir);
+    struct lz_job job;
+    int have_job = lz_job_read(dir, &job) == 0;
+    uint64_t *v;
+    int n = lz_store_list(dir, &v);
+    if (n > 0 && (!have_job || strcmp(job.state, "finished") != 0)) {
+        lz_err("%s holds an unfinished job (newest checkpoint %" PRIu64 "): resume it with `lazarus restart -d %s`, "
+               "or start anew with another directory (-d DIR)", o.dir, v[n - 1], o.dir);
+        return 1;
+    }
+    /* a finished job's checkpoints are of no further use: a new job starts clean */
+    for (int i = 0; i < n; i++) lz_store_remove(dir, v[i]);
+    free(v);
+    memset(&job, 0, sizeof job);
+    job.interval = o.have_interval ? o.interval : 600;
+    job.keep = o.have_keep ? o.keep : 3;
+    snprintf(job.state, sizeof job.state, "running");
+    if (lz_job_write(dir, &job) < 0) { lz_err("cannot write %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
+
+    struct supervisor s;
+    memset(&s, 0, sizeof s);
+    s.dir = dir;
+    s.lock_fd = lock;
+    s.status_fd = -1;
+    s.interval = job.interval;
+    s.keep = job.keep;
+    s.next_index = 1;
+    s.listen_fd = ctl_listen(dir);
+    if (s.listen_fd < 0) { lz_err("cannot create the control socket in %s: %s", o.dir, strerror(errno)); return 1; }
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) { lz_err("socketpair: %s", strerror(errno)); return 1; }
+    /* the program's end: not close-on-exec, at a number programs rarely use */
+    int child_ctl = fcntl(sp[1], F_DUPFD, 900);
+    if (child_ctl < 0) child_ctl = dup(sp[1]);
+    close(sp[1]);
+    s.ctl_fd = sp[0];
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    s.child = s.prog = spawn_program(&s, child_ctl, argv + first);
+    close(child_ctl);
+    if (s.child < 0) { lz_err("fork: %s", strerror(errno)); return 1; }
+    return supervise(&s);
+}

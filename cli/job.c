@@ -1,0 +1,54 @@
+/* What `run` and `restart` share before supervising: the store, its lock,
+ * the control sockets. */
+#include "cli.h"
+#include "util.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* A socket path through /proc/self/fd/N keeps within sun_path whatever DIR is. */
+static int ctl_addr(const char *dir, struct sockaddr_un *a, int *dfd)
+{
+    *dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (*dfd < 0) return -1;
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    snprintf(a->sun_path, sizeof a->sun_path, "/proc/self/fd/%d/%s", *dfd, LZ_CTLSOCK);
+    return 0;
+}
+
+int ctl_connect(const char *dir)
+{
+    struct sockaddr_un a;
+    int dfd;
+    if (ctl_addr(dir, &a, &dfd) < 0) return -1;
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    int rc = connect(s, (struct sockaddr *)&a, sizeof a);
+    int e = errno;
+    close(dfd);
+    if (rc < 0) { close(s); errno = e; return -1; }
+    return s;
+}
+
+int ctl_listen(const char *dir)
+{
+    struct sockaddr_un a;
+    int dfd;
+    if (ctl_addr(dir, &a, &dfd) < 0) return -1;
+    unlinkat(dfd, LZ_CTLSOCK, 0);
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    mode_t old = umask(0077);
+    int rc = bind(s, (struct sockaddr *)&a, sizeof a);
+    umask(old);
+    if (rc == 0) rc = listen(s, 16);
+    int e = errno;
+    close(dfd);
+    if (rc < 0) { close(s); errno = e; return -1; }
+    return s;
+}

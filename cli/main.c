@@ -1,0 +1,107 @@
+#include "cli.h"
+#include "util.h"
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "usage: lazarus COMMAND [OPTIONS]\n"
+    "Checkpoint and restart a Linux program.\n\n"
+    "  run [-d DIR] [-i SECONDS] [-k N] [--] PROGRAM [ARG...]  run PROGRAM under Lazarus\n"
+    "  checkpoint [-d DIR]      checkpoint the running job now; prints its index once durable\n"
+    "  restart [-d DIR] [--at N] resume from checkpoint N (default: the newest)\n"
+    "  list [-d DIR] [--json]   one row per checkpoint\n"
+    "  verify [-d DIR] [--at N] re-read every checksum; exit 0 only if all is intact\n\n"
+    "DIR is the job's checkpoint store (default ./lazarus.ckpt). `lazarus COMMAND --help` for more.\n";
+
+int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o)
+{
+    static const struct option longs[] = {
+        {"dir", required_argument, 0, 'd'}, {"at", required_argument, 0, 'a'}, {"interval", required_argument, 0, 'i'},
+        {"keep", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->dir = "lazarus.ckpt";
+    optind = 1;
+    opterr = 0;
+    int c;
+    /* '+': stop at the first operand, so `run prog -x` passes -x to prog */
+    while ((c = getopt_long(argc, argv, "+:d:i:k:h", longs, NULL)) != -1) {
+        if (c == 'h') { fputs(help, stdout); exit(0); }
+        if (c == '?' || c == ':') {
+            const char *opt = argv[optind - 1];
+            if (c == ':') lz_err("%s: option %s needs a value (see `lazarus %s --help`)", cmd, opt, cmd);
+            else lz_err("%s: unknown option %s (see `lazarus %s --help`)", cmd, opt, cmd);
+            return -1;
+        }
+        if (!strchr(allowed, c)) {
+            lz_err("%s: option %s does not apply to this command (see `lazarus %s --help`)", cmd, argv[optind - 1], cmd);
+            return -1;
+        }
+        uint64_t v = 0;
+        if (c != 'd' && c != 'j' && lz_parse_u64(optarg, &v) < 0) {
+            lz_err("%s: %s needs a whole number, not '%s'", cmd, argv[optind - 2 >= 0 ? optind - 2 : 0], optarg);
+            return -1;
+        }
+        switch (c) {
+        case 'd': o->dir = optarg; break;
+        case 'a': o->have_at = 1; o->at = v; break;
+        case 'i': o->have_interval = 1; o->interval = v; break;
+        case 'k':
+            if (v == 0) { lz_err("%s: -k needs at least 1", cmd); return -1; }
+            o->have_keep = 1; o->keep = v; break;
+        case 'j': o->json = 1; break;
+        }
+    }
+    if (!*o->dir) { lz_err("%s: -d needs a directory", cmd); return -1; }
+    return optind;
+}
+
+char *abs_dir(const char *dir)
+{
+    char *r = realpath(dir, NULL);
+    if (r) return r;
+    if (dir[0] == '/') return strdup(dir);
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) return strdup(dir);
+    char *out = malloc(strlen(cwd) + strlen(dir) + 2);
+    sprintf(out, "%s/%s", cwd, dir);
+    return out;
+}
+
+const char *install_path(const char *rel)
+{
+    static char buf[8][PATH_MAX];
+    static int slot;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n < 0) return rel;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0; /* .../bin */
+    slash = strrchr(exe, '/');
+    if (slash) *slash = 0; /* prefix */
+    char *b = buf[slot++ % 8];
+    if (strlen(exe) + strlen(rel) + 2 > PATH_MAX) return rel;
+    strcpy(b, exe);
+    strcat(b, "/");
+    strcat(b, rel);
+    return b;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) { fputs(usage, stderr); return 2; }
+    const char *c = argv[1];
+    if (!strcmp(c, "--help") || !strcmp(c, "-h") || !strcmp(c, "help")) { fputs(usage, stdout); return 0; }
+    if (!strcmp(c, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(c, "restart")) return cmd_restart(argc - 1, argv + 1);
+    if (!strcmp(c, "checkpoint")) return cmd_checkpoint(argc - 1, argv + 1);
+    if (!strcmp(c, "list")) return cmd_list(argc - 1, argv + 1);
+    if (!strcmp(c, "verify")) return cmd_verify(argc - 1, argv + 1);
+    lz_err("unknown command '%s' (commands: run, checkpoint, restart, list, verify; see `lazarus --help`)", c);
+    return 2;
+}

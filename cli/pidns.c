@@ -1,0 +1,126 @@
+/* Starting the restorer in a process that has the checkpointed PID: as root
+ * by clone3(set_tid) where the PID is free; otherwise inside a private PID
+ * namespace (with a user namespace mapping only the caller's own uid and gid,
+ * for ordinary users), where a small init is PID 1 and the program gets its
+ * old number.  The init reports the program's wait status on a pipe. */
+#include "cli.h"
+#include "util.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static pid_t clone3_pid(uint64_t flags, pid_t want)
+{
+    struct clone_args a;
+    memset(&a, 0, sizeof a);
+    a.flags = flags;
+    a.exit_signal = SIGCHLD;
+    pid_t tid = want;
+    if (want > 0) {
+        a.set_tid = (uint64_t)(uintptr_t)&tid;
+        a.set_tid_size = 1;
+    }
+    return (pid_t)syscall(SYS_clone3, &a, sizeof a);
+}
+
+static _Noreturn void exec_restorer(int ctl, const char *ckpt_dir, const char *store, uint64_t index)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    char idx[32], fd[16];
+    snprintf(idx, sizeof idx, "%llu", (unsigned long long)index);
+    snprintf(fd, sizeof fd, "%d", ctl);
+    fcntl(ctl, F_SETFD, 0);
+    const char *bin = install_path("bin/lazarus-restore");
+    char *args[] = {(char *)bin, (char *)ckpt_dir, (char *)store, idx, fd, NULL};
+    /* rseq off in the restorer: the program's registration is installed at the end */
+    char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", NULL};
+    /* no randomization: the restorer then sits just below the stack top */
+    personality(ADDR_NO_RANDOMIZE);
+    execve(bin, args, env);
+    lz_err("cannot run %s: %s", bin, strerror(errno));
+    _exit(1);
+}
+
+static int write_file(pid_t pid, const char *name, const char *text)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", pid, name);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = lz_write_all(fd, text, strlen(text));
+    close(fd);
+    return rc;
+}
+
+pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image *img, const char *ckpt_dir, uint64_t index)
+{
+    pid_t want = img->proc->pid;
+    if (geteuid() == 0) {
+        pid_t p = clone3_pid(0, want);
+        if (p == 0) exec_restorer(child_ctl, ckpt_dir, s->dir, index);
+        if (p > 0) { s->prog = p; return p; }
+    }
+    int sync[2], status[2];
+    if (pipe2(sync, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0) return -1;
+    uint64_t flags = CLONE_NEWPID | (geteuid() != 0 ? CLONE_NEWUSER : 0);
+    pid_t init = clone3_pid(flags, 0);
+    if (init < 0) {
+        lz_warn("cannot create a PID namespace (%s): the program gets a new PID, not %d", strerror(errno), want);
+        close(sync[0]); close(sync[1]); close(status[0]); close(status[1]);
+        pid_t p = fork();
+        if (p == 0) exec_restorer(child_ctl, ckpt_dir, s->dir, index);
+        s->prog = p;
+        return p;
+    }
+    if (init == 0) {
+        /* PID 1 of the new namespace */
+        close(sync[1]);
+        close(status[0]);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        char c;
+        if (read(sync[0], &c, 1) != 1) _exit(1);
+        close(sync[0]);
+        pid_t p = clone3_pid(0, want);
+        if (p < 0) {
+            lz_warn("cannot restore PID %d (%s): the program gets a new one", want, strerror(errno));
+            p = fork();
+        }
+        if (p == 0) { close(status[1]); exec_restorer(child_ctl, ckpt_dir, s->dir, index); }
+        close(child_ctl);
+        for (;;) {
+            int st;
+            pid_t w = wait(&st);
+            if (w < 0 && errno == ECHILD) _exit(0);
+            if (w == p) {
+                if (lz_write_all(status[1], &st, sizeof st) < 0) _exit(1);
+                _exit(0);
+            }
+        }
+    }
+    close(sync[0]);
+    close(status[1]);
+    if (flags & CLONE_NEWUSER) {
+        char map[64];
+        write_file(init, "setgroups", "deny");
+        snprintf(map, sizeof map, "%u %u 1\n", geteuid(), geteuid());
+        int rc = write_file(init, "uid_map", map);
+        snprintf(map, sizeof map, "%u %u 1\n", getegid(), getegid());
+        rc |= write_file(init, "gid_map", map);
+        if (rc < 0) lz_warn("cannot map the user into the restart namespace: %s", strerror(errno));
+    }
+    if (write(sync[1], "g", 1) != 1) lz_warn("cannot start the restart namespace");
+    close(sync[1]);
+    s->status_fd = status[0];
+    s->prog = 0;
+    return init;
+}

@@ -1,0 +1,273 @@
+/* The job's supervisor: `lazarus run` and `lazarus restart` stay in the
+ * foreground as this loop.  It triggers checkpoints (interval, `lazarus
+ * checkpoint`, the C API) by sigqueue()ing the runtime's signal with the
+ * index, hears back on the control socket, applies retention once a
+ * checkpoint is durable, forwards signals, and exits as the program did. */
+#include "cli.h"
+#include "util.h"
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LZ_SIGCKPT SIGURG
+#define MAX_CLIENTS 32
+#define BEGIN_TIMEOUT_NS (10ull * 1000000000ull)
+
+static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGALRM};
+
+struct sv_state {
+    struct supervisor *s;
+    int runtime_ready;
+    int in_progress;
+    uint64_t index;
+    uint32_t trigger;
+    int begun;
+    uint64_t requested_ns;
+    int clients[MAX_CLIENTS]; /* waiting for the checkpoint in progress */
+    int nclients;
+    int pending[MAX_CLIENTS]; /* connected, request not read yet */
+    int npending;
+    int api_queued;
+    int have_status, status;
+    int child_gone;
+    uint64_t restore_started_ns;
+    int restore_msg_shown;
+};
+
+static void reply(int fd, const char *msg)
+{
+    send(fd, msg, strlen(msg), MSG_NOSIGNAL);
+    close(fd);
+}
+
+static void finish_clients(struct sv_state *st, const char *msg)
+{
+    for (int i = 0; i < st->nclients; i++) reply(st->clients[i], msg);
+    st->nclients = 0;
+}
+
+static pid_t find_program(struct supervisor *s)
+{
+    if (s->prog) return s->prog;
+    /* In a PID namespace the program is the init's child. */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", s->child, s->child);
+    size_t len;
+    char *buf = lz_read_file(path, &len);
+    if (buf) {
+        buf[len ? len - 1 : 0] = 0;
+        int pid = atoi(buf);
+        free(buf);
+        if (pid > 0) s->prog = pid;
+    }
+    return s->prog;
+}
+
+static void request(struct sv_state *st, uint32_t trigger, int client)
+{
+    struct supervisor *s = st->s;
+    if (st->in_progress) { /* never two at once: join the one under way */
+        if (client >= 0 && st->nclients < MAX_CLIENTS) st->clients[st->nclients++] = client;
+        else if (client >= 0) reply(client, "ERR too many waiting clients");
+        if (trigger == LZ_TRIG_API) st->api_queued = 1;
+        return;
+    }
+    if (!st->runtime_ready || st->child_gone) {
+        if (client >= 0)
+            reply(client, s->restoring ? "ERR the program is still being restored; try again in a moment"
+                                       : "ERR the program is not running under the Lazarus runtime (is it statically linked, or did it exec a program that is?)");
+        return;
+    }
+    pid_t prog = find_program(s);
+    union sigval v;
+    v.sival_ptr = (void *)(uintptr_t)((s->next_index << 2) | trigger);
+    if (prog <= 0 || sigqueue(prog, LZ_SIGCKPT, v) < 0) {
+        if (client >= 0) reply(client, "ERR cannot signal the program");
+        return;
+    }
+    st->in_progress = 1;
+    st->begun = 0;
+    st->index = s->next_index++;
+    st->trigger = trigger;
+    st->requested_ns = lz_now_ns(CLOCK_MONOTONIC);
+    if (client >= 0) st->clients[st->nclients++] = client;
+}
+
+static void on_runtime_message(struct sv_state *st, char *msg)
+{
+    struct supervisor *s = st->s;
+    char out[1200];
+    if (!strncmp(msg, "HELLO", 5)) {
+        st->runtime_ready = 1;
+    } else if (!strncmp(msg, "RESTORED", 8)) {
+        st->runtime_ready = 1;
+        s->restoring = 0;
+        if (st->restore_msg_shown) lz_err("restarted from checkpoint %" PRIu64, s->restore_index);
+    } else if (!strncmp(msg, "BEGIN", 5)) {
+        st->begun = 1;
+    } else if (!strncmp(msg, "API", 3)) {
+        request(st, LZ_TRIG_API, -1);
+    } else if (!strncmp(msg, "OK ", 3)) {
+        uint64_t idx = strtoull(msg + 3, NULL, 10);
+        st->in_progress = 0;
+        lz_store_retain(s->dir, s->keep, idx);
+        snprintf(out, sizeof out, "OK %" PRIu64, idx);
+        finish_clients(st, out);
+    } else if (!strncmp(msg, "ERR ", 4)) {
+        char *p = msg + 4;
+        uint64_t idx = strtoull(p, &p, 10);
+        while (*p == ' ') p++;
+        st->in_progress = 0;
+        lz_store_cleanup_tmp(s->dir);
+        lz_err("checkpoint %" PRIu64 " failed: %s; the program keeps running", idx, p);
+        snprintf(out, sizeof out, "ERR checkpoint %" PRIu64 " failed: %s", idx, p);
+        finish_clients(st, out);
+    }
+    if (!st->in_progress && st->api_queued) {
+        st->api_queued = 0;
+        request(st, LZ_TRIG_API, -1);
+    }
+}
+
+static int exit_code_of(int status)
+{
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return 1;
+}
+
+int supervise(struct supervisor *s)
+{
+    struct sv_state st;
+    memset(&st, 0, sizeof st);
+    st.s = s;
+    st.restore_started_ns = lz_now_ns(CLOCK_MONOTONIC);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++) sigaddset(&mask, forwarded[i]);
+    sigaddset(&mask, SIGPIPE);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    int tfd = -1;
+    if (s->interval) {
+        tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        struct itimerspec its = {{(time_t)s->interval, 0}, {(time_t)s->interval, 0}};
+        timerfd_settime(tfd, 0, &its, NULL);
+    }
+    int program_done = 0, code = 0;
+    while (!program_done) {
+        struct pollfd pf[5 + MAX_CLIENTS];
+        int n = 0;
+        pf[n++] = (struct pollfd){sfd, POLLIN, 0};
+        pf[n++] = (struct pollfd){s->ctl_fd, POLLIN, 0};
+        pf[n++] = (struct pollfd){s->listen_fd, POLLIN, 0};
+        pf[n++] = (struct pollfd){tfd, POLLIN, 0};
+        pf[n++] = (struct pollfd){s->status_fd, POLLIN, 0};
+        for (int i = 0; i < st.npending; i++) pf[n++] = (struct pollfd){st.pending[i], POLLIN, 0};
+        int r = poll(pf, (nfds_t)n, 250);
+        if (r < 0 && errno != EINTR) { lz_err("supervisor: poll: %s", strerror(errno)); break; }
+        uint64_t now = lz_now_ns(CLOCK_MONOTONIC);
+        if (st.in_progress && !st.begun && now - st.requested_ns > BEGIN_TIMEOUT_NS) {
+            st.in_progress = 0;
+            s->next_index--;
+            finish_clients(&st, "ERR the program did not respond to the checkpoint request within 10 s "
+                                "(it may block the signal, or run without the Lazarus runtime)");
+        }
+        if (s->restoring && !st.restore_msg_shown && now - st.restore_started_ns > 1000000000ull) {
+            lz_err("restoring checkpoint %" PRIu64 "...", s->restore_index);
+            st.restore_msg_shown = 1;
+        }
+        if (r <= 0) continue;
+        if (pf[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) == sizeof si) {
+                int sig = (int)si.ssi_signo;
+                if (sig == SIGCHLD || sig == SIGPIPE) continue;
+                /* Terminal-generated signals already reach the program (same process group). */
+                if (si.ssi_code == SI_KERNEL && (sig == SIGINT || sig == SIGQUIT || sig == SIGWINCH || sig == SIGHUP)) continue;
+                pid_t prog = find_program(s);
+                if (prog > 0) kill(prog, sig);
+            }
+        }
+        /* reap: we are a subreaper, so orphans of the job come to us too */
+        for (;;) {
+            int status;
+            pid_t w = waitpid(-1, &status, WNOHANG);
+            if (w <= 0) break;
+            if (w == s->child) {
+                st.child_gone = 1;
+                if (!st.have_status) { st.have_status = 1; st.status = status; }
+            }
+        }
+        if (s->status_fd >= 0 && (pf[4].revents & (POLLIN | POLLHUP))) {
+            int status;
+            if (read(s->status_fd, &status, sizeof status) == sizeof status) { st.have_status = 1; st.status = status; }
+            close(s->status_fd);
+            s->status_fd = -1;
+        }
+        if (pf[1].revents & POLLIN) {
+            char msg[1200];
+            ssize_t m;
+            while ((m = recv(s->ctl_fd, msg, sizeof msg - 1, MSG_DONTWAIT)) > 0) {
+                msg[m] = 0;
+                on_runtime_message(&st, msg);
+            }
+        }
+        if (tfd >= 0 && (pf[3].revents & POLLIN)) {
+            uint64_t ticks;
+            if (read(tfd, &ticks, sizeof ticks) > 0 && !st.in_progress) request(&st, LZ_TRIG_INTERVAL, -1);
+        }
+        if (pf[2].revents & POLLIN) {
+            int c = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+            if (c >= 0 && st.npending < MAX_CLIENTS) st.pending[st.npending++] = c;
+            else if (c >= 0) reply(c, "ERR too many clients");
+        }
+        for (int i = 5; i < n; i++) {
+            if (!pf[i].revents) continue;
+            int c = pf[i].fd;
+            for (int k = 0; k < st.npending; k++) if (st.pending[k] == c) st.pending[k] = st.pending[--st.npending];
+            char req[64];
+            ssize_t m = recv(c, req, sizeof req - 1, MSG_DONTWAIT);
+            if (m > 0 && !strncmp(req, "CHECKPOINT", 10)) request(&st, LZ_TRIG_REQUEST, c);
+            else close(c);
+        }
+        if (st.child_gone && (st.have_status || s->status_fd < 0)) {
+            /* drain what the runtime said last (a checkpoint may have committed) */
+            char msg[1200];
+            ssize_t m;
+            while ((m = recv(s->ctl_fd, msg, sizeof msg - 1, MSG_DONTWAIT)) > 0) { msg[m] = 0; on_runtime_message(&st, msg); }
+            program_done = 1;
+        }
+    }
+    if (st.in_progress) {
+        lz_store_cleanup_tmp(s->dir);
+        finish_clients(&st, "ERR the program ended before the checkpoint was complete");
+    }
+    for (int i = 0; i < st.npending; i++) close(st.pending[i]);
+    struct lz_job job;
+    lz_job_read(s->dir, &job);
+    if (s->restoring) {
+        /* the restorer failed (it said why) or was killed: nothing changed */
+        code = st.have_status && WIFEXITED(st.status) && WEXITSTATUS(st.status) ? WEXITSTATUS(st.status) : 1;
+        if (!st.have_status || !WIFEXITED(st.status)) lz_err("restart of checkpoint %" PRIu64 " did not complete", s->restore_index);
+        snprintf(job.state, sizeof job.state, "stopped");
+        lz_job_write(s->dir, &job);
+        return code ? code : 1;
+    }
+    code = st.have_status ? exit_code_of(st.status) : 1;
+    snprintf(job.state, sizeof job.state, "%s", st.have_status && WIFEXITED(st.status) ? "finished" : "stopped");
+    job.exit_status = code;
+    lz_job_write(s->dir, &job);
+    return code;
+}

@@ -1,0 +1,221 @@
+/* On-disk format of a Lazarus checkpoint (version 1).  Shared by the runtime
+ * (writer), the restorer and the CLI (readers).  Every structure has a fixed
+ * size checked at compile time so that an image written by one build is read
+ * the same way by another.  See ARCHITECTURE.md, "On-disk format". */
+#ifndef LZ_FORMAT_H
+#define LZ_FORMAT_H
+
+#include <stdint.h>
+
+#define LZ_MAGIC "LZRSCKPT"
+#define LZ_VERSION 1u
+
+/* Names inside the store directory. */
+#define LZ_CKPT_PREFIX "ckpt."  /* committed: ckpt.%06llu/            */
+#define LZ_TMP_PREFIX "tmp."    /* being written: tmp.%06llu.%d/       */
+#define LZ_MANIFEST "manifest"  /* inside a checkpoint directory       */
+#define LZ_PAGES "pages"        /* the pack of page data               */
+#define LZ_JOBFILE "job"        /* job settings and state (text)       */
+#define LZ_LOCKFILE "lock"      /* flock()ed by the job's supervisor   */
+#define LZ_CTLSOCK "ctl.sock"   /* supervisor's socket for `checkpoint` */
+
+#define LZ_EXTENT_MAX (8u << 20) /* bytes of memory one extent covers at most */
+#define LZ_PATH_MAX 4096
+
+enum lz_trigger { LZ_TRIG_INTERVAL = 1, LZ_TRIG_REQUEST = 2, LZ_TRIG_API = 3 };
+
+/* Section types. A manifest is: header, sections (each 8-aligned), trailer. */
+enum lz_section_type {
+    LZ_SEC_PROC = 1,    /* struct lz_proc, exactly one            */
+    LZ_SEC_REGIONS = 2, /* struct lz_region[]                     */
+    LZ_SEC_EXTENTS = 3, /* struct lz_extent[]                     */
+    LZ_SEC_FDS = 4,     /* struct lz_fd[]                         */
+    LZ_SEC_STRINGS = 5, /* NUL-terminated strings, referenced by offset */
+    LZ_SEC_PACKS = 6,   /* struct lz_pack[]                       */
+    LZ_SEC_AUXV = 7,    /* the process' auxiliary vector (raw)     */
+};
+
+struct lz_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t header_size;
+    uint64_t manifest_size; /* whole manifest including the trailer */
+    uint64_t index;
+    uint64_t parent;        /* checkpoint this run was restarted from, 0 = none */
+    uint64_t created_ns;    /* CLOCK_REALTIME */
+    uint32_t trigger;       /* enum lz_trigger */
+    uint32_t nsections;
+    uint64_t mem_bytes;     /* bytes of address space captured (regions) */
+    uint64_t data_bytes;    /* bytes of page data in extents */
+    uint64_t stored_bytes;  /* bytes written to packs by this checkpoint */
+    uint64_t pause_ns;      /* how long the program was stopped */
+    uint64_t reserved[5];
+};
+
+struct lz_section {
+    uint32_t type;
+    uint32_t reserved;
+    uint64_t length; /* payload bytes, the payload is padded to 8 */
+};
+
+/* Trailer: XXH3-64 of every byte before it. */
+struct lz_trailer {
+    uint64_t xxh3;
+};
+
+/* Registers the restorer loads before jumping back into the runtime: the
+ * callee-saved set captured by lz_save_context().  Everything else (all
+ * general registers, FPU/SSE/AVX, the signal mask) lives in the signal frame
+ * on the program's stack and is restored by rt_sigreturn. */
+struct lz_jmpctx {
+    uint64_t rbx, rbp, r12, r13, r14, r15, rsp, rip;
+    uint32_t mxcsr;
+    uint16_t fpucw;
+    uint16_t pad;
+};
+
+struct lz_ksigaction { /* the kernel's layout for rt_sigaction */
+    uint64_t handler;
+    uint64_t flags;
+    uint64_t restorer;
+    uint64_t mask;
+};
+
+struct lz_siginfo_rec {
+    int32_t signo;
+    int32_t pad;
+    uint8_t info[128]; /* siginfo_t as dequeued */
+};
+
+#define LZ_MAX_PENDING 64
+#define LZ_NRLIMITS 16
+
+struct lz_proc {
+    int32_t pid, ppid, pgid, sid;
+    uint32_t uid, gid, umask, personality;
+    char comm[16];
+    uint32_t cwd;       /* string offset */
+    uint32_t exe;       /* string offset */
+    uint64_t xcr0;      /* enabled xsave features: restart refuses a machine without them */
+    /* mm fields for prctl(PR_SET_MM_MAP) */
+    uint64_t start_code, end_code, start_data, end_data;
+    uint64_t start_brk, brk, start_stack;
+    uint64_t arg_start, arg_end, env_start, env_end;
+    /* thread state the kernel keeps outside the registers */
+    uint64_t fs_base, gs_base;
+    uint64_t rseq_addr;  uint32_t rseq_len, rseq_sig;
+    uint64_t robust_list, robust_len;
+    uint64_t tid_address;
+    uint64_t altstack_sp, altstack_size; int32_t altstack_flags, pad0;
+    struct lz_jmpctx ctx;
+    uint64_t handler_sigmask;    /* mask in force inside the checkpoint handler */
+    struct lz_ksigaction sigactions[64]; /* index = signal - 1 */
+    uint32_t npending, pad1;
+    struct lz_siginfo_rec pending[LZ_MAX_PENDING];
+    struct { int64_t interval_us, value_us; } itimers[3];
+    struct { uint64_t cur, max; } rlimits[LZ_NRLIMITS];
+    /* where the runtime wants the restorer to write struct lz_resume */
+    uint64_t resume_addr;
+    uint64_t vdso_hash;          /* XXH3 of the [vdso] contents */
+    uint64_t vdso_block_start;   /* [vvar]..[vdso] block, moved as one */
+    uint64_t vdso_block_end;
+    uint64_t vdso_offset;        /* offset of [vdso] inside the block */
+    uint64_t reserved[8];
+};
+
+/* Region kinds */
+enum lz_region_kind {
+    LZ_R_ANON = 1,        /* private anonymous (incl. [heap], [stack]) */
+    LZ_R_FILE_PRIVATE = 2,/* private file mapping: file + stored COW pages */
+    LZ_R_FILE_SHARED = 3, /* shared file mapping: remapped, contents are the file's */
+    LZ_R_SHARED_ANON = 4, /* shared anonymous / /dev/zero */
+    LZ_R_VDSO = 5,        /* [vvar], [vvar_vclock], [vdso]: moved, never stored */
+};
+
+/* madvise-like VmFlags worth recreating */
+#define LZ_RF_GROWSDOWN 0x1u
+#define LZ_RF_HUGEPAGE 0x2u
+#define LZ_RF_NOHUGEPAGE 0x4u
+#define LZ_RF_DONTDUMP 0x8u
+#define LZ_RF_DONTFORK 0x10u
+#define LZ_RF_WIPEONFORK 0x20u
+#define LZ_RF_HEAP 0x40u
+#define LZ_RF_STACK 0x80u
+#define LZ_RF_LOCKED 0x100u
+
+struct lz_region {
+    uint64_t start, end;
+    uint32_t prot;       /* PROT_* */
+    uint32_t kind;       /* enum lz_region_kind */
+    uint32_t flags;      /* LZ_RF_* */
+    uint32_t path;       /* string offset, 0 = none */
+    uint64_t file_offset;
+    uint64_t file_size;  /* identity of the mapped file ... */
+    uint64_t file_ino, file_dev;
+    int64_t file_mtime_ns;
+    uint64_t file_hash;  /* XXH3 of the mapped range of the file (private mappings) */
+    uint32_t first_extent, nextents; /* extents covering stored pages */
+    uint64_t reserved[2];
+};
+
+enum lz_codec { LZ_CODEC_NONE = 0 };
+
+struct lz_extent {
+    uint64_t addr;        /* where the data goes in memory */
+    uint64_t length;      /* bytes of memory */
+    uint64_t pack_offset; /* where the stored bytes are */
+    uint64_t stored_length;
+    uint32_t pack;        /* index into the PACKS section */
+    uint32_t codec;       /* enum lz_codec */
+    uint64_t xxh3;        /* of the memory bytes */
+};
+
+struct lz_pack {
+    uint32_t path; /* string offset, relative to the checkpoint directory */
+    uint32_t pad;
+    uint64_t size;
+    uint64_t reserved;
+};
+
+enum lz_fd_kind {
+    LZ_FD_FILE = 1,   /* regular file by path */
+    LZ_FD_DIR = 2,    /* directory by path */
+    LZ_FD_DEV = 3,    /* /dev/null, /dev/zero, /dev/urandom, /dev/random */
+    LZ_FD_STDIO = 4,  /* 0/1/2 terminal or pipe: reattached to the restarter's */
+    LZ_FD_DUP = 5,    /* same open file description as fd `dup_of` */
+    LZ_FD_CTL = 6,    /* the runtime's control socket */
+};
+
+struct lz_fd {
+    int32_t fd;
+    uint32_t kind;
+    int32_t dup_of;
+    uint32_t path;    /* string offset */
+    uint32_t flags;   /* open flags (F_GETFL) */
+    uint32_t fdflags; /* FD_CLOEXEC */
+    int64_t offset;
+    uint64_t ino, dev, size;
+    int64_t mtime_ns;
+    uint32_t mode, pad;
+};
+
+/* Written by the restorer into the restored runtime (at lz_proc.resume_addr)
+ * just before it jumps back: what the resumed process needs to know about the
+ * restart that brought it back. */
+struct lz_resume {
+    uint64_t magic;            /* LZ_RESUME_MAGIC */
+    uint64_t index;            /* checkpoint restored from */
+    struct { uint64_t start, end; } unmap[4]; /* the restorer's own mappings */
+    int32_t ctl_fd;            /* control socket to the new supervisor */
+    int32_t pad;
+    char dir[LZ_PATH_MAX];     /* store directory (absolute) */
+};
+#define LZ_RESUME_MAGIC 0x454d555345525a4cull /* "LZRESUME" */
+
+#define LZ_STATIC_ASSERT(c, m) _Static_assert(c, m)
+LZ_STATIC_ASSERT(sizeof(struct lz_header) == 128, "lz_header size");
+LZ_STATIC_ASSERT(sizeof(struct lz_region) == 104, "lz_region size");
+LZ_STATIC_ASSERT(sizeof(struct lz_extent) == 48, "lz_extent size");
+LZ_STATIC_ASSERT(sizeof(struct lz_fd) == 72, "lz_fd size");
+
+#endif

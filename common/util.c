@@ -1,0 +1,110 @@
+#include "util.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *lz_prog = "lazarus";
+
+static void vmsg(const char *kind, const char *fmt, va_list ap)
+{
+    char buf[2048];
+    int n = snprintf(buf, sizeof buf, "%s: %s", lz_prog, kind);
+    if (n < 0 || (size_t)n >= sizeof buf) n = 0;
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+    if (len > sizeof buf - 2) len = sizeof buf - 2;
+    buf[len++] = '\n';
+    (void)lz_write_all(2, buf, len);
+}
+
+void lz_err(const char *fmt, ...) { va_list ap; va_start(ap, fmt); vmsg("", fmt, ap); va_end(ap); }
+void lz_warn(const char *fmt, ...) { va_list ap; va_start(ap, fmt); vmsg("warning: ", fmt, ap); va_end(ap); }
+void lz_die(const char *fmt, ...) { va_list ap; va_start(ap, fmt); vmsg("", fmt, ap); va_end(ap); exit(1); }
+
+int lz_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0) { if (errno == EINTR) continue; return -1; }
+        if (w == 0) { errno = EIO; return -1; }
+        p += w; len -= (size_t)w;
+    }
+    return 0;
+}
+
+int lz_pread_all(int fd, void *buf, size_t len, off_t off)
+{
+    char *p = buf;
+    while (len) {
+        ssize_t r = pread(fd, p, len, off);
+        if (r < 0) { if (errno == EINTR) continue; return -1; }
+        if (r == 0) { errno = ENODATA; return -1; }
+        p += r; len -= (size_t)r; off += r;
+    }
+    return 0;
+}
+
+void *lz_read_fd(int fd, size_t *len)
+{
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    for (;;) {
+        if (n == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) { free(buf); return NULL; }
+            buf = nb;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0) { if (errno == EINTR) continue; free(buf); return NULL; }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    *len = n;
+    return buf;
+}
+
+void *lz_read_file(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    void *p = lz_read_fd(fd, len);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return p;
+}
+
+int lz_fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int r = fsync(fd);
+    close(fd);
+    return r;
+}
+
+uint64_t lz_now_ns(int clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int lz_parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || *s == '-') return -1;
+    *out = v;
+    return 0;
+}

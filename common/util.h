@@ -1,0 +1,24 @@
+/* Small helpers for the CLI and the restorer (not for the runtime's signal
+ * handler, which must stay async-signal-safe). */
+#ifndef LZ_UTIL_H
+#define LZ_UTIL_H
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+extern const char *lz_prog; /* name used in messages */
+
+/* One line on stderr, "lazarus: ...". */
+void lz_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void lz_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+_Noreturn void lz_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+int lz_write_all(int fd, const void *buf, size_t len);
+int lz_pread_all(int fd, void *buf, size_t len, off_t off); /* 0 ok, -1 error/short */
+/* Reads a whole file into malloc'ed memory; returns NULL and sets errno. */
+void *lz_read_file(const char *path, size_t *len);
+void *lz_read_fd(int fd, size_t *len);
+int lz_fsync_dir(const char *path);
+uint64_t lz_now_ns(int clock);
+int lz_parse_u64(const char *s, uint64_t *out);
+#endif

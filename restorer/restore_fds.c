@@ -1,0 +1,71 @@
+/* Descriptors at their old numbers: files and directories reopened by path
+ * at their offsets, 0/1/2 terminals and pipes taken from `lazarus restart`,
+ * shared descriptions re-shared with dup, the control socket re-attached. */
+#include "restorer.h"
+#include "util.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void restore_descriptors(struct restore_ctx *rc)
+{
+    const struct lz_image *img = &rc->img;
+    int maxfd = 2;
+    for (size_t i = 0; i < img->nfds; i++) if (img->fds[i].fd > maxfd) maxfd = img->fds[i].fd;
+    /* park what we hold above every number the program uses */
+    int base = maxfd + 16;
+    int stdio[3];
+    for (int i = 0; i < 3; i++) stdio[i] = fcntl(i, F_DUPFD_CLOEXEC, base);
+    int ctl = fcntl(rc->ctl_fd, F_DUPFD_CLOEXEC, base);
+    if (ctl < 0) restore_fail("lost the control socket: %s", strerror(errno));
+    if (rc->ctl_fd != ctl) close(rc->ctl_fd);
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < img->nfds; i++) {
+            const struct lz_fd *f = &img->fds[i];
+            int cloexec = (f->fdflags & FD_CLOEXEC) ? O_CLOEXEC : 0;
+            int is_dup = f->kind == LZ_FD_DUP;
+            if (pass != is_dup) continue;
+            int src = -1, opened = 0;
+            const char *path = lz_str(img, f->path);
+            switch (f->kind) {
+            case LZ_FD_FILE:
+            case LZ_FD_DIR:
+            case LZ_FD_DEV:
+                src = open(path, (int)(f->flags & ~(uint32_t)(O_CREAT | O_EXCL | O_TRUNC)) | O_CLOEXEC);
+                if (src < 0) restore_fail("cannot reopen descriptor %d (%s): %s", f->fd, path, strerror(errno));
+                opened = 1;
+                break;
+            case LZ_FD_STDIO:
+                src = f->fd <= 2 ? stdio[f->fd] : -1;
+                if (src < 0) { src = open("/dev/null", O_RDWR | O_CLOEXEC); opened = 1; }
+                break;
+            case LZ_FD_DUP: src = f->dup_of; break;
+            case LZ_FD_CTL: src = ctl; break;
+            default: restore_fail("descriptor %d has an unknown kind in the image", f->fd);
+            }
+            if (src != f->fd && dup3(src, f->fd, cloexec) < 0)
+                restore_fail("cannot restore descriptor %d: %s", f->fd, strerror(errno));
+            if (src == f->fd) fcntl(f->fd, F_SETFD, cloexec ? FD_CLOEXEC : 0);
+            if (opened && src != f->fd) close(src);
+            if (f->kind == LZ_FD_FILE && lseek(f->fd, f->offset, SEEK_SET) < 0)
+                restore_fail("cannot restore the offset of descriptor %d (%s): %s", f->fd, path, strerror(errno));
+        }
+    /* Close every descriptor the program did not have. */
+    char *keep = calloc((size_t)base + 64, 1);
+    for (size_t i = 0; i < img->nfds; i++) keep[img->fds[i].fd] = 1;
+    DIR *d = opendir("/proc/self/fd");
+    int dfd = d ? dirfd(d) : -1;
+    int closeme[1024], n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n < 1024) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        int fd = atoi(e->d_name);
+        if (fd != dfd && (fd >= base + 64 || !keep[fd])) closeme[n++] = fd;
+    }
+    if (d) closedir(d);
+    for (int i = 0; i < n; i++) close(closeme[i]);
+    free(keep);
+}

@@ -1,0 +1,123 @@
+/* lazarus-restore CKPT_DIR STORE_DIR INDEX CTL_FD
+ * Started by `lazarus restart` in the process that becomes the program (it
+ * already has the program's PID).  Any failure before the final jump prints
+ * one line and exits 1; the image and the user's files are never written. */
+#include "restorer.h"
+#include "lzsys.h"
+#include "util.h"
+#include <errno.h>
+#include <malloc.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static char restorer_stack[1 << 20] __attribute__((aligned(64)));
+static struct restore_ctx ctx;
+
+_Noreturn void restore_fail(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    lz_err("cannot restart: %s", buf);
+    _exit(1);
+}
+
+/* The kernel-made stack (argv, environment) may sit where the program's own
+ * stack was: leave it for one inside the restorer, then unmap it. */
+static void unmap_initial_stack(void)
+{
+    size_t len;
+    char *maps = lz_read_file("/proc/self/maps", &len);
+    if (!maps) restore_fail("cannot read /proc/self/maps");
+    maps[len - 1] = 0;
+    for (char *l = maps; l && *l;) {
+        char *nl = strchr(l, '\n');
+        if (nl) *nl = 0;
+        if (strstr(l, "[stack]")) {
+            unsigned long a, b;
+            if (sscanf(l, "%lx-%lx", &a, &b) == 2) munmap((void *)a, b - a);
+        }
+        l = nl ? nl + 1 : NULL;
+    }
+    free(maps);
+}
+
+static _Noreturn void restore_on_own_stack(void *unused)
+{
+    (void)unused;
+    struct restore_ctx *rc = &ctx;
+    unmap_initial_stack();
+    restore_check_layout(rc);
+    restore_park_vdso(rc);
+    restore_map_regions(rc);
+    restore_fill_memory(rc);
+    restore_finish_protections(rc);
+    restore_descriptors(rc);
+    restore_process_state(rc);
+    /* hand the runtime what it needs to know about this restart */
+    struct lz_resume res;
+    memset(&res, 0, sizeof res);
+    res.magic = LZ_RESUME_MAGIC;
+    res.index = rc->index;
+    res.ctl_fd = -1;
+    for (size_t i = 0; i < rc->img.nfds; i++)
+        if (rc->img.fds[i].kind == LZ_FD_CTL) res.ctl_fd = rc->img.fds[i].fd;
+    snprintf(res.dir, sizeof res.dir, "%s", rc->store_dir);
+    /* Our mappings, the heap as grown since restore_check_layout() looked. */
+    uint64_t brk_end = ((uint64_t)sbrk(0) + 4095) & ~4095ull;
+    int heap = -1;
+    for (int i = 0; i < rc->nown; i++) if (rc->own[i].start < brk_end) heap = i;
+    for (int i = 0; i < rc->nown && i < 4; i++) {
+        res.unmap[i].start = rc->own[i].start;
+        res.unmap[i].end = i == heap && brk_end > rc->own[i].end ? brk_end : rc->own[i].end;
+    }
+    memcpy((void *)rc->img.proc->resume_addr, &res, sizeof res);
+    const struct lz_proc *p = rc->img.proc;
+    struct lz_jmpctx jc = p->ctx;
+    uint64_t fs = p->fs_base;
+    restore_mm(rc);               /* from here on: no malloc (brk is the program's) */
+    restore_move_vdso(rc);        /* from here on: no libc time functions */
+    restore_thread_state(rc);     /* rseq, robust list, timers, pending signals, mask */
+    lz_final_jump(&jc, fs);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) {
+        lz_err("lazarus-restore is started by `lazarus restart`, not by hand");
+        return 2;
+    }
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, NULL);
+    /* Everything the restorer allocates stays in its brk heap, inside its
+     * window: never let malloc use mmap (it could land on a program region). */
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_ARENA_MAX, 1);
+    ctx.ckpt_dir = strdup(argv[1]);
+    ctx.store_dir = strdup(argv[2]);
+    uint64_t v;
+    if (lz_parse_u64(argv[3], &v) < 0) restore_fail("bad checkpoint index %s", argv[3]);
+    ctx.index = v;
+    ctx.ctl_fd = atoi(argv[4]);
+    char why[1024];
+    if (lz_manifest_load(ctx.ckpt_dir, &ctx.img, why, sizeof why) < 0) restore_fail("%s", why);
+    /* Drop glibc's own rseq registration: the program's is installed at the end. */
+    if (__builtin_thread_pointer()) {
+        extern const ptrdiff_t __rseq_offset;
+        extern const unsigned int __rseq_size;
+        if (__rseq_size)
+            syscall(SYS_rseq, (char *)__builtin_thread_pointer() + __rseq_offset, 32, 1 /* UNREGISTER */, 0x53053053);
+    }
+    char *top = restorer_stack + sizeof restorer_stack - 64;
+    __asm__ volatile("movq %0, %%rsp\n\tcall *%1\n\tud2" : : "r"(top), "r"(restore_on_own_stack), "D"(NULL) : "memory");
+    __builtin_unreachable();
+}

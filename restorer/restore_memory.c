@@ -1,0 +1,247 @@
+/* The program's address space: regions mapped at their addresses around the
+ * restorer, page data read straight into them by two threads (each checks
+ * the checksums of its extents), then protections, then the vDSO block moved
+ * to where the program expects it. */
+#include "restorer.h"
+#include "hash.h"
+#include "lzsys.h"
+#include "util.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct vdso_vma { uint64_t start, end; };
+static struct vdso_vma own_vdso[4];
+static int own_nvdso;
+static uint64_t own_block_start, own_block_end, own_vdso_start;
+
+/* Our own mappings: the vDSO block to move, everything else to keep clear of. */
+static void read_own_layout(struct restore_ctx *rc)
+{
+    size_t len;
+    char *maps = lz_read_file("/proc/self/maps", &len);
+    if (!maps) restore_fail("cannot read /proc/self/maps");
+    maps[len - 1] = 0;
+    own_block_start = ~0ull;
+    for (char *l = maps; l && *l;) {
+        char *nl = strchr(l, '\n');
+        if (nl) *nl = 0;
+        unsigned long a, b;
+        if (sscanf(l, "%lx-%lx", &a, &b) == 2 && !strstr(l, "[vsyscall]")) {
+            if (strstr(l, "[vvar]") || strstr(l, "[vvar_vclock]") || strstr(l, "[vdso]")) {
+                if (own_nvdso < 4) own_vdso[own_nvdso++] = (struct vdso_vma){a, b};
+                if (a < own_block_start) own_block_start = a;
+                if (b > own_block_end) own_block_end = b;
+                if (strstr(l, "[vdso]")) own_vdso_start = a;
+            } else if (rc->nown > 0 && rc->own[rc->nown - 1].end == a) {
+                rc->own[rc->nown - 1].end = b;
+            } else if (rc->nown < 8) {
+                rc->own[rc->nown++] = (struct own_range){a, b};
+            } else {
+                restore_fail("the restorer's address space is unexpectedly fragmented");
+            }
+        }
+        l = nl ? nl + 1 : NULL;
+    }
+    free(maps);
+}
+
+static int overlaps_program(const struct restore_ctx *rc, uint64_t a, uint64_t b)
+{
+    for (size_t i = 0; i < rc->img.nregions; i++)
+        if (rc->img.regions[i].start < b && rc->img.regions[i].end > a) return 1;
+    return 0;
+}
+
+void restore_check_layout(struct restore_ctx *rc)
+{
+    const struct lz_proc *p = rc->img.proc;
+    read_own_layout(rc);
+    /* room for the restorer's heap to grow while it works */
+    for (int i = 0; i < rc->nown; i++) {
+        uint64_t a = rc->own[i].start, b = rc->own[i].end + (64ull << 20);
+        if (overlaps_program(rc, a, b))
+            restore_fail("the program had memory at 0x%llx-0x%llx, where the restorer runs; run `lazarus restart` again (its placement differs per run only if the program's did)",
+                         (unsigned long long)a, (unsigned long long)b);
+    }
+    if (p->vdso_block_end < p->vdso_block_start || overlaps_program(rc, p->vdso_block_start, p->vdso_block_end))
+        restore_fail("the image's vDSO placement is inconsistent");
+    if (!own_nvdso) restore_fail("this system has no vDSO");
+    uint64_t own_len = own_block_end - own_block_start, len = p->vdso_block_end - p->vdso_block_start;
+    uint64_t vd_len = 0;
+    for (int i = 0; i < own_nvdso; i++) if (own_vdso[i].start == own_vdso_start) vd_len = own_vdso[i].end - own_vdso[i].start;
+    if (own_len != len || own_vdso_start - own_block_start != p->vdso_offset ||
+        lz_hash((void *)own_vdso_start, vd_len) != p->vdso_hash)
+        restore_fail("this kernel's vDSO differs from the one the program was checkpointed with (another kernel build); restart on the same kernel");
+}
+
+static void move_block(uint64_t to)
+{
+    /* Each VMA of the block moves to the same offset from `to`. */
+    for (int i = 0; i < own_nvdso; i++) {
+        uint64_t len = own_vdso[i].end - own_vdso[i].start, dst = to + (own_vdso[i].start - own_block_start);
+        if (dst == own_vdso[i].start) continue;
+        void *r = mremap((void *)own_vdso[i].start, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)dst);
+        if (r == MAP_FAILED) restore_fail("cannot move the vDSO: %s", strerror(errno));
+    }
+    for (int i = 0; i < own_nvdso; i++) {
+        uint64_t off = own_vdso[i].start - own_block_start;
+        own_vdso[i].end = to + off + (own_vdso[i].end - own_vdso[i].start);
+        own_vdso[i].start = to + off;
+    }
+    own_block_end = to + (own_block_end - own_block_start);
+    own_block_start = to;
+}
+
+/* Out of the way while the program's regions are mapped.  After this the
+ * restorer must not call libc's vDSO-backed time functions. */
+void restore_park_vdso(struct restore_ctx *rc)
+{
+    uint64_t len = own_block_end - own_block_start;
+    static const uint64_t spots[] = {0x100000000ull, 0x10000000000ull, 0x300000000000ull, 0x600000000000ull, 0x7e0000000000ull};
+    for (size_t i = 0; i < sizeof spots / sizeof spots[0]; i++) {
+        uint64_t a = spots[i], b = a + len;
+        int clash = overlaps_program(rc, a, b) || (a < rc->img.proc->vdso_block_end && b > rc->img.proc->vdso_block_start);
+        for (int k = 0; k < rc->nown; k++) clash |= rc->own[k].start < b && rc->own[k].end > a;
+        if (!clash) { move_block(a); return; }
+    }
+    restore_fail("found no free place to move the vDSO out of the program's way");
+}
+
+void restore_move_vdso(struct restore_ctx *rc)
+{
+    move_block(rc->img.proc->vdso_block_start);
+}
+
+static int region_needs_write(const struct lz_region *r) { return r->nextents > 0; }
+
+void restore_map_regions(struct restore_ctx *rc)
+{
+    for (size_t i = 0; i < rc->img.nregions; i++) {
+        const struct lz_region *r = &rc->img.regions[i];
+        uint64_t len = r->end - r->start;
+        int prot = (int)r->prot | (region_needs_write(r) ? PROT_READ | PROT_WRITE : 0);
+        int flags = MAP_FIXED_NOREPLACE;
+        int fd = -1;
+        const char *path = lz_str(&rc->img, r->path);
+        switch (r->kind) {
+        case LZ_R_ANON:
+            flags |= MAP_PRIVATE | MAP_ANONYMOUS | ((r->flags & LZ_RF_GROWSDOWN) ? MAP_GROWSDOWN : 0);
+            break;
+        case LZ_R_SHARED_ANON:
+            flags |= MAP_SHARED | MAP_ANONYMOUS;
+            break;
+        case LZ_R_FILE_PRIVATE:
+        case LZ_R_FILE_SHARED:
+            fd = open(path, ((r->kind == LZ_R_FILE_SHARED && (r->prot & PROT_WRITE)) ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+            if (fd < 0) restore_fail("cannot open %s, mapped by the program: %s", path, strerror(errno));
+            flags |= r->kind == LZ_R_FILE_SHARED ? MAP_SHARED : MAP_PRIVATE;
+            break;
+        default:
+            restore_fail("unknown region kind %u in the image", r->kind);
+        }
+        void *m = mmap((void *)r->start, len, prot, flags, fd, fd >= 0 ? (off_t)r->file_offset : 0);
+        int e = errno;
+        if (fd >= 0) close(fd);
+        if (m == MAP_FAILED || (uint64_t)m != r->start)
+            restore_fail("cannot map the program's memory at 0x%llx-0x%llx: %s", (unsigned long long)r->start,
+                         (unsigned long long)r->end, m == MAP_FAILED ? strerror(e) : "placed elsewhere");
+        int adv[] = {LZ_RF_HUGEPAGE, MADV_HUGEPAGE, LZ_RF_NOHUGEPAGE, MADV_NOHUGEPAGE, LZ_RF_DONTDUMP, MADV_DONTDUMP,
+                     LZ_RF_DONTFORK, MADV_DONTFORK, LZ_RF_WIPEONFORK, MADV_WIPEONFORK};
+        for (size_t k = 0; k < sizeof adv / sizeof adv[0]; k += 2)
+            if (r->flags & (uint32_t)adv[k]) madvise((void *)r->start, len, adv[k + 1]);
+    }
+}
+
+struct fill_job {
+    struct restore_ctx *rc;
+    const int *packfds;
+    size_t first, last;
+    char err[512];
+};
+
+static void *fill_worker(void *arg)
+{
+    struct fill_job *j = arg;
+    const struct lz_image *img = &j->rc->img;
+    for (size_t e = j->first; e < j->last; e++) {
+        const struct lz_extent *x = &img->extents[e];
+        void *dst = (void *)x->addr;
+        madvise(dst, x->length, 23 /* MADV_POPULATE_WRITE: fault the range in one go */);
+        if (lz_pread_all(j->packfds[x->pack], dst, x->stored_length, (off_t)x->pack_offset) < 0) {
+            snprintf(j->err, sizeof j->err, "checkpoint %llu is damaged: cannot read page data at 0x%llx from %s/%s: %s",
+                     (unsigned long long)j->rc->index, (unsigned long long)x->addr, j->rc->ckpt_dir,
+                     lz_str(img, img->packs[x->pack].path), errno == ENODATA ? "file is truncated" : strerror(errno));
+            return NULL;
+        }
+        if (lz_hash(dst, x->length) != x->xxh3) {
+            snprintf(j->err, sizeof j->err, "checkpoint %llu is damaged: page data at 0x%llx fails its checksum (%s/%s)",
+                     (unsigned long long)j->rc->index, (unsigned long long)x->addr, j->rc->ckpt_dir,
+                     lz_str(img, img->packs[x->pack].path));
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+#define NWORKERS 2
+static char worker_stacks[NWORKERS][256 << 10] __attribute__((aligned(4096)));
+
+void restore_fill_memory(struct restore_ctx *rc)
+{
+    const struct lz_image *img = &rc->img;
+    int *fds = calloc(img->npacks + 1, sizeof *fds);
+    for (size_t i = 0; i < img->npacks; i++) {
+        char path[LZ_PATH_MAX + 600];
+        snprintf(path, sizeof path, "%s/%s", rc->ckpt_dir, lz_str(img, img->packs[i].path));
+        fds[i] = open(path, O_RDONLY | O_CLOEXEC);
+        if (fds[i] < 0) restore_fail("checkpoint %llu is damaged: cannot open %s: %s", (unsigned long long)rc->index, path, strerror(errno));
+        off_t sz = lseek(fds[i], 0, SEEK_END);
+        if (sz < 0 || (uint64_t)sz != img->packs[i].size)
+            restore_fail("checkpoint %llu is damaged: %s has %lld bytes, expected %llu", (unsigned long long)rc->index, path,
+                         (long long)sz, (unsigned long long)img->packs[i].size);
+    }
+    /* split the extents into NWORKERS runs of about equal bytes */
+    uint64_t total = 0, acc = 0;
+    for (size_t e = 0; e < img->nextents; e++) total += img->extents[e].length;
+    struct fill_job jobs[NWORKERS];
+    size_t e = 0;
+    for (int w = 0; w < NWORKERS; w++) {
+        memset(&jobs[w], 0, sizeof jobs[w]);
+        jobs[w].rc = rc;
+        jobs[w].packfds = fds;
+        jobs[w].first = e;
+        while (e < img->nextents && (w == NWORKERS - 1 || acc < total * (uint64_t)(w + 1) / NWORKERS))
+            acc += img->extents[e++].length;
+        jobs[w].last = e;
+    }
+    pthread_t th[NWORKERS];
+    int started[NWORKERS] = {0};
+    for (int w = 1; w < NWORKERS; w++) {
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setstack(&at, worker_stacks[w], sizeof worker_stacks[w]);
+        started[w] = pthread_create(&th[w], &at, fill_worker, &jobs[w]) == 0;
+        pthread_attr_destroy(&at);
+        if (!started[w]) fill_worker(&jobs[w]);
+    }
+    fill_worker(&jobs[0]);
+    for (int w = 1; w < NWORKERS; w++) if (started[w]) pthread_join(th[w], NULL);
+    for (int w = 0; w < NWORKERS; w++) if (jobs[w].err[0]) restore_fail("%s", jobs[w].err);
+    for (size_t i = 0; i < img->npacks; i++) close(fds[i]);
+    free(fds);
+}
+
+void restore_finish_protections(struct restore_ctx *rc)
+{
+    for (size_t i = 0; i < rc->img.nregions; i++) {
+        const struct lz_region *r = &rc->img.regions[i];
+        if (region_needs_write(r) && mprotect((void *)r->start, r->end - r->start, (int)r->prot) < 0)
+            restore_fail("cannot set protections at 0x%llx: %s", (unsigned long long)r->start, strerror(errno));
+    }
+}

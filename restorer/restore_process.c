@@ -1,0 +1,91 @@
+/* Process state outside memory and descriptors. */
+#include "restorer.h"
+#include "lzsys.h"
+#include "util.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+void restore_process_state(struct restore_ctx *rc)
+{
+    const struct lz_proc *p = rc->img.proc;
+    const char *cwd = lz_str(&rc->img, p->cwd);
+    if (chdir(cwd) < 0) restore_fail("cannot enter the program's working directory %s: %s", cwd, strerror(errno));
+    umask(p->umask);
+    for (int r = 0; r < LZ_NRLIMITS && r < RLIM_NLIMITS; r++) {
+        struct rlimit rl = {p->rlimits[r].cur, p->rlimits[r].max}, now;
+        getrlimit(r, &now);
+        if (rl.rlim_cur == now.rlim_cur && rl.rlim_max == now.rlim_max) continue;
+        if (setrlimit(r, &rl) < 0) {
+            /* an ordinary user cannot raise a hard limit: keep ours, lower the soft one */
+            rl.rlim_max = now.rlim_max;
+            if (rl.rlim_cur > rl.rlim_max) rl.rlim_cur = rl.rlim_max;
+            if (setrlimit(r, &rl) < 0) lz_warn("could not restore resource limit %d", r);
+        }
+    }
+    if (personality(p->personality) < 0) lz_warn("could not restore the personality flags");
+    for (int sig = 1; sig <= 64; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP) continue;
+        long e = lz_sc4(SYS_rt_sigaction, sig, &p->sigactions[sig - 1], NULL, 8);
+        if (e < 0 && sig < 32) restore_fail("cannot restore the action of signal %d: %s", sig, strerror((int)-e));
+    }
+    prctl(PR_SET_NAME, p->comm);
+}
+
+void restore_mm(struct restore_ctx *rc)
+{
+    const struct lz_proc *p = rc->img.proc;
+    struct prctl_mm_map m;
+    memset(&m, 0, sizeof m);
+    m.start_code = p->start_code; m.end_code = p->end_code;
+    m.start_data = p->start_data; m.end_data = p->end_data;
+    m.start_brk = p->start_brk; m.brk = p->brk;
+    m.start_stack = p->start_stack;
+    m.arg_start = p->arg_start; m.arg_end = p->arg_end;
+    m.env_start = p->env_start; m.env_end = p->env_end;
+    m.auxv = (void *)rc->img.auxv;
+    m.auxv_size = (uint32_t)rc->img.auxv_len;
+    const char *exe = lz_str(&rc->img, p->exe);
+    int exefd = exe[0] ? open(exe, O_RDONLY | O_CLOEXEC) : -1;
+    m.exe_fd = exefd >= 0 ? (uint32_t)exefd : (uint32_t)-1;
+    if (prctl(PR_SET_MM, PR_SET_MM_MAP, &m, sizeof m, 0) < 0 && exefd >= 0) {
+        /* without CAP_CHECKPOINT_RESTORE /proc/PID/exe stays the restorer */
+        m.exe_fd = (uint32_t)-1;
+        if (prctl(PR_SET_MM, PR_SET_MM_MAP, &m, sizeof m, 0) < 0)
+            restore_fail("cannot restore the program's memory layout (prctl PR_SET_MM_MAP): %s", strerror(errno));
+    } else if (exefd < 0 && prctl(PR_SET_MM, PR_SET_MM_MAP, &m, sizeof m, 0) < 0) {
+        restore_fail("cannot restore the program's memory layout (prctl PR_SET_MM_MAP): %s", strerror(errno));
+    }
+    if (exefd >= 0) close(exefd);
+}
+
+/* Per-thread kernel state, last, with raw system calls: libc's TLS and vDSO
+ * pointers are no longer valid here. */
+void restore_thread_state(struct restore_ctx *rc)
+{
+    const struct lz_proc *p = rc->img.proc;
+    if (p->rseq_addr) lz_sc4(SYS_rseq, p->rseq_addr, p->rseq_len, 0, p->rseq_sig);
+    if (p->robust_list) lz_sc2(SYS_set_robust_list, p->robust_list, p->robust_len);
+    if (p->tid_address) lz_sc1(SYS_set_tid_address, p->tid_address);
+    long pid = lz_sc0(SYS_getpid), tid = lz_sc0(SYS_gettid);
+    for (uint32_t i = 0; i < p->npending; i++)
+        lz_sc4(SYS_rt_tgsigqueueinfo, pid, tid, p->pending[i].signo, p->pending[i].info);
+    for (int w = 0; w < 3; w++) {
+        struct itimerval it;
+        it.it_interval.tv_sec = p->itimers[w].interval_us / 1000000;
+        it.it_interval.tv_usec = p->itimers[w].interval_us % 1000000;
+        it.it_value.tv_sec = p->itimers[w].value_us / 1000000;
+        it.it_value.tv_usec = p->itimers[w].value_us % 1000000;
+        if (it.it_value.tv_sec || it.it_value.tv_usec) lz_sc3(SYS_setitimer, w, &it, NULL);
+    }
+    uint64_t mask = p->handler_sigmask;
+    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, 8);
+}

@@ -1,0 +1,38 @@
+/* lazarus-restore: a static program, started without address randomization
+ * (so it sits just below the top of the address space), that turns the process it runs in into the checkpointed
+ * program: it maps the program's regions around itself, fills them from the
+ * packs (checking every checksum), reopens descriptors, re-creates the
+ * kernel-side state, moves the vDSO, and jumps back into the runtime's
+ * checkpoint handler, which unmaps the restorer. */
+#ifndef LZ_RESTORER_H
+#define LZ_RESTORER_H
+#include "manifest.h"
+#include <stdint.h>
+
+struct own_range { uint64_t start, end; };
+
+struct restore_ctx {
+    const char *ckpt_dir;   /* DIR/ckpt.N */
+    const char *store_dir;
+    uint64_t index;
+    int ctl_fd;
+    struct lz_image img;
+    struct own_range own[8]; /* the restorer's mappings (not the vDSO) */
+    int nown;
+};
+
+_Noreturn void restore_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+void restore_check_layout(struct restore_ctx *rc);
+void restore_park_vdso(struct restore_ctx *rc);
+void restore_map_regions(struct restore_ctx *rc);
+void restore_fill_memory(struct restore_ctx *rc);
+void restore_finish_protections(struct restore_ctx *rc);
+void restore_move_vdso(struct restore_ctx *rc);
+void restore_descriptors(struct restore_ctx *rc);
+void restore_process_state(struct restore_ctx *rc);
+void restore_mm(struct restore_ctx *rc);
+void restore_thread_state(struct restore_ctx *rc);
+
+_Noreturn void lz_final_jump(const struct lz_jmpctx *ctx, uint64_t fs_base);
+#endif

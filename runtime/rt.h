@@ -1,0 +1,75 @@
+/* The LD_PRELOAD runtime: state shared by its parts.  The runtime is loaded
+ * into the job's program; it checkpoints from a signal handler when the
+ * supervisor asks (sigqueue of LZ_SIGCKPT carrying the index), so everything
+ * reachable from the handler uses raw system calls and no libc locks. */
+#ifndef LZ_RT_H
+#define LZ_RT_H
+#include "format.h"
+#include "lzsys.h"
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* SIGURG: its default action is "ignore", so a request reaching a process
+ * without the runtime (after an exec of a static binary, say) is harmless.
+ * A program's own SIGURG handler is chained (rt_signals.c). */
+#define LZ_SIGCKPT SIGURG
+
+#define RT_API __attribute__((visibility("default")))
+
+struct rt_state {
+    int active;            /* this process is the job's program */
+    int ctl_fd;            /* SOCK_SEQPACKET to the supervisor */
+    uint64_t parent;       /* checkpoint this run was restarted from */
+    char dir[LZ_PATH_MAX]; /* the store, absolute */
+    struct sigaction prog_urg; /* the program's own SIGURG disposition */
+    /* lazarus_checkpoint() from the C API */
+    volatile int api_done, api_result, api_waiting;
+    volatile uint64_t api_index;
+};
+extern struct rt_state rt;
+extern struct lz_resume rt_resume_block; /* written by the restorer */
+
+/* Bump allocator over a private mapping that exists only during a checkpoint
+ * and is left out of the image. */
+struct rt_arena { char *base; size_t cap, used; };
+void *arena_alloc(struct rt_arena *a, size_t n);
+
+/* String table under construction (offset 0 is ""). */
+struct rt_strings { char *buf; size_t len, cap; };
+uint32_t strings_add(struct rt_strings *s, const char *str);
+
+/* A checkpoint being captured. */
+struct rt_ckpt {
+    struct rt_arena arena;
+    uint64_t index;
+    uint32_t trigger;
+    struct lz_proc *proc;
+    struct lz_region *regions; size_t nregions;
+    struct lz_extent *extents; size_t nextents, extents_cap;
+    struct lz_fd *fds; size_t nfds;
+    struct rt_strings strings;
+    char *auxv; size_t auxv_len;
+    uint64_t mem_bytes, data_bytes, stored_bytes;
+    char err[512];          /* why the checkpoint failed */
+};
+
+int lz_save_context(struct lz_jmpctx *c) __attribute__((returns_twice));
+
+int rt_capture_proc(struct rt_ckpt *ck, void *ucontext);
+int rt_capture_fds(struct rt_ckpt *ck);
+int rt_capture_regions(struct rt_ckpt *ck);
+int rt_write_checkpoint(struct rt_ckpt *ck, uint64_t pause_start);
+void rt_resume(struct rt_ckpt *ck);
+void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc);
+void rt_install_handler(void);
+
+/* Messages to the supervisor: one datagram, text. */
+void rt_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Tiny async-signal-safe formatting and string helpers. */
+int rt_fmt(char *buf, size_t len, const char *fmt, ...);
+size_t rt_strlen(const char *s);
+uint64_t rt_now_ns(int clock);
+long rt_read_file(const char *path, char *buf, size_t cap);
+#endif

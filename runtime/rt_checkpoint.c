@@ -1,0 +1,67 @@
+/* The checkpoint signal handler: capture, save the resume point, write,
+ * commit, report.  A restart comes back out of lz_save_context() here. */
+#include "rt.h"
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define ARENA_BYTES (1ull << 30) /* reserved, not committed */
+
+void rt_chain_program_signal(int sig, siginfo_t *si, void *uc);
+
+static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
+{
+    uint64_t t0 = rt_now_ns(1);
+    rt_notify("BEGIN %llu", (unsigned long long)index);
+    struct rt_ckpt ckst, *ck = &ckst;
+    memset(ck, 0, sizeof *ck);
+    ck->index = index;
+    ck->trigger = trigger;
+    long a = lz_sc6(SYS_mmap, 0, ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (a < 0 && a > -4096) {
+        rt_notify("ERR %llu cannot reserve scratch memory for the checkpoint", (unsigned long long)index);
+        return;
+    }
+    ck->arena.base = (char *)a;
+    ck->arena.cap = ARENA_BYTES;
+    ck->proc = arena_alloc(&ck->arena, sizeof *ck->proc);
+    ck->strings.cap = 1u << 20;
+    ck->strings.buf = arena_alloc(&ck->arena, ck->strings.cap);
+    ck->strings.buf[0] = 0;
+    ck->strings.len = 1;
+    int rc = rt_capture_proc(ck, uc);
+    if (rc == 0) rc = rt_capture_fds(ck);
+    if (rc == 0) rc = rt_capture_regions(ck);
+    if (rc == 0) {
+        if (lz_save_context(&ck->proc->ctx) != 0) {
+            /* We are the restored program: `ck` and the arena are gone. */
+            rt_resume(NULL);
+            return;
+        }
+        rc = rt_write_checkpoint(ck, t0);
+    }
+    uint64_t pause = rt_now_ns(1) - t0;
+    if (trigger == LZ_TRIG_API) {
+        rt.api_index = index;
+        rt.api_result = rc == 0 ? 1 : -1;
+        rt.api_done = 1;
+    }
+    if (rc == 0)
+        rt_notify("OK %llu %llu %llu %llu", (unsigned long long)index, (unsigned long long)pause,
+                  (unsigned long long)ck->mem_bytes, (unsigned long long)ck->stored_bytes);
+    else
+        rt_notify("ERR %llu %s", (unsigned long long)index, ck->err);
+    lz_sc2(SYS_munmap, ck->arena.base, ck->arena.cap);
+}
+
+void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc)
+{
+    int saved_errno = errno;
+    if (!rt.active || si->si_code != SI_QUEUE || si->si_value.sival_ptr == NULL) {
+        rt_chain_program_signal(sig, si, uc);
+    } else {
+        uint64_t v = (uint64_t)si->si_value.sival_ptr;
+        do_checkpoint(v >> 2, (uint32_t)(v & 3), uc);
+    }
+    errno = saved_errno;
+}

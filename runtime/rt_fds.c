@@ -1,0 +1,97 @@
+/* The descriptor table: regular files and directories by path, identity,
+ * offset and flags; 0/1/2 terminals, pipes and sockets are re-attached to the
+ * restarter's; a few character devices are reopened.  Anything else makes
+ * the checkpoint fail with a message naming the descriptor. */
+#include "rt.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/kcmp.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+static const char *const reopenable_devs[] = {"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full", NULL};
+
+static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
+{
+    char lp[64], path[LZ_PATH_MAX];
+    struct stat st;
+    rt_fmt(lp, sizeof lp, "/proc/self/fd/%d", fd);
+    long n = lz_sc4(SYS_readlinkat, AT_FDCWD, lp, path, sizeof path - 1);
+    if (n < 0 || lz_sc2(SYS_fstat, fd, &st) < 0) return 1; /* closed meanwhile */
+    path[n] = 0;
+    memset(out, 0, sizeof *out);
+    out->fd = fd;
+    out->dup_of = -1;
+    out->flags = (uint32_t)lz_sc2(SYS_fcntl, fd, F_GETFL);
+    out->fdflags = (uint32_t)lz_sc2(SYS_fcntl, fd, F_GETFD);
+    out->mode = st.st_mode;
+    out->ino = st.st_ino; out->dev = st.st_dev; out->size = (uint64_t)st.st_size;
+    out->mtime_ns = st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
+    if (fd == rt.ctl_fd) { out->kind = LZ_FD_CTL; return 0; }
+    int deleted = n > 10 && !strcmp(path + n - 10, " (deleted)");
+    if (path[0] == '/' && !deleted && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
+        out->kind = S_ISREG(st.st_mode) ? LZ_FD_FILE : LZ_FD_DIR;
+        out->path = strings_add(&ck->strings, path);
+        out->offset = lz_sc3(SYS_lseek, fd, 0, SEEK_CUR);
+        if (out->offset < 0) out->offset = 0;
+        return 0;
+    }
+    if (S_ISCHR(st.st_mode))
+        for (int i = 0; reopenable_devs[i]; i++)
+            if (!strcmp(path, reopenable_devs[i])) {
+                out->kind = LZ_FD_DEV;
+                out->path = strings_add(&ck->strings, path);
+                return 0;
+            }
+    if (fd <= 2 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+        out->kind = LZ_FD_STDIO;
+        return 0;
+    }
+    const char *what = deleted ? "a deleted file" : S_ISSOCK(st.st_mode) ? "a socket" : S_ISFIFO(st.st_mode) ? "a pipe"
+                     : S_ISCHR(st.st_mode) ? "a character device" : "of a kind Lazarus cannot restore yet";
+    rt_fmt(ck->err, sizeof ck->err, "descriptor %d (%s) is %s", fd, path, what);
+    return -1;
+}
+
+int rt_capture_fds(struct rt_ckpt *ck)
+{
+    long dfd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (dfd < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot read /proc/self/fd"); return -1; }
+    size_t cap = 4096;
+    ck->fds = arena_alloc(&ck->arena, cap * sizeof *ck->fds);
+    char *dbuf = arena_alloc(&ck->arena, 65536);
+    int rc = ck->fds && dbuf ? 0 : -1;
+    for (;;) {
+        long nread = rc ? 0 : lz_sc3(SYS_getdents64, dfd, dbuf, 65536);
+        if (nread <= 0) break;
+        for (long off = 0; off < nread;) {
+            struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d = (void *)(dbuf + off);
+            off += d->reclen;
+            if (d->name[0] < '0' || d->name[0] > '9') continue;
+            int fd = 0;
+            for (const char *c = d->name; *c; c++) fd = fd * 10 + (*c - '0');
+            if (fd == dfd) continue;
+            if (ck->nfds == cap) { rt_fmt(ck->err, sizeof ck->err, "too many open descriptors"); rc = -1; break; }
+            int r = describe(ck, fd, &ck->fds[ck->nfds]);
+            if (r < 0) { rc = -1; break; }
+            if (r == 0) ck->nfds++;
+        }
+        if (rc) break;
+    }
+    lz_sc1(SYS_close, dfd);
+    if (rc) return rc;
+    /* Descriptors sharing one open file description (dup, 2>&1) stay shared. */
+    long pid = lz_sc0(SYS_getpid);
+    for (size_t i = 0; i < ck->nfds; i++)
+        for (size_t j = 0; j < i; j++) {
+            if (ck->fds[j].dup_of >= 0 || ck->fds[j].kind == LZ_FD_CTL || ck->fds[i].kind == LZ_FD_CTL) continue;
+            if (lz_sc5(SYS_kcmp, pid, pid, KCMP_FILE, ck->fds[j].fd, ck->fds[i].fd) == 0) {
+                ck->fds[i].dup_of = ck->fds[j].fd;
+                if (ck->fds[i].kind != LZ_FD_STDIO || ck->fds[j].kind != LZ_FD_STDIO) ck->fds[i].kind = LZ_FD_DUP;
+                break;
+            }
+        }
+    return 0;
+}

@@ -1,0 +1,137 @@
+/* Runtime start-up, shared helpers and the C API entry point. */
+#include "rt.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+struct rt_state rt = { .ctl_fd = -1 };
+struct lz_resume rt_resume_block;
+
+void *arena_alloc(struct rt_arena *a, size_t n)
+{
+    n = (n + 63) & ~(size_t)63;
+    if (n > a->cap - a->used) return NULL;
+    void *p = a->base + a->used;
+    a->used += n;
+    return p;
+}
+
+uint32_t strings_add(struct rt_strings *s, const char *str)
+{
+    if (!str || !*str) return 0;
+    size_t n = rt_strlen(str) + 1;
+    if (n > s->cap - s->len) return 0;
+    memcpy(s->buf + s->len, str, n);
+    uint32_t off = (uint32_t)s->len;
+    s->len += n;
+    return off;
+}
+
+size_t rt_strlen(const char *s)
+{
+    size_t n = 0;
+    while (s[n]) n++;
+    return n;
+}
+
+/* vsnprintf of glibc takes no locks for plain %d/%s/%x conversions into a
+ * string, which is all the runtime uses it for. */
+int rt_fmt(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+    return n;
+}
+
+uint64_t rt_now_ns(int clock)
+{
+    struct timespec ts;
+    lz_sc2(SYS_clock_gettime, clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+long rt_read_file(const char *path, char *buf, size_t cap)
+{
+    long fd = lz_sc4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return fd;
+    size_t n = 0;
+    while (n < cap) {
+        long r = lz_sc3(SYS_read, fd, buf + n, cap - n);
+        if (r == -EINTR) continue;
+        if (r <= 0) { if (r < 0) n = 0; break; }
+        n += (size_t)r;
+    }
+    lz_sc1(SYS_close, fd);
+    return (long)n;
+}
+
+void rt_notify(const char *fmt, ...)
+{
+    if (rt.ctl_fd < 0) return;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
+    long r;
+    do r = lz_sc6(SYS_sendto, rt.ctl_fd, (long)buf, n, MSG_NOSIGNAL, 0, 0);
+    while (r == -EINTR);
+}
+
+static void rt_atfork_child(void)
+{
+    /* A forked child is not the job's program (process trees come later):
+     * it keeps no link to the supervisor and never checkpoints. */
+    if (rt.active && rt.ctl_fd >= 0) lz_sc1(SYS_close, rt.ctl_fd);
+    rt.active = 0;
+    rt.ctl_fd = -1;
+}
+
+__attribute__((constructor)) static void rt_init(void)
+{
+    const char *pid = getenv("LAZARUS_PID"), *dir = getenv("LAZARUS_DIR"), *fd = getenv("LAZARUS_CTL_FD");
+    if (!pid || !dir || !fd || atoi(pid) != getpid() || strlen(dir) >= sizeof rt.dir) return;
+    int cfd = atoi(fd);
+    if (fcntl(cfd, F_GETFD) < 0) return;
+    const char *parent = getenv("LAZARUS_PARENT");
+    rt.parent = parent ? strtoull(parent, NULL, 10) : 0;
+    memcpy(rt.dir, dir, strlen(dir) + 1);
+    rt.ctl_fd = cfd;
+    rt.active = 1;
+    pthread_atfork(NULL, NULL, rt_atfork_child);
+    rt_install_handler();
+    rt_notify("HELLO %d", getpid());
+}
+
+/* lazarus_checkpoint() in liblazarus.so finds this with dlsym.  Asks the
+ * supervisor for a checkpoint and waits until the handler has run. */
+RT_API int lazarus_rt_checkpoint(unsigned long long *index)
+{
+    if (!rt.active || rt.ctl_fd < 0) return 0;
+    uint64_t ksetblock = 1ull << (LZ_SIGCKPT - 1), kold;
+    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &ksetblock, &kold, 8);
+    rt.api_done = 0;
+    rt.api_waiting = 1;
+    rt_notify("API");
+    uint64_t waitmask = kold & ~ksetblock;
+    while (!rt.api_done) {
+        if (fcntl(rt.ctl_fd, F_GETFD) < 0) { rt.api_result = -1; break; }
+        lz_sc2(SYS_rt_sigsuspend, &waitmask, 8);
+    }
+    rt.api_waiting = 0;
+    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &kold, NULL, 8);
+    if (index) *index = rt.api_index;
+    return rt.api_result;
+}

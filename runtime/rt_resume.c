@@ -1,0 +1,28 @@
+/* First steps of a restored program, still inside the checkpoint handler.
+ * The restorer has already rebuilt memory, descriptors and the per-thread
+ * kernel state; what is left is to drop the restorer and rejoin the new
+ * supervisor.  Returning from the handler then restores every register and
+ * the signal mask from the signal frame (rt_sigreturn). */
+#include "rt.h"
+#include <string.h>
+
+void rt_resume(struct rt_ckpt *unused)
+{
+    (void)unused;
+    struct lz_resume *r = &rt_resume_block;
+    if (r->magic != LZ_RESUME_MAGIC) lz_sc1(SYS_exit_group, 125); /* cannot happen: restorer bug */
+    for (int i = 0; i < 4; i++)
+        if (r->unmap[i].end > r->unmap[i].start) lz_sc2(SYS_munmap, r->unmap[i].start, r->unmap[i].end - r->unmap[i].start);
+    size_t n = rt_strlen(r->dir);
+    memcpy(rt.dir, r->dir, n + 1);
+    rt.ctl_fd = r->ctl_fd;
+    rt.parent = r->index;
+    rt.active = 1;
+    if (rt.api_waiting) {
+        rt.api_index = r->index;
+        rt.api_result = 2;
+        rt.api_done = 1;
+    }
+    r->magic = 0;
+    rt_notify("RESTORED %llu %ld", (unsigned long long)r->index, lz_sc0(SYS_getpid));
+}

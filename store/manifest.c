@@ -1,0 +1,132 @@
+#include "manifest.h"
+#include "hash.h"
+#include "util.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *lz_trigger_name(uint32_t t)
+{
+    switch (t) {
+    case LZ_TRIG_INTERVAL: return "interval";
+    case LZ_TRIG_REQUEST: return "request";
+    case LZ_TRIG_API: return "api";
+    default: return "unknown";
+    }
+}
+
+#define FAIL(...) do { snprintf(why, whylen, __VA_ARGS__); return -1; } while (0)
+
+static int str_ok(const struct lz_image *img, uint32_t off)
+{
+    if (off == 0) return 1;
+    return off < img->strings_len && memchr(img->strings + off, 0, img->strings_len - off) != NULL;
+}
+
+static int check_contents(struct lz_image *img, char *why, size_t whylen)
+{
+    if (!img->proc) FAIL("manifest has no process record");
+    if (!img->strings || img->strings_len == 0 || img->strings[img->strings_len - 1] != 0)
+        FAIL("manifest string table is malformed");
+    const struct lz_proc *p = img->proc;
+    if (!str_ok(img, p->cwd) || !str_ok(img, p->exe)) FAIL("manifest process record is malformed");
+    if (p->npending > LZ_MAX_PENDING) FAIL("manifest process record is malformed");
+    for (size_t i = 0; i < img->npacks; i++)
+        if (!str_ok(img, img->packs[i].path) || img->packs[i].path == 0) FAIL("manifest pack list is malformed");
+    uint64_t prev_end = 0;
+    for (size_t i = 0; i < img->nregions; i++) {
+        const struct lz_region *r = &img->regions[i];
+        if (r->end <= r->start || (r->start & 4095) || (r->end & 4095) || r->start < prev_end)
+            FAIL("manifest region %zu is malformed", i);
+        prev_end = r->end;
+        if (!str_ok(img, r->path)) FAIL("manifest region %zu is malformed", i);
+        if ((uint64_t)r->first_extent + r->nextents > img->nextents) FAIL("manifest region %zu is malformed", i);
+        for (uint32_t e = r->first_extent; e < r->first_extent + r->nextents; e++) {
+            const struct lz_extent *x = &img->extents[e];
+            if (x->addr < r->start || x->length > r->end - x->addr || x->length == 0 ||
+                x->pack >= img->npacks || x->codec != LZ_CODEC_NONE || x->stored_length != x->length ||
+                x->pack_offset + x->stored_length > img->packs[x->pack].size)
+                FAIL("manifest extent %u is malformed", e);
+        }
+    }
+    for (size_t i = 0; i < img->nfds; i++)
+        if (!str_ok(img, img->fds[i].path) || img->fds[i].fd < 0) FAIL("manifest descriptor table is malformed");
+    return 0;
+}
+
+int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, size_t whylen)
+{
+    memset(img, 0, sizeof *img);
+    img->buf = buf;
+    img->size = size;
+    if (size == 0) FAIL("manifest is empty");
+    if (size < 8 || memcmp(buf, LZ_MAGIC, 8) != 0) FAIL("not a Lazarus checkpoint (bad magic)");
+    if (size < sizeof(struct lz_header) + sizeof(struct lz_trailer)) FAIL("manifest is truncated");
+    const struct lz_header *h = buf;
+    if (h->version != LZ_VERSION)
+        FAIL("checkpoint format version %u is not supported (this build reads version %u)", h->version, LZ_VERSION);
+    if (h->header_size != sizeof *h) FAIL("manifest header is malformed");
+    if (h->manifest_size != size)
+        FAIL("manifest is truncated or has trailing data (%zu bytes, expected %llu)", size,
+             (unsigned long long)h->manifest_size);
+    struct lz_trailer t;
+    memcpy(&t, (char *)buf + size - sizeof t, sizeof t);
+    if (lz_hash(buf, size - sizeof t) != t.xxh3) FAIL("manifest checksum mismatch");
+    img->hdr = h;
+    size_t off = sizeof *h, end = size - sizeof t;
+    for (uint32_t s = 0; s < h->nsections; s++) {
+        if (end - off < sizeof(struct lz_section)) FAIL("manifest section table is malformed");
+        const struct lz_section *sec = (const void *)((char *)buf + off);
+        off += sizeof *sec;
+        if (sec->length > end - off) FAIL("manifest section table is malformed");
+        const void *p = (char *)buf + off;
+        size_t n = sec->length;
+        switch (sec->type) {
+        case LZ_SEC_PROC:
+            if (n != sizeof(struct lz_proc)) FAIL("manifest process record is malformed");
+            img->proc = p; break;
+        case LZ_SEC_REGIONS:
+            if (n % sizeof(struct lz_region)) FAIL("manifest regions are malformed");
+            img->regions = p; img->nregions = n / sizeof(struct lz_region); break;
+        case LZ_SEC_EXTENTS:
+            if (n % sizeof(struct lz_extent)) FAIL("manifest extents are malformed");
+            img->extents = p; img->nextents = n / sizeof(struct lz_extent); break;
+        case LZ_SEC_FDS:
+            if (n % sizeof(struct lz_fd)) FAIL("manifest descriptors are malformed");
+            img->fds = p; img->nfds = n / sizeof(struct lz_fd); break;
+        case LZ_SEC_PACKS:
+            if (n % sizeof(struct lz_pack)) FAIL("manifest pack list is malformed");
+            img->packs = p; img->npacks = n / sizeof(struct lz_pack); break;
+        case LZ_SEC_STRINGS: img->strings = p; img->strings_len = n; break;
+        case LZ_SEC_AUXV: img->auxv = p; img->auxv_len = n; break;
+        default: break; /* unknown sections of the same version are skipped */
+        }
+        off += (n + 7) & ~(size_t)7;
+        if (off > end) FAIL("manifest section table is malformed");
+    }
+    return check_contents(img, why, whylen);
+}
+
+int lz_manifest_load(const char *ckpt_dir, struct lz_image *img, char *why, size_t whylen)
+{
+    char path[LZ_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", ckpt_dir, LZ_MANIFEST);
+    size_t len;
+    void *buf = lz_read_file(path, &len);
+    memset(img, 0, sizeof *img);
+    if (!buf) { snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno)); return -1; }
+    char inner[512];
+    if (lz_manifest_parse(buf, len, img, inner, sizeof inner) < 0) {
+        snprintf(why, whylen, "%s: %s", path, inner);
+        lz_image_free(img);
+        return -1;
+    }
+    return 0;
+}
+
+void lz_image_free(struct lz_image *img)
+{
+    free(img->buf);
+    memset(img, 0, sizeof *img);
+}

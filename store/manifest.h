@@ -1,0 +1,32 @@
+/* Reading and validating a checkpoint manifest (format.h).  A manifest that
+ * passes lz_manifest_parse() can be used without further bounds checks. */
+#ifndef LZ_MANIFEST_H
+#define LZ_MANIFEST_H
+#include "format.h"
+#include <stddef.h>
+
+struct lz_image {
+    void *buf;             /* the whole manifest (owned) */
+    size_t size;
+    const struct lz_header *hdr;
+    const struct lz_proc *proc;
+    const struct lz_region *regions; size_t nregions;
+    const struct lz_extent *extents; size_t nextents;
+    const struct lz_fd *fds;         size_t nfds;
+    const struct lz_pack *packs;     size_t npacks;
+    const char *strings;             size_t strings_len;
+    const void *auxv;                size_t auxv_len;
+};
+
+/* Takes ownership of buf (malloc'ed).  On failure returns -1 and writes a
+ * one-line reason (without the path) into why. */
+int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, size_t whylen);
+/* Reads DIR/ckpt.N/manifest and parses it; why gets a full one-line reason. */
+int lz_manifest_load(const char *ckpt_dir, struct lz_image *img, char *why, size_t whylen);
+void lz_image_free(struct lz_image *img);
+static inline const char *lz_str(const struct lz_image *img, uint32_t off)
+{
+    return off ? img->strings + off : "";
+}
+const char *lz_trigger_name(uint32_t trigger);
+#endif

@@ -1,0 +1,42 @@
+/* The checkpoint store: a directory (mode 0700) holding the job's settings,
+ * its lock, and one directory per committed checkpoint.  A checkpoint exists
+ * only once its directory has been renamed from tmp.* to ckpt.* (the commit
+ * point, ftIO's FIN bit); anything named tmp.* is garbage from an interrupted
+ * write or removal and is deleted on sight. */
+#ifndef LZ_STORE_H
+#define LZ_STORE_H
+#include "manifest.h"
+#include <stddef.h>
+#include <stdint.h>
+
+struct lz_job {
+    uint64_t interval;   /* seconds, 0 = off */
+    uint64_t keep;       /* checkpoints retained */
+    char state[16];      /* "running", "finished", "stopped" */
+    int exit_status;     /* for finished/stopped: as `lazarus run` exits */
+};
+
+/* Creates DIR (0700) if needed; fails with a message if it is not usable. */
+int lz_store_prepare(const char *dir, char *why, size_t whylen);
+void lz_ckpt_path(char *buf, size_t len, const char *dir, uint64_t index);
+/* Sorted ascending; returns count, -1 on error (errno). *out is malloc'ed. */
+int lz_store_list(const char *dir, uint64_t **out);
+void lz_store_cleanup_tmp(const char *dir);
+/* Makes checkpoint `index` invisible at once (rename), then deletes it. */
+int lz_store_remove(const char *dir, uint64_t index);
+/* Newest-first retention: keeps `keep` checkpoints; also drops checkpoints of
+ * an abandoned branch (index > parent of `newest`, < newest). */
+void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest);
+
+int lz_job_read(const char *dir, struct lz_job *job);
+int lz_job_write(const char *dir, const struct lz_job *job);
+
+/* Holds flock on DIR/lock; returns the fd or -1 (errno EWOULDBLOCK if busy). */
+int lz_store_lock(const char *dir);
+
+/* Re-reads every extent of checkpoint `index` and checks its checksum.
+ * Returns 0 if intact, -1 with a one-line reason. */
+int lz_verify_ckpt(const char *dir, uint64_t index, char *why, size_t whylen);
+/* Resolves --at N / newest; returns 0 and the index or -1 with a reason. */
+int lz_store_pick(const char *dir, int have_at, uint64_t at, uint64_t *index, char *why, size_t whylen);
+#endif
