@@ -43,7 +43,7 @@ static _Noreturn void exec_restorer(int ctl, const char *ckpt_dir, const char *s
     const char *bin = install_path("bin/lazarus-restore");
     char *args[] = {(char *)bin, (char *)ckpt_dir, (char *)store, idx, fd, NULL};
     /* rseq off in the restorer: the program's registration is installed at the end */
-    char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", NULL};
+    char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", getenv("LAZARUS_TRACE") ? "LAZARUS_TRACE=1" : NULL, NULL};
     /* no randomization: the restorer then sits just below the stack top */
     personality(ADDR_NO_RANDOMIZE);
     execve(bin, args, env);

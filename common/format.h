@@ -207,7 +207,8 @@ struct lz_resume {
     uint64_t index;            /* checkpoint restored from */
     struct { uint64_t start, end; } unmap[4]; /* the restorer's own mappings */
     int32_t ctl_fd;            /* control socket to the new supervisor */
-    int32_t pad;
+    int32_t exe_fd;            /* the program's executable: the runtime makes it
+                                  /proc/PID/exe once the restorer is unmapped */
     char dir[LZ_PATH_MAX];     /* store directory (absolute) */
 };
 #define LZ_RESUME_MAGIC 0x454d555345525a4cull /* "LZRESUME" */

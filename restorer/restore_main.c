@@ -14,10 +14,26 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 static char restorer_stack[1 << 20] __attribute__((aligned(64)));
 static struct restore_ctx ctx;
+static int tracing;
+static uint64_t trace_t0;
+
+/* LAZARUS_TRACE=1: time of each step on stderr (raw clock: the vDSO moves) */
+void restore_trace(const char *step)
+{
+    if (!tracing) return;
+    struct timespec ts;
+    syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    if (!trace_t0) trace_t0 = now;
+    char buf[128];
+    int n = snprintf(buf, sizeof buf, "lazarus-restore: %8.3f ms %s\n", (double)(now - trace_t0) / 1e6, step);
+    if (write(2, buf, (size_t)n) < 0) return;
+}
 
 _Noreturn void restore_fail(const char *fmt, ...)
 {
@@ -58,10 +74,13 @@ static _Noreturn void restore_on_own_stack(void *unused)
     restore_check_layout(rc);
     restore_park_vdso(rc);
     restore_map_regions(rc);
+    restore_trace("regions mapped");
     restore_fill_memory(rc);
+    restore_trace("memory filled and verified");
     restore_finish_protections(rc);
     restore_descriptors(rc);
     restore_process_state(rc);
+    restore_trace("descriptors and process state restored");
     /* hand the runtime what it needs to know about this restart */
     struct lz_resume res;
     memset(&res, 0, sizeof res);
@@ -71,6 +90,7 @@ static _Noreturn void restore_on_own_stack(void *unused)
     for (size_t i = 0; i < rc->img.nfds; i++)
         if (rc->img.fds[i].kind == LZ_FD_CTL) res.ctl_fd = rc->img.fds[i].fd;
     snprintf(res.dir, sizeof res.dir, "%s", rc->store_dir);
+    res.exe_fd = restore_exe_fd(rc);
     /* Our mappings, the heap as grown since restore_check_layout() looked. */
     uint64_t brk_end = ((uint64_t)sbrk(0) + 4095) & ~4095ull;
     int heap = -1;
@@ -95,6 +115,8 @@ int main(int argc, char **argv)
         lz_err("lazarus-restore is started by `lazarus restart`, not by hand");
         return 2;
     }
+    tracing = getenv("LAZARUS_TRACE") != NULL;
+    restore_trace("started");
     sigset_t all;
     sigfillset(&all);
     sigprocmask(SIG_BLOCK, &all, NULL);

@@ -201,6 +201,7 @@ void restore_fill_memory(struct restore_ctx *rc)
         snprintf(path, sizeof path, "%s/%s", rc->ckpt_dir, lz_str(img, img->packs[i].path));
         fds[i] = open(path, O_RDONLY | O_CLOEXEC);
         if (fds[i] < 0) restore_fail("checkpoint %llu is damaged: cannot open %s: %s", (unsigned long long)rc->index, path, strerror(errno));
+        posix_fadvise(fds[i], 0, 0, POSIX_FADV_WILLNEED); /* the disk reads ahead while we copy */
         off_t sz = lseek(fds[i], 0, SEEK_END);
         if (sz < 0 || (uint64_t)sz != img->packs[i].size)
             restore_fail("checkpoint %llu is damaged: %s has %lld bytes, expected %llu", (unsigned long long)rc->index, path,

@@ -53,22 +53,25 @@ void restore_mm(struct restore_ctx *rc)
     m.env_start = p->env_start; m.env_end = p->env_end;
     m.auxv = (void *)rc->img.auxv;
     m.auxv_size = (uint32_t)rc->img.auxv_len;
-    const char *exe = lz_str(&rc->img, p->exe);
-    int exefd = exe[0] ? open(exe, O_RDONLY | O_CLOEXEC) : -1;
-    m.exe_fd = exefd >= 0 ? (uint32_t)exefd : (uint32_t)-1;
-    if (prctl(PR_SET_MM, PR_SET_MM_MAP, &m, sizeof m, 0) < 0 && exefd >= 0) {
-        /* without CAP_CHECKPOINT_RESTORE /proc/PID/exe stays the restorer */
-        m.exe_fd = (uint32_t)-1;
-        if (prctl(PR_SET_MM, PR_SET_MM_MAP, &m, sizeof m, 0) < 0)
-            restore_fail("cannot restore the program's memory layout (prctl PR_SET_MM_MAP): %s", strerror(errno));
-    } else if (exefd < 0 && prctl(PR_SET_MM, PR_SET_MM_MAP, &m, sizeof m, 0) < 0) {
+    m.exe_fd = (uint32_t)-1; /* set by the runtime: the kernel refuses while the restorer is mapped */
+    if (prctl(PR_SET_MM, PR_SET_MM_MAP, &m, sizeof m, 0) < 0)
         restore_fail("cannot restore the program's memory layout (prctl PR_SET_MM_MAP): %s", strerror(errno));
-    }
-    if (exefd >= 0) close(exefd);
 }
 
-/* Per-thread kernel state, last, with raw system calls: libc's TLS and vDSO
- * pointers are no longer valid here. */
+/* A descriptor of the program's executable above all of the program's own,
+ * for the runtime's PR_SET_MM_EXE_FILE. */
+int restore_exe_fd(struct restore_ctx *rc)
+{
+    const char *exe = lz_str(&rc->img, rc->img.proc->exe);
+    int maxfd = 2;
+    for (size_t i = 0; i < rc->img.nfds; i++) if (rc->img.fds[i].fd > maxfd) maxfd = rc->img.fds[i].fd;
+    int fd = exe[0] ? open(exe, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0) return -1;
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, maxfd + 1);
+    close(fd);
+    return high;
+}
+
 void restore_thread_state(struct restore_ctx *rc)
 {
     const struct lz_proc *p = rc->img.proc;

@@ -21,6 +21,7 @@ struct restore_ctx {
     int nown;
 };
 
+void restore_trace(const char *step);
 _Noreturn void restore_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 void restore_check_layout(struct restore_ctx *rc);
@@ -32,6 +33,7 @@ void restore_move_vdso(struct restore_ctx *rc);
 void restore_descriptors(struct restore_ctx *rc);
 void restore_process_state(struct restore_ctx *rc);
 void restore_mm(struct restore_ctx *rc);
+int restore_exe_fd(struct restore_ctx *rc);
 void restore_thread_state(struct restore_ctx *rc);
 
 _Noreturn void lz_final_jump(const struct lz_jmpctx *ctx, uint64_t fs_base);

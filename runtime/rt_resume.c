@@ -5,6 +5,7 @@
  * the signal mask from the signal frame (rt_sigreturn). */
 #include "rt.h"
 #include <string.h>
+#include <sys/prctl.h>
 
 void rt_resume(struct rt_ckpt *unused)
 {
@@ -13,6 +14,10 @@ void rt_resume(struct rt_ckpt *unused)
     if (r->magic != LZ_RESUME_MAGIC) lz_sc1(SYS_exit_group, 125); /* cannot happen: restorer bug */
     for (int i = 0; i < 4; i++)
         if (r->unmap[i].end > r->unmap[i].start) lz_sc2(SYS_munmap, r->unmap[i].start, r->unmap[i].end - r->unmap[i].start);
+    if (r->exe_fd >= 0) {
+        lz_sc3(SYS_prctl, 35 /* PR_SET_MM */, 13 /* PR_SET_MM_EXE_FILE */, r->exe_fd);
+        lz_sc1(SYS_close, r->exe_fd);
+    }
     size_t n = rt_strlen(r->dir);
     memcpy(rt.dir, r->dir, n + 1);
     rt.ctl_fd = r->ctl_fd;
