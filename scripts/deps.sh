@@ -1,0 +1,38 @@
+# Shared by scripts/setup.sh and scripts/test.sh: install the Debian 12 packages
+# Lazarus needs to build and test, but only those that are missing.
+# POSIX sh; source it with `. scripts/deps.sh`, then call `lz_install_deps`.
+
+# Build: compiler, make, libc headers, xxHash, zstd, lz4.
+# Tests: python3 with pytest, setpriv (util-linux), ps/pgrep (procps).
+LZ_DEB_PACKAGES="gcc make libc6-dev libxxhash-dev libzstd-dev liblz4-dev python3 python3-pytest util-linux procps"
+
+lz_pkg_installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+lz_install_deps() {
+    if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+        echo "deps: not a Debian system (no dpkg/apt-get); install by hand: $LZ_DEB_PACKAGES" >&2
+        return 0
+    fi
+    missing=""
+    for p in $LZ_DEB_PACKAGES; do
+        lz_pkg_installed "$p" || missing="$missing $p"
+    done
+    if [ -z "$missing" ]; then
+        echo "deps: all packages present" >&2
+        return 0
+    fi
+    if [ "$(id -u)" -eq 0 ]; then
+        sudo=""
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo="sudo"
+    else
+        echo "deps: missing:$missing; run as root or install sudo" >&2
+        return 1
+    fi
+    echo "deps: installing:$missing" >&2
+    # shellcheck disable=SC2086  # word splitting of the package list is intended
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
+}
