@@ -17,8 +17,11 @@ void restore_descriptors(struct restore_ctx *rc)
     for (size_t i = 0; i < img->nfds; i++) if (img->fds[i].fd > maxfd) maxfd = img->fds[i].fd;
     /* park what we hold above every number the program uses */
     int base = maxfd + 16;
-    int stdio[3];
-    for (int i = 0; i < 3; i++) stdio[i] = fcntl(i, F_DUPFD_CLOEXEC, base);
+    /* what `lazarus restart` hands us for descriptors taken from the launcher */
+    int *stdio = calloc((size_t)maxfd + 1, sizeof *stdio);
+    for (int i = 0; i <= maxfd; i++) stdio[i] = -1;
+    for (size_t i = 0; i < img->nfds; i++)
+        if (img->fds[i].kind == LZ_FD_STDIO) stdio[img->fds[i].fd] = fcntl(img->fds[i].fd, F_DUPFD_CLOEXEC, base);
     int ctl = fcntl(rc->ctl_fd, F_DUPFD_CLOEXEC, base);
     if (ctl < 0) restore_fail("lost the control socket: %s", strerror(errno));
     if (rc->ctl_fd != ctl) close(rc->ctl_fd);
@@ -39,7 +42,7 @@ void restore_descriptors(struct restore_ctx *rc)
                 opened = 1;
                 break;
             case LZ_FD_STDIO:
-                src = f->fd <= 2 ? stdio[f->fd] : -1;
+                src = stdio[f->fd];
                 if (src < 0) { src = open("/dev/null", O_RDWR | O_CLOEXEC); opened = 1; }
                 break;
             case LZ_FD_DUP: src = f->dup_of; break;
@@ -53,6 +56,7 @@ void restore_descriptors(struct restore_ctx *rc)
             if (f->kind == LZ_FD_FILE && lseek(f->fd, f->offset, SEEK_SET) < 0)
                 restore_fail("cannot restore the offset of descriptor %d (%s): %s", f->fd, path, strerror(errno));
         }
+    free(stdio);
     /* Close every descriptor the program did not have. */
     char *keep = calloc((size_t)base + 64, 1);
     for (size_t i = 0; i < img->nfds; i++) keep[img->fds[i].fd] = 1;

@@ -26,6 +26,10 @@ struct rt_state {
     /* lazarus_checkpoint() from the C API */
     volatile int api_done, api_result, api_waiting;
     volatile uint64_t api_index;
+    /* descriptors the program inherited from its launcher (a jobserver pipe,
+     * say): re-attached at restart like 0/1/2 */
+    struct { int fd; uint64_t dev, ino; } inherited[64];
+    int ninherited;
 };
 extern struct rt_state rt;
 extern struct lz_resume rt_resume_block; /* written by the restorer */

@@ -49,6 +49,11 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
         out->kind = LZ_FD_STDIO;
         return 0;
     }
+    for (int i = 0; i < rt.ninherited; i++)
+        if (rt.inherited[i].fd == fd && rt.inherited[i].dev == st.st_dev && rt.inherited[i].ino == st.st_ino) {
+            out->kind = LZ_FD_STDIO; /* the launcher's: re-attached to the restarter's */
+            return 0;
+        }
     const char *what = deleted ? "a deleted file" : S_ISSOCK(st.st_mode) ? "a socket" : S_ISFIFO(st.st_mode) ? "a pipe"
                      : S_ISCHR(st.st_mode) ? "a character device" : "of a kind Lazarus cannot restore yet";
     rt_fmt(ck->err, sizeof ck->err, "descriptor %d (%s) is %s", fd, path, what);

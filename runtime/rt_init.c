@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -110,6 +111,15 @@ __attribute__((constructor)) static void rt_init(void)
     memcpy(rt.dir, dir, strlen(dir) + 1);
     rt.ctl_fd = cfd;
     rt.active = 1;
+    for (int fd = 3; fd < 1024 && rt.ninherited < 64; fd++) {
+        struct stat st;
+        if (fd != cfd && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+            rt.inherited[rt.ninherited].fd = fd;
+            rt.inherited[rt.ninherited].dev = st.st_dev;
+            rt.inherited[rt.ninherited].ino = st.st_ino;
+            rt.ninherited++;
+        }
+    }
     pthread_atfork(NULL, NULL, rt_atfork_child);
     rt_install_handler();
     rt_notify("HELLO %d", getpid());
