@@ -39,7 +39,7 @@ struct sv_state {
     int npending;
     int api_queued;
     int have_status, status;
-    int child_gone;
+    int child_gone, child_status;
     uint64_t restore_started_ns;
     int restore_msg_shown;
 };
@@ -207,14 +207,20 @@ int supervise(struct supervisor *s)
             if (w <= 0) break;
             if (w == s->child) {
                 st.child_gone = 1;
-                if (!st.have_status) { st.have_status = 1; st.status = status; }
+                st.child_status = status;
             }
         }
-        if (s->status_fd >= 0 && (pf[4].revents & (POLLIN | POLLHUP))) {
+        /* In a PID namespace the init reports the program's status, then exits;
+         * read the pipe once the init is gone so the report is never missed. */
+        if (s->status_fd >= 0 && (st.child_gone || (pf[4].revents & (POLLIN | POLLHUP)))) {
             int status;
             if (read(s->status_fd, &status, sizeof status) == sizeof status) { st.have_status = 1; st.status = status; }
             close(s->status_fd);
             s->status_fd = -1;
+        }
+        if (st.child_gone && s->status_fd < 0 && !st.have_status) {
+            st.have_status = 1;
+            st.status = st.child_status;
         }
         if (pf[1].revents & POLLIN) {
             char msg[1200];

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/personality.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,7 +72,6 @@ static _Noreturn void restore_on_own_stack(void *unused)
     (void)unused;
     struct restore_ctx *rc = &ctx;
     unmap_initial_stack();
-    restore_check_layout(rc);
     restore_park_vdso(rc);
     restore_map_regions(rc);
     restore_trace("regions mapped");
@@ -132,6 +132,21 @@ int main(int argc, char **argv)
     ctx.ctl_fd = atoi(argv[4]);
     char why[1024];
     if (lz_manifest_load(ctx.ckpt_dir, &ctx.img, why, sizeof why) < 0) restore_fail("%s", why);
+    /* Started without randomization, the restorer sits just below the stack
+     * top; a restarted program inherits that mmap base, so its later
+     * mappings may be exactly there at the next restart.  Then try random
+     * placements (fresh ones each exec) until one is clear. */
+    if (restore_check_layout(&ctx, why, sizeof why) < 0) {
+        const char *att = getenv("LAZARUS_RESTORE_ATTEMPT");
+        int attempt = att ? atoi(att) : 0;
+        if (attempt >= 8) restore_fail("%s, in 8 placements; this image cannot be restored by this build", why);
+        char next[48];
+        snprintf(next, sizeof next, "LAZARUS_RESTORE_ATTEMPT=%d", attempt + 1);
+        char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, tracing ? "LAZARUS_TRACE=1" : NULL, NULL};
+        personality((unsigned long)personality(0xffffffff) & ~(unsigned long)ADDR_NO_RANDOMIZE);
+        execve("/proc/self/exe", argv, env);
+        restore_fail("%s, and cannot re-run the restorer elsewhere: %s", why, strerror(errno));
+    }
     /* Drop glibc's own rseq registration: the program's is installed at the end. */
     if (__builtin_thread_pointer()) {
         extern const ptrdiff_t __rseq_offset;

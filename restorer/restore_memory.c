@@ -32,7 +32,8 @@ static void read_own_layout(struct restore_ctx *rc)
         char *nl = strchr(l, '\n');
         if (nl) *nl = 0;
         unsigned long a, b;
-        if (sscanf(l, "%lx-%lx", &a, &b) == 2 && !strstr(l, "[vsyscall]")) {
+        /* the kernel-made stack is left for one of ours before anything is mapped */
+        if (sscanf(l, "%lx-%lx", &a, &b) == 2 && !strstr(l, "[vsyscall]") && !strstr(l, "[stack]")) {
             if (strstr(l, "[vvar]") || strstr(l, "[vvar_vclock]") || strstr(l, "[vdso]")) {
                 if (own_nvdso < 4) own_vdso[own_nvdso++] = (struct vdso_vma){a, b};
                 if (a < own_block_start) own_block_start = a;
@@ -58,16 +59,19 @@ static int overlaps_program(const struct restore_ctx *rc, uint64_t a, uint64_t b
     return 0;
 }
 
-void restore_check_layout(struct restore_ctx *rc)
+/* Returns 0 if the restorer can work here, -1 if one of its mappings (or the
+ * room its heap needs) lies where the program had memory. */
+int restore_check_layout(struct restore_ctx *rc, char *why, size_t whylen)
 {
     const struct lz_proc *p = rc->img.proc;
     read_own_layout(rc);
-    /* room for the restorer's heap to grow while it works */
     for (int i = 0; i < rc->nown; i++) {
         uint64_t a = rc->own[i].start, b = rc->own[i].end + (64ull << 20);
-        if (overlaps_program(rc, a, b))
-            restore_fail("the program had memory at 0x%llx-0x%llx, where the restorer runs; run `lazarus restart` again (its placement differs per run only if the program's did)",
-                         (unsigned long long)a, (unsigned long long)b);
+        if (overlaps_program(rc, a, b)) {
+            snprintf(why, whylen, "the program had memory at 0x%llx-0x%llx, where the restorer runs",
+                     (unsigned long long)a, (unsigned long long)b);
+            return -1;
+        }
     }
     if (p->vdso_block_end < p->vdso_block_start || overlaps_program(rc, p->vdso_block_start, p->vdso_block_end))
         restore_fail("the image's vDSO placement is inconsistent");
@@ -78,6 +82,7 @@ void restore_check_layout(struct restore_ctx *rc)
     if (own_len != len || own_vdso_start - own_block_start != p->vdso_offset ||
         lz_hash((void *)own_vdso_start, vd_len) != p->vdso_hash)
         restore_fail("this kernel's vDSO differs from the one the program was checkpointed with (another kernel build); restart on the same kernel");
+    return 0;
 }
 
 static void move_block(uint64_t to)

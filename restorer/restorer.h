@@ -24,7 +24,7 @@ struct restore_ctx {
 void restore_trace(const char *step);
 _Noreturn void restore_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-void restore_check_layout(struct restore_ctx *rc);
+int restore_check_layout(struct restore_ctx *rc, char *why, size_t whylen);
 void restore_park_vdso(struct restore_ctx *rc);
 void restore_map_regions(struct restore_ctx *rc);
 void restore_fill_memory(struct restore_ctx *rc);
