@@ -31,7 +31,7 @@ int cmd_checkpoint(int argc, char **argv)
         int r = poll(&pf, 1, 1000);
         if (r < 0 && errno == EINTR) continue;
         if (r == 0) {
-            if (!waited++) lz_err("checkpoint under way...");
+            if (!waited++ && isatty(2)) lz_err("checkpoint under way...");
             continue;
         }
         break;

@@ -184,7 +184,8 @@ int supervise(struct supervisor *s)
             finish_clients(&st, "ERR the program did not respond to the checkpoint request within 10 s "
                                 "(it may block the signal, or run without the Lazarus runtime)");
         }
-        if (s->restoring && !st.restore_msg_shown && now - st.restore_started_ns > 1000000000ull) {
+        /* progress for a person watching; scripts get only results and errors */
+        if (s->restoring && !st.restore_msg_shown && now - st.restore_started_ns > 1000000000ull && isatty(2)) {
             lz_err("restoring checkpoint %" PRIu64 "...", s->restore_index);
             st.restore_msg_shown = 1;
         }
