@@ -1,0 +1,123 @@
+"""Damaged images: `restart` and `verify` print one clear line on stderr,
+exit non-zero and change nothing in DIR; an intact store verifies."""
+import os
+import shutil
+import struct
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import (IS_ROOT, Runner, _user_base, children, ckpt_path, copy_store, kill_program,
+                      reap_orphans, snapshot)
+
+
+def _truncate_half(p):
+    os.truncate(p, os.path.getsize(p) // 2)
+
+
+def _empty(p):
+    os.truncate(p, 0)
+
+
+def _flip(p):
+    size = os.path.getsize(p)
+    assert size > 0
+    with open(p, "r+b") as f:
+        f.seek(size // 2)
+        b = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([b[0] ^ 0x10]))
+
+
+def _foreign_version(p):
+    with open(p, "r+b") as f:
+        head = f.read(12)
+        assert head[:8] == b"LZRSCKPT", head
+        assert struct.unpack("<I", head[8:12])[0] == 1, head
+        f.seek(8)
+        f.write(struct.pack("<I", 2))
+
+
+CORRUPTIONS = {
+    "truncated-manifest": ("manifest", _truncate_half),
+    "empty-manifest": ("manifest", _empty),
+    "bitflip-manifest": ("manifest", _flip),
+    "foreign-version": ("manifest", _foreign_version),
+    "truncated-pages": ("pages", _truncate_half),
+    "bitflip-pages": ("pages", _flip),
+}
+
+
+@pytest.fixture(scope="module")
+def pristine(programs, lazarus_bin):
+    """Per identity: a store of a killed job with two checkpoints A < B."""
+    made = {}
+    bases = []
+
+    def get(mode):
+        if mode not in made:
+            if mode == "user" and IS_ROOT:
+                base = _user_base()
+            else:
+                base = Path(tempfile.mkdtemp(prefix="lazarus-store-"))
+            bases.append(base)
+            r = Runner(mode, base)
+            store = base / "store"
+            proc = r.start_lz("run", "-d", store, "-i", "0", "--", programs.heap_mutator, "16", "100000")
+            proc.wait_for_output(r"^start ", timeout=60)
+            a = r.checkpoint(store)
+            b = r.checkpoint(store)
+            assert a < b
+            kill_program(proc, "heap_mutator")
+            assert r.indexes(store) == [a, b]
+            made[mode] = (store, a, b)
+        return made[mode]
+
+    yield get
+    for b in bases:
+        shutil.rmtree(b, ignore_errors=True)
+
+
+def test_intact_store_verifies(runner, pristine):
+    src, a, b = pristine(runner.mode)
+    store = runner.base / "store"
+    copy_store(src, store)
+    before = snapshot(store)
+    for args in ([], ["--at", str(a)], ["--at", str(b)]):
+        r = runner.lz("verify", "-d", store, *args, timeout=120)
+        assert r.rc == 0, str(r)
+    assert snapshot(store) == before
+
+
+@pytest.mark.parametrize("kind", list(CORRUPTIONS))
+def test_corrupt_image_refused(kind, runner, pristine):
+    src, a, b = pristine(runner.mode)
+    store = runner.base / "store"
+    copy_store(src, store)
+    fname, corrupt = CORRUPTIONS[kind]
+    corrupt(ckpt_path(store, b) / fname)
+    before = snapshot(store)
+
+    for cmd, extra in (("verify", []), ("verify", ["--at", str(b)]),
+                       ("restart", []), ("restart", ["--at", str(b)])):
+        r = runner.lz(cmd, "-d", store, *extra, timeout=120)
+        assert r.rc != 0, f"{kind}: accepted\n{r}"
+        lines = r.stderr_lines()
+        assert len(lines) == 1, f"{kind}: want exactly one line on stderr\n{r}"
+        if kind == "foreign-version":
+            assert "version" in lines[0].lower(), f"the line should say it is the version\n{r}"
+        if cmd == "restart":
+            assert r.stdout == "", f"{kind}: the program must not have run\n{r}"
+            deadline = time.monotonic() + 3
+            while children(os.getpid()) and time.monotonic() < deadline:
+                reap_orphans()
+                time.sleep(0.05)
+            assert children(os.getpid()) == [], f"{kind}: restart left processes behind"
+        assert snapshot(store) == before, f"{kind}: `{cmd}` changed DIR"
+
+    # the older checkpoint is still intact on its own
+    r = runner.lz("verify", "-d", store, "--at", str(a), timeout=120)
+    assert r.rc == 0, f"intact checkpoint {a} next to a damaged one\n{r}"
+    assert snapshot(store) == before

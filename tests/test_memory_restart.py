@@ -1,0 +1,83 @@
+"""Kill at random instants, restart, and finish with the result of an
+uninterrupted run: a 256 MiB heap mutator, python3, and a program living on
+alarms, interval timers and signal handlers.  As root and as an ordinary user."""
+import re
+
+import pytest
+
+from conftest import plain_output, run_until_done
+
+# name -> (argv builder, comm, result-line prefixes, kills)
+PROGRAMS = {
+    # 256 MiB heap, 600 rounds: about 17 s uninterrupted at -O2 here
+    "heap_mutator": (lambda p: [p.heap_mutator, "256", "600"], "heap_mutator", ["checksum "], 10),
+    # pure Python, about 13 s
+    "py_compute": (lambda p: ["/usr/bin/python3", p.py_compute, "160"], "python3", ["digest "], 5),
+    # alarm/setitimer/SIGUSR1/SIGPROF/clock_gettime, about 13 s
+    "signals_timers": (lambda p: [p.signals_timers, "24"], "signals_timers",
+                       ["ticks ", "prof-timer ", "usr1-handler ", "mask ", "pending ", "realtime ",
+                        "work "], 5),
+}
+
+
+def result_lines(stdout: str, prefixes) -> list:
+    out = []
+    for pre in prefixes:
+        lines = [l for l in stdout.splitlines() if l.startswith(pre)]
+        out.append(lines[-1] if lines else None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(programs):
+    """Uninterrupted runs without Lazarus; each must be deterministic."""
+    refs = {}
+
+    def get(name):
+        if name not in refs:
+            argv = PROGRAMS[name][0](programs)
+            out = plain_output(argv)
+            assert all(result_lines(out, PROGRAMS[name][2])), out
+            assert "LOST" not in out and "BACKWARDS" not in out, out
+            refs[name] = out
+        return refs[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_uninterrupted_run_matches_plain(name, runner, programs, reference):
+    """Under `lazarus run -i 1` (checkpoints every second, no kill) the
+    program prints exactly what it prints without Lazarus."""
+    argv = PROGRAMS[name][0](programs)
+    expected = reference(name)
+    store = runner.base / "store"
+    r = runner.lz("run", "-d", store, "-i", "1", "--", *argv, timeout=300)
+    assert r.rc == 0, str(r)
+    assert r.stdout == expected, str(r)
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_killed_at_random_instants(name, runner, programs, reference, rng):
+    """SIGKILL the program at random instants (each after a new checkpoint),
+    `lazarus restart` each time: the final result equals the uninterrupted
+    run's, restarts resume rather than start over, getpid() never changes."""
+    build, comm, prefixes, kills = PROGRAMS[name]
+    argv = build(programs)
+    expected = result_lines(reference(name), prefixes)
+    store = runner.base / "store"
+    kr = run_until_done(runner, store, argv, rng, kills=kills, comm=comm,
+                        done_re="^" + re.escape(prefixes[-1]))
+    info = kr.describe()
+    assert kr.kills == kills, f"program finished after only {kr.kills} kills\n{info}"
+    assert [s.rc for s in kr.segments] == [137] * kills + [0], info
+    assert [kr.last_line(p) for p in prefixes] == expected, info
+    assert "LOST" not in kr.all_stdout and "BACKWARDS" not in kr.all_stdout, info
+    # a restart resumes from a checkpoint taken after the start line was
+    # printed: printing it again means the program was started over
+    starts = [i for i, s in enumerate(kr.segments)
+              if s.kind == "restart" and re.search(r"^start ", s.stdout, re.M)]
+    assert not starts, f"restart segments {starts} started the program over\n{info}"
+    # the same getpid() in every segment (the first one is the original)
+    pids = {s.killed_nspid for s in kr.segments if s.killed_nspid is not None}
+    assert len(pids) == 1, f"getpid() changed across restarts: {pids}\n{info}"
