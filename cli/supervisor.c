@@ -262,6 +262,9 @@ int supervise(struct supervisor *s)
         finish_clients(&st, "ERR the program ended before the checkpoint was complete");
     }
     for (int i = 0; i < st.npending; i++) close(st.pending[i]);
+    char sock[LZ_PATH_MAX + 16];
+    snprintf(sock, sizeof sock, "%s/%s", s->dir, LZ_CTLSOCK);
+    unlink(sock);
     struct lz_job job;
     lz_job_read(s->dir, &job);
     if (s->restoring) {
