@@ -43,6 +43,11 @@ struct supervisor {
     uint64_t restore_index;
     uint64_t interval, keep, next_index;
 };
+/* Fills `s` for the job in `dir` (shown to the user as `shown`), opens the
+ * control sockets and makes us a subreaper; returns the program's end of the
+ * runtime socket, or -1 after saying why. */
+int supervisor_prepare(struct supervisor *s, const char *dir, const char *shown, int lock, const struct lz_job *job,
+                       uint64_t next_index);
 /* Runs until the program ends; returns what `lazarus` exits with. */
 int supervise(struct supervisor *s);
 

@@ -7,8 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 static const char help[] =
@@ -51,27 +49,17 @@ int cmd_restart(int argc, char **argv)
     snprintf(job.state, sizeof job.state, "running");
     lz_job_write(dir, &job);
 
-    struct supervisor s;
-    memset(&s, 0, sizeof s);
-    s.dir = dir;
-    s.lock_fd = lock;
-    s.status_fd = -1;
-    s.interval = job.interval;
-    s.keep = job.keep ? job.keep : 3;
     uint64_t *v;
     int n = lz_store_list(dir, &v);
-    s.next_index = (n > 0 ? v[n - 1] : index) + 1;
+    uint64_t next = (n > 0 ? v[n - 1] : index) + 1; /* indices are never reused */
     free(v);
+    struct supervisor s;
+    int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, next);
+    if (child_ctl < 0) return 1;
     s.restoring = 1;
     s.restore_index = index;
-    s.listen_fd = ctl_listen(dir);
-    if (s.listen_fd < 0) { lz_err("cannot create the control socket in %s: %s", o.dir, strerror(errno)); return 1; }
-    int sp[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) { lz_err("socketpair: %s", strerror(errno)); return 1; }
-    s.ctl_fd = sp[0];
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    s.child = spawn_restorer(&s, sp[1], &img, ckpt, index);
-    close(sp[1]);
+    s.child = spawn_restorer(&s, child_ctl, &img, ckpt, index);
+    close(child_ctl);
     if (s.child < 0) { lz_err("cannot start the restorer: %s", strerror(errno)); return 1; }
     lz_image_free(&img);
     return supervise(&s);

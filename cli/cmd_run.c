@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 static const char help[] =
@@ -83,23 +82,8 @@ int cmd_run(int argc, char **argv)
     if (lz_job_write(dir, &job) < 0) { lz_err("cannot write %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
 
     struct supervisor s;
-    memset(&s, 0, sizeof s);
-    s.dir = dir;
-    s.lock_fd = lock;
-    s.status_fd = -1;
-    s.interval = job.interval;
-    s.keep = job.keep;
-    s.next_index = 1;
-    s.listen_fd = ctl_listen(dir);
-    if (s.listen_fd < 0) { lz_err("cannot create the control socket in %s: %s", o.dir, strerror(errno)); return 1; }
-    int sp[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) { lz_err("socketpair: %s", strerror(errno)); return 1; }
-    /* the program's end: not close-on-exec, at a number programs rarely use */
-    int child_ctl = fcntl(sp[1], F_DUPFD, 900);
-    if (child_ctl < 0) child_ctl = dup(sp[1]);
-    close(sp[1]);
-    s.ctl_fd = sp[0];
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, 1);
+    if (child_ctl < 0) return 1;
     s.child = s.prog = spawn_program(&s, child_ctl, argv + first);
     close(child_ctl);
     if (s.child < 0) { lz_err("fork: %s", strerror(errno)); return 1; }

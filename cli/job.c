@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -51,4 +52,28 @@ int ctl_listen(const char *dir)
     close(dfd);
     if (rc < 0) { close(s); errno = e; return -1; }
     return s;
+}
+
+int supervisor_prepare(struct supervisor *s, const char *dir, const char *shown, int lock, const struct lz_job *job,
+                       uint64_t next_index)
+{
+    memset(s, 0, sizeof *s);
+    s->dir = dir;
+    s->lock_fd = lock;
+    s->status_fd = -1;
+    s->interval = job->interval;
+    s->keep = job->keep ? job->keep : 3;
+    s->next_index = next_index;
+    s->listen_fd = ctl_listen(dir);
+    if (s->listen_fd < 0) { lz_err("cannot create the control socket in %s: %s", shown, strerror(errno)); return -1; }
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) { lz_err("socketpair: %s", strerror(errno)); return -1; }
+    /* the program's end: inherited across exec, at a number programs rarely use */
+    int child_ctl = fcntl(sp[1], F_DUPFD, 900);
+    if (child_ctl < 0) child_ctl = dup(sp[1]);
+    close(sp[1]);
+    s->ctl_fd = sp[0];
+    /* orphans of the job come to us to be reaped */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    return child_ctl;
 }
