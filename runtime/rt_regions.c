@@ -226,17 +226,9 @@ int rt_capture_regions(struct rt_ckpt *ck)
         if (!strcmp(path, "[heap]")) r->flags |= LZ_RF_HEAP;
         if (!strcmp(path, "[stack]")) r->flags |= LZ_RF_STACK;
         if (ino == 0 || path[0] != '/' || !strncmp(path, "/dev/zero", 9) || !strncmp(path, "/SYSV", 5)) {
-            if (shared && (ino != 0 || path[0] == '/')) {
-                r->kind = LZ_R_SHARED_ANON;
-                rc = scan_pages(ck, (int)pm_fd, r, 0, 0);
-            } else if (shared) {
-                r->kind = LZ_R_SHARED_ANON;
-                rc = scan_pages(ck, (int)pm_fd, r, 0, 0);
-            } else {
-                r->kind = LZ_R_ANON;
-                if (path[0] && path[0] != '[') r->path = strings_add(&ck->strings, path);
-                rc = scan_pages(ck, (int)pm_fd, r, 0, 0);
-            }
+            /* anonymous memory, shared (MAP_SHARED|MAP_ANONYMOUS shows as /dev/zero) or not */
+            r->kind = shared ? LZ_R_SHARED_ANON : LZ_R_ANON;
+            rc = scan_pages(ck, (int)pm_fd, r, 0, 0);
             continue;
         }
         /* a file mapping */

@@ -717,4 +717,8 @@ def run_until_done(runner: Runner, store: Path, program_argv, rng: random.Random
             assert re.search(done_re, kr.all_stdout, re.M), f"no /{done_re}/ in the output\n{kr.describe()}"
         print(f"run_until_done: {done_kills} kills, {len(segs)} segments, "
               f"{time.monotonic() - start:.1f}s")
+        for i, sg in enumerate(segs):
+            last = (sg.stdout.strip().splitlines() or ["-"])[-1]
+            delay = f"{sg.delay:.3f}s" if sg.delay is not None else "-"
+            print(f"  segment {i} {sg.kind}: exit {sg.rc}, kill delay {delay}, last line {last!r}")
         return kr
