@@ -59,7 +59,8 @@ int cmd_run(int argc, char **argv)
     dir = abs_dir(o.dir);
     int lock = lz_store_lock(dir);
     if (lock < 0) {
-        lz_err("a job is already running with %s (checkpoint it with `lazarus checkpoint -d %s`)", o.dir, o.dir);
+        lz_err("a job is already running with %s: checkpoint it with `lazarus checkpoint -d %s`, resume it with "
+               "`lazarus restart -d %s` once it has stopped, or start anew with another directory (-d DIR)", o.dir, o.dir, o.dir);
         return 1;
     }
     lz_store_cleanup_tmp(dir);

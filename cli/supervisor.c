@@ -38,6 +38,7 @@ struct sv_state {
     int pending[MAX_CLIENTS]; /* connected, request not read yet */
     int npending;
     int api_queued;
+    int deferred; /* a checkpoint was asked for while the restart was restoring */
     int have_status, status;
     int child_gone, child_status;
     uint64_t restore_started_ns;
@@ -82,10 +83,16 @@ static void request(struct sv_state *st, uint32_t trigger, int client)
         if (trigger == LZ_TRIG_API) st->api_queued = 1;
         return;
     }
+    if (s->restoring && !st->child_gone) {
+        /* taken as soon as the restored program is back */
+        if (client >= 0 && st->nclients < MAX_CLIENTS) st->clients[st->nclients++] = client;
+        else if (client >= 0) reply(client, "ERR too many waiting clients");
+        st->deferred = 1;
+        return;
+    }
     if (!st->runtime_ready || st->child_gone) {
         if (client >= 0)
-            reply(client, s->restoring ? "ERR the program is still being restored; try again in a moment"
-                                       : "ERR the program is not running under the Lazarus runtime (is it statically linked, or did it exec a program that is?)");
+            reply(client, "ERR the program is not running under the Lazarus runtime (is it statically linked, or did it exec a program that is?)");
         return;
     }
     pid_t prog = find_program(s);
@@ -113,6 +120,10 @@ static void on_runtime_message(struct sv_state *st, char *msg)
         st->runtime_ready = 1;
         s->restoring = 0;
         if (st->restore_msg_shown) lz_err("restarted from checkpoint %" PRIu64, s->restore_index);
+        if (st->deferred) {
+            st->deferred = 0;
+            request(st, LZ_TRIG_REQUEST, -1); /* for the clients already waiting */
+        }
     } else if (!strncmp(msg, "BEGIN", 5)) {
         st->begun = 1;
     } else if (!strncmp(msg, "API", 3)) {
@@ -257,10 +268,8 @@ int supervise(struct supervisor *s)
             program_done = 1;
         }
     }
-    if (st.in_progress) {
-        lz_store_cleanup_tmp(s->dir);
-        finish_clients(&st, "ERR the program ended before the checkpoint was complete");
-    }
+    if (st.in_progress) lz_store_cleanup_tmp(s->dir);
+    finish_clients(&st, "ERR the program ended before the checkpoint was complete");
     for (int i = 0; i < st.npending; i++) close(st.pending[i]);
     char sock[LZ_PATH_MAX + 16];
     snprintf(sock, sizeof sock, "%s/%s", s->dir, LZ_CTLSOCK);
