@@ -84,6 +84,7 @@ static void request(struct sv_state *st, uint32_t trigger, int client)
         return;
     }
     if (s->restoring && !st->child_gone) {
+        if (trigger == LZ_TRIG_INTERVAL) return; /* the next tick will do */
         /* taken as soon as the restored program is back */
         if (client >= 0 && st->nclients < MAX_CLIENTS) st->clients[st->nclients++] = client;
         else if (client >= 0) reply(client, "ERR too many waiting clients");

@@ -36,3 +36,10 @@ lz_install_deps() {
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
 }
+
+# What setup.sh and test.sh both start with: the packages, then the build.
+lz_install_and_build() {
+    lz_install_deps
+    echo "$ make -j2"
+    make -j2
+}

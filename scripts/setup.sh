@@ -6,7 +6,5 @@ set -eu
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 
-lz_install_deps
-echo "$ make -j2"
-make -j2
+lz_install_and_build
 exec bash scripts/demo.sh

@@ -5,9 +5,7 @@ set -eu
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 
-lz_install_deps
-echo "$ make -j2"
-make -j2
+lz_install_and_build
 echo "$ /usr/bin/python3 -m pytest -q tests${*:+ $*}"
 rc=0
 /usr/bin/python3 -m pytest -q tests "$@" || rc=$?
