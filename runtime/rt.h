@@ -40,7 +40,7 @@ struct rt_arena { char *base; size_t cap, used; };
 void *arena_alloc(struct rt_arena *a, size_t n);
 
 /* String table under construction (offset 0 is ""). */
-struct rt_strings { char *buf; size_t len, cap; };
+struct rt_strings { char *buf; size_t len, cap; int overflow; };
 uint32_t strings_add(struct rt_strings *s, const char *str);
 
 /* A checkpoint being captured. */

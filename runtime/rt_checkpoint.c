@@ -32,6 +32,10 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     int rc = rt_capture_proc(ck, uc);
     if (rc == 0) rc = rt_capture_fds(ck);
     if (rc == 0) rc = rt_capture_regions(ck);
+    if (rc == 0 && ck->strings.overflow) {
+        rt_fmt(ck->err, sizeof ck->err, "the program's paths (files, mappings) exceed the checkpoint's string table");
+        rc = -1;
+    }
     if (rc == 0) {
         if (lz_save_context(&ck->proc->ctx) != 0) {
             /* We are the restored program: `ck` and the arena are gone. */

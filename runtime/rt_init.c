@@ -29,7 +29,7 @@ uint32_t strings_add(struct rt_strings *s, const char *str)
 {
     if (!str || !*str) return 0;
     size_t n = rt_strlen(str) + 1;
-    if (n > s->cap - s->len) return 0;
+    if (n > s->cap - s->len) { s->overflow = 1; return 0; }
     memcpy(s->buf + s->len, str, n);
     uint32_t off = (uint32_t)s->len;
     s->len += n;
