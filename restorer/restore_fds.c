@@ -10,11 +10,18 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The highest descriptor number the program used (at least 2). */
+int image_max_fd(const struct lz_image *img)
+{
+    int maxfd = 2;
+    for (size_t i = 0; i < img->nfds; i++) if (img->fds[i].fd > maxfd) maxfd = img->fds[i].fd;
+    return maxfd;
+}
+
 void restore_descriptors(struct restore_ctx *rc)
 {
     const struct lz_image *img = &rc->img;
-    int maxfd = 2;
-    for (size_t i = 0; i < img->nfds; i++) if (img->fds[i].fd > maxfd) maxfd = img->fds[i].fd;
+    int maxfd = image_max_fd(img);
     /* park what we hold above every number the program uses */
     int base = maxfd + 16;
     /* what `lazarus restart` hands us for descriptors taken from the launcher */

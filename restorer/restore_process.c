@@ -63,11 +63,9 @@ void restore_mm(struct restore_ctx *rc)
 int restore_exe_fd(struct restore_ctx *rc)
 {
     const char *exe = lz_str(&rc->img, rc->img.proc->exe);
-    int maxfd = 2;
-    for (size_t i = 0; i < rc->img.nfds; i++) if (rc->img.fds[i].fd > maxfd) maxfd = rc->img.fds[i].fd;
     int fd = exe[0] ? open(exe, O_RDONLY | O_CLOEXEC) : -1;
     if (fd < 0) return -1;
-    int high = fcntl(fd, F_DUPFD_CLOEXEC, maxfd + 1);
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, image_max_fd(&rc->img) + 1);
     close(fd);
     return high;
 }

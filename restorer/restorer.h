@@ -30,6 +30,7 @@ void restore_map_regions(struct restore_ctx *rc);
 void restore_fill_memory(struct restore_ctx *rc);
 void restore_finish_protections(struct restore_ctx *rc);
 void restore_move_vdso(struct restore_ctx *rc);
+int image_max_fd(const struct lz_image *img);
 void restore_descriptors(struct restore_ctx *rc);
 void restore_process_state(struct restore_ctx *rc);
 void restore_mm(struct restore_ctx *rc);

@@ -53,6 +53,7 @@ struct rt_ckpt {
     struct lz_extent *extents; size_t nextents, extents_cap;
     struct lz_fd *fds; size_t nfds;
     struct rt_strings strings;
+    uint32_t pack_name;     /* "pages", added first so it always fits */
     char *auxv; size_t auxv_len;
     uint64_t mem_bytes, data_bytes, stored_bytes;
     char err[512];          /* why the checkpoint failed */

@@ -29,6 +29,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     ck->strings.buf = arena_alloc(&ck->arena, ck->strings.cap);
     ck->strings.buf[0] = 0;
     ck->strings.len = 1;
+    ck->pack_name = strings_add(&ck->strings, LZ_PAGES);
     int rc = rt_capture_proc(ck, uc);
     if (rc == 0) rc = rt_capture_fds(ck);
     if (rc == 0) rc = rt_capture_regions(ck);

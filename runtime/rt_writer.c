@@ -162,13 +162,8 @@ int rt_write_checkpoint(struct rt_ckpt *ck, uint64_t pause_start)
 
     /* the manifest */
     struct lz_pack pack = {0};
-    pack.path = strings_add(&ck->strings, LZ_PAGES);
+    pack.path = ck->pack_name;
     pack.size = w->off;
-    if (ck->strings.overflow) {
-        remove_tmp(tmpdir);
-        rt_fmt(ck->err, sizeof ck->err, "the program's paths (files, mappings) exceed the checkpoint's string table");
-        return -1;
-    }
     size_t size = sizeof(struct lz_header) + 8 * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
                   ck->nregions * sizeof(struct lz_region) + ck->nextents * sizeof(struct lz_extent) +
                   ck->nfds * sizeof(struct lz_fd) + sizeof pack + ck->strings.len + ck->auxv_len + sizeof(struct lz_trailer);
