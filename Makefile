@@ -2,22 +2,23 @@
 CC      ?= gcc
 CFLAGS  ?= -O2 -g
 WARN    := -std=gnu17 -Wall -Wextra -Werror -D_GNU_SOURCE
-INC     := -Iinclude -Icommon -Istore
+INC     := -Iinclude -Icommon -Istore -Ifiles
 B       := build
 OBJ     := $(B)/obj
 
 COMMON_SRC  := common/util.c store/manifest.c store/store.c
 RT_SRC      := runtime/rt_init.c runtime/rt_signals.c runtime/rt_capture.c \
                runtime/rt_regions.c runtime/rt_fds.c runtime/rt_writer.c \
-               runtime/rt_checkpoint.c runtime/rt_resume.c runtime/context.S
+               runtime/rt_checkpoint.c runtime/rt_resume.c runtime/rt_files.c runtime/context.S \
+               files/track.c
 RESTORE_SRC := restorer/restore_main.c restorer/restore_memory.c restorer/restore_fds.c \
                restorer/restore_process.c restorer/final_jump.S
 CLI_SRC     := cli/main.c cli/cmd_run.c cli/cmd_restart.c cli/supervisor.c cli/cmd_list.c \
-               cli/cmd_verify.c cli/cmd_checkpoint.c cli/pidns.c cli/identity.c cli/job.c
+               cli/cmd_verify.c cli/cmd_checkpoint.c cli/pidns.c cli/identity.c cli/job.c cli/cmd_diff.c files/rollback.c
 
 all: $(B)/bin/lazarus $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so
 
-$(OBJ)/pic/%.o: %.c $(wildcard common/*.h store/*.h runtime/*.h include/*.h)
+$(OBJ)/pic/%.o: %.c $(wildcard common/*.h store/*.h runtime/*.h files/*.h include/*.h)
 	@mkdir -p $(dir $@)
 	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(INC) -fPIC -fvisibility=hidden -c $< -o $@
 $(OBJ)/pic/%.o: %.S
@@ -29,7 +30,7 @@ $(OBJ)/static/%.o: %.c $(wildcard common/*.h store/*.h restorer/*.h include/*.h)
 $(OBJ)/static/%.o: %.S
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIE -c $< -o $@
-$(OBJ)/cli/%.o: %.c $(wildcard common/*.h store/*.h cli/*.h include/*.h)
+$(OBJ)/cli/%.o: %.c $(wildcard common/*.h store/*.h cli/*.h files/*.h include/*.h)
 	@mkdir -p $(dir $@)
 	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(INC) -c $< -o $@
 

@@ -11,6 +11,7 @@ int cmd_restart(int argc, char **argv);
 int cmd_checkpoint(int argc, char **argv);
 int cmd_list(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
 
 /* Common option parsing: -d DIR, --at N; returns index of first operand or
  * -1 after printing a usage error.  `help` is printed for --help (exit 0). */
@@ -20,6 +21,9 @@ struct cli_opts {
     int have_interval; uint64_t interval;
     int have_keep; uint64_t keep;
     int json;
+    int durability;        /* -1 not given, 0 process, 1 machine */
+    char excludes[4096];   /* --exclude DIR..., absolute, '\n'-separated */
+    int force;
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* Absolute path of DIR (which may not exist yet). */
@@ -42,6 +46,8 @@ struct supervisor {
     int restoring;       /* restart: until the runtime says RESTORED */
     uint64_t restore_index;
     uint64_t interval, keep, next_index;
+    int durability;
+    char excludes[4096];
 };
 /* Fills `s` for the job in `dir` (shown to the user as `shown`), opens the
  * control sockets and makes us a subreaper; returns the program's end of the

@@ -1,6 +1,7 @@
 /* lazarus list [-d DIR] [--json] */
 #include "cli.h"
 #include "util.h"
+#include "rollback.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +10,8 @@
 
 static const char help[] =
     "usage: lazarus list [-d DIR] [--json]\n"
-    "One row per checkpoint: index, time, trigger, memory size, bytes stored, pause.\n\n"
+    "One row per checkpoint: index, time, trigger, memory size, bytes stored, pause,\n"
+    "and the files changed since it with the bytes kept to roll them back.\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
     "  --json    a JSON array of objects instead of a table\n";
 
@@ -33,7 +35,8 @@ int cmd_list(int argc, char **argv)
     int n = lz_store_list(dir, &v);
     if (n < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
     if (o.json) printf("[");
-    else printf("%6s  %-20s  %-9s  %10s  %10s  %9s\n", "INDEX", "TIME (UTC)", "TRIGGER", "MEMORY", "STORED", "PAUSE");
+    else printf("%6s  %-20s  %-9s  %10s  %10s  %9s  %6s  %10s\n", "INDEX", "TIME (UTC)", "TRIGGER", "MEMORY", "STORED", "PAUSE",
+                "FILES", "UNDO");
     int bad = 0, shown = 0;
     for (int i = 0; i < n; i++) {
         char ck[LZ_PATH_MAX + 64], why[1024], when[32], mem[32], stored[32];
@@ -48,18 +51,23 @@ int cmd_list(int argc, char **argv)
         time_t t = (time_t)(h->created_ns / 1000000000ull);
         struct tm tm;
         gmtime_r(&t, &tm);
+        uint64_t files, undo;
+        fj_journal_stats(ck, &files, &undo);
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
         if (o.json) {
             printf("%s\n  {\"index\": %" PRIu64 ", \"time\": \"%s\", \"created_ns\": %" PRIu64 ", \"trigger\": \"%s\", "
                    "\"memory_bytes\": %" PRIu64 ", \"data_bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64
-                   ", \"pause_ms\": %.3f, \"parent\": %" PRIu64 ", \"pid\": %d}",
+                   ", \"pause_ms\": %.3f, \"parent\": %" PRIu64 ", \"pid\": %d, \"files\": %" PRIu64
+                   ", \"undo_bytes\": %" PRIu64 "}",
                    shown ? "," : "", h->index, when, h->created_ns, lz_trigger_name(h->trigger), h->mem_bytes,
-                   h->data_bytes, h->stored_bytes, (double)h->pause_ns / 1e6, h->parent, img.proc->pid);
+                   h->data_bytes, h->stored_bytes, (double)h->pause_ns / 1e6, h->parent, img.proc->pid, files, undo);
         } else {
             human(mem, sizeof mem, h->mem_bytes);
             human(stored, sizeof stored, h->stored_bytes);
-            printf("%6" PRIu64 "  %-20s  %-9s  %10s  %10s  %7.1fms\n", h->index, when, lz_trigger_name(h->trigger), mem,
-                   stored, (double)h->pause_ns / 1e6);
+            char ub[32];
+            human(ub, sizeof ub, undo);
+            printf("%6" PRIu64 "  %-20s  %-9s  %10s  %10s  %7.1fms  %6" PRIu64 "  %10s\n", h->index, when,
+                   lz_trigger_name(h->trigger), mem, stored, (double)h->pause_ns / 1e6, files, ub);
         }
         shown++;
         lz_image_free(&img);

@@ -1,6 +1,8 @@
 /* lazarus restart [-d DIR] [--at N] */
 #include "cli.h"
 #include "util.h"
+#include "rollback.h"
+#include <sys/stat.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -10,17 +12,74 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus restart [-d DIR] [--at N]\n"
+    "usage: lazarus restart [-d DIR] [--at N] [--force]\n"
     "Resume the job in DIR from checkpoint N (default: the newest) and stay in the\n"
-    "foreground as its supervisor, with the settings it was started with.\n"
+    "foreground as its supervisor, with the settings it was started with.  First\n"
+    "every change the job made to files since N is undone (`lazarus diff` shows\n"
+    "them); checkpoints after N are then gone.\n"
     "Exits with the program's status (128+signal if it was killed).\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
-    "  --at N    the checkpoint to resume from (see `lazarus list`)\n";
+    "  --at N    the checkpoint to resume from (see `lazarus list`)\n"
+    "  --force   roll back files even if something outside the job changed them\n"
+    "            after it stopped (refused otherwise, naming them)\n";
+
+/* Undoes every change to files since checkpoint `index` (files/rollback.h). */
+static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, int force)
+{
+    char why[LZ_PATH_MAX + 512];
+    if (job->rolling_to >= 0 && index > (uint64_t)job->rolling_to) {
+        lz_err("cannot restart from checkpoint %" PRIu64 ": a rollback of the files to checkpoint %" PRId64
+               " was interrupted; finish it with `lazarus restart --at %" PRId64 "`", index, job->rolling_to, job->rolling_to);
+        return -1;
+    }
+    struct fj_plan *plan = fj_plan_load(dir, index, why, sizeof why);
+    if (!plan) { lz_err("cannot restart: %s", why); return -1; }
+    if (fj_plan_empty(plan)) { fj_plan_free(plan); return 0; }
+    if (job->rolling_to < 0 && !force) {
+        int64_t stop = job->stopped_ns;
+        if (!strcmp(job->state, "running") || stop == 0) {
+            /* the supervisor died with the job: its last heartbeat, plus a beat */
+            char lock[LZ_PATH_MAX + 32];
+            struct stat st;
+            snprintf(lock, sizeof lock, "%s/%s", dir, LZ_LOCKFILE);
+            stop = stat(lock, &st) == 0 ? (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec + 1000000000ll : INT64_MAX;
+        }
+        char *list;
+        size_t k = fj_plan_outside_changes(plan, stop, &list);
+        if (k) {
+            lz_err("cannot restart: %zu file%s changed outside the job after it stopped (%s%s); nothing was changed; "
+                   "`lazarus restart --force` rolls %s back anyway", k, k == 1 ? "" : "s", list, k > 5 ? ", ..." : "",
+                   k == 1 ? "it" : "them");
+            free(list);
+            fj_plan_free(plan);
+            return -1;
+        }
+    }
+    job->rolling_to = (int64_t)index;
+    if (lz_job_write(dir, job) < 0) { lz_err("cannot write %s/%s: %s", dir, LZ_JOBFILE, strerror(errno)); fj_plan_free(plan); return -1; }
+    const char *d = getenv("LAZARUS_TEST_ROLLBACK_DELAY_MS");
+    if (fj_plan_apply(plan, d ? atoi(d) : 0, why, sizeof why) < 0) {
+        lz_err("cannot roll the files back to checkpoint %" PRIu64 ": %s; run `lazarus restart --at %" PRIu64
+               "` again once that is fixed", index, why, index);
+        fj_plan_free(plan);
+        return -1;
+    }
+    fj_plan_free(plan);
+    /* the files are at N: later checkpoints describe files that are gone */
+    uint64_t *v;
+    int n = lz_store_list(dir, &v);
+    for (int i = n - 1; i >= 0; i--) if (v[i] > index) lz_store_remove(dir, v[i]);
+    if (n > 0) free(v);
+    char ck[LZ_PATH_MAX + 64];
+    lz_ckpt_path(ck, sizeof ck, dir, index);
+    fj_journal_reset(ck);
+    return 0;
+}
 
 int cmd_restart(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "restart", "da", help, &o);
+    int first = parse_opts(argc, argv, "restart", "daf", help, &o);
     if (first < 0) return 2;
     if (first < argc) { lz_err("restart: unexpected argument '%s'", argv[first]); return 2; }
     char *dir = abs_dir(o.dir);
@@ -45,8 +104,10 @@ int cmd_restart(int argc, char **argv)
     }
     if (check_identity(&img, why, sizeof why) < 0) { lz_err("cannot restart from checkpoint %" PRIu64 ": %s", index, why); return 1; }
     struct lz_job job;
-    if (lz_job_read(dir, &job) < 0) { job.interval = 600; job.keep = 3; }
+    lz_job_read(dir, &job);
+    if (rollback_files(dir, index, &job, o.force) < 0) return 1;
     snprintf(job.state, sizeof job.state, "running");
+    job.rolling_to = -1;
     lz_job_write(dir, &job);
 
     uint64_t *v;

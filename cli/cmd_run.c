@@ -18,7 +18,13 @@ static const char help[] =
     "  -d DIR      checkpoint store (default ./lazarus.ckpt); refused if it holds an\n"
     "              unfinished job (resume that with `lazarus restart -d DIR`)\n"
     "  -i SECONDS  checkpoint every SECONDS (default 600, 0 = only on request)\n"
-    "  -k N        keep the N newest checkpoints (default 3)\n";
+    "  -k N        keep the N newest checkpoints (default 3)\n"
+    "  --durability process|machine\n"
+    "              process (default): files roll back after the loss of the program\n"
+    "              (SIGKILL, OOM killer, time limit); machine: also after the loss of\n"
+    "              the machine (the undo reaches the disk before each change)\n"
+    "  --exclude DIR  changes under DIR are not tracked nor rolled back (repeatable;\n"
+    "              /proc, /sys, /dev and the store itself never are)\n";
 
 pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 {
@@ -41,6 +47,8 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     snprintf(num, sizeof num, "%d", getpid());
     setenv("LAZARUS_PID", num, 1);
     unsetenv("LAZARUS_PARENT");
+    setenv("LAZARUS_DURABILITY", s->durability ? "machine" : "process", 1);
+    setenv("LAZARUS_EXCLUDE", s->excludes, 1);
     execvp(argv[0], argv);
     lz_err("cannot run %s: %s", argv[0], strerror(errno));
     _exit(127);
@@ -49,7 +57,7 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dik", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDx", help, &o);
     if (first < 0) return 2;
     if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--] PROGRAM [ARG...])"); return 2; }
     char why[1024];
@@ -79,6 +87,9 @@ int cmd_run(int argc, char **argv)
     memset(&job, 0, sizeof job);
     job.interval = o.have_interval ? o.interval : 600;
     job.keep = o.have_keep ? o.keep : 3;
+    job.durability = o.durability > 0;
+    job.rolling_to = -1;
+    snprintf(job.excludes, sizeof job.excludes, "%s", o.excludes);
     snprintf(job.state, sizeof job.state, "running");
     if (lz_job_write(dir, &job) < 0) { lz_err("cannot write %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
 

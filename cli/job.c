@@ -63,6 +63,8 @@ int supervisor_prepare(struct supervisor *s, const char *dir, const char *shown,
     s->status_fd = -1;
     s->interval = job->interval;
     s->keep = job->keep ? job->keep : 3;
+    s->durability = job->durability;
+    snprintf(s->excludes, sizeof s->excludes, "%s", job->excludes);
     s->next_index = next_index;
     s->listen_fd = ctl_listen(dir);
     if (s->listen_fd < 0) { lz_err("cannot create the control socket in %s: %s", shown, strerror(errno)); return -1; }

@@ -11,9 +11,12 @@
 static const char usage[] =
     "usage: lazarus COMMAND [OPTIONS]\n"
     "Checkpoint and restart a Linux program.\n\n"
-    "  run [-d DIR] [-i SECONDS] [-k N] [--] PROGRAM [ARG...]  run PROGRAM under Lazarus\n"
+    "  run [-d DIR] [-i SECONDS] [-k N] [--durability process|machine] [--exclude DIR]... [--] PROGRAM [ARG...]\n"
+    "                           run PROGRAM under Lazarus\n"
     "  checkpoint [-d DIR]      checkpoint the running job now; prints its index once durable\n"
-    "  restart [-d DIR] [--at N] resume from checkpoint N (default: the newest)\n"
+    "  restart [-d DIR] [--at N] [--force]\n"
+    "                           resume from checkpoint N (default: the newest), its files rolled back to N\n"
+    "  diff [-d DIR] [--at N]   what a restart to N would change in the files\n"
     "  list [-d DIR] [--json]   one row per checkpoint\n"
     "  verify [-d DIR] [--at N] re-read every checksum; exit 0 only if all is intact\n\n"
     "DIR is the job's checkpoint store (default ./lazarus.ckpt). `lazarus COMMAND --help` for more.\n";
@@ -22,14 +25,17 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
 {
     static const struct option longs[] = {
         {"dir", required_argument, 0, 'd'}, {"at", required_argument, 0, 'a'}, {"interval", required_argument, 0, 'i'},
-        {"keep", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"keep", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
+        {"durability", required_argument, 0, 'D'}, {"exclude", required_argument, 0, 'x'}, {"force", no_argument, 0, 'f'},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
+    o->durability = -1;
     o->dir = "lazarus.ckpt";
     optind = 1;
     opterr = 0;
     int c;
     /* '+': stop at the first operand, so `run prog -x` passes -x to prog */
-    while ((c = getopt_long(argc, argv, "+:d:i:k:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:d:i:k:hx:", longs, NULL)) != -1) {
         if (c == 'h') { fputs(help, stdout); exit(0); }
         if (c == '?' || c == ':') {
             const char *opt = argv[optind - 1];
@@ -41,6 +47,27 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             lz_err("%s: option %s does not apply to this command (see `lazarus %s --help`)", cmd, argv[optind - 1], cmd);
             return -1;
         }
+        if (c == 'D') {
+            if (!strcmp(optarg, "process")) o->durability = 0;
+            else if (!strcmp(optarg, "machine")) o->durability = 1;
+            else { lz_err("%s: --durability is 'process' or 'machine', not '%s'", cmd, optarg); return -1; }
+            continue;
+        }
+        if (c == 'x') {
+            char *a = abs_dir(optarg);
+            size_t have = strlen(o->excludes);
+            size_t l = strlen(a);
+            while (l > 1 && a[l - 1] == '/') a[--l] = 0;
+            if (strchr(a, '\n') || have + l + 2 > sizeof o->excludes) {
+                lz_err("%s: cannot exclude '%s' (a newline in the name, or too many exclusions)", cmd, optarg);
+                free(a);
+                return -1;
+            }
+            sprintf(o->excludes + have, "%s%s", have ? "\n" : "", a);
+            free(a);
+            continue;
+        }
+        if (c == 'f') { o->force = 1; continue; }
         uint64_t v = 0;
         if (c != 'd' && c != 'j' && lz_parse_u64(optarg, &v) < 0) {
             lz_err("%s: %s needs a whole number, not '%s'", cmd, argv[optind - 2 >= 0 ? optind - 2 : 0], optarg);
@@ -102,6 +129,7 @@ int main(int argc, char **argv)
     if (!strcmp(c, "checkpoint")) return cmd_checkpoint(argc - 1, argv + 1);
     if (!strcmp(c, "list")) return cmd_list(argc - 1, argv + 1);
     if (!strcmp(c, "verify")) return cmd_verify(argc - 1, argv + 1);
-    lz_err("unknown command '%s' (commands: run, checkpoint, restart, list, verify; see `lazarus --help`)", c);
+    if (!strcmp(c, "diff")) return cmd_diff(argc - 1, argv + 1);
+    lz_err("unknown command '%s' (commands: run, checkpoint, restart, list, verify, diff; see `lazarus --help`)", c);
     return 2;
 }

@@ -4,6 +4,7 @@
  * index, hears back on the control socket, applies retention once a
  * checkpoint is durable, forwards signals, and exits as the program did. */
 #include "cli.h"
+#include <sys/stat.h>
 #include "util.h"
 #include <errno.h>
 #include <inttypes.h>
@@ -43,6 +44,7 @@ struct sv_state {
     int child_gone, child_status;
     uint64_t restore_started_ns;
     int restore_msg_shown;
+    uint64_t beat_ns;
 };
 
 static void reply(int fd, const char *msg)
@@ -190,6 +192,9 @@ int supervise(struct supervisor *s)
         int r = poll(pf, (nfds_t)n, 250);
         if (r < 0 && errno != EINTR) { lz_err("supervisor: poll: %s", strerror(errno)); break; }
         uint64_t now = lz_now_ns(CLOCK_MONOTONIC);
+        /* heartbeat: if we die with the job, `restart` knows from the lock
+         * file's time since when changes to its files are someone else's */
+        if (now - st.beat_ns > 1000000000ull) { futimens(s->lock_fd, NULL); st.beat_ns = now; }
         if (st.in_progress && !st.begun && now - st.requested_ns > BEGIN_TIMEOUT_NS) {
             st.in_progress = 0;
             s->next_index--;
@@ -277,6 +282,8 @@ int supervise(struct supervisor *s)
     unlink(sock);
     struct lz_job job;
     lz_job_read(s->dir, &job);
+    /* from now on, a change to the job's files is someone else's */
+    job.stopped_ns = (int64_t)lz_now_ns(CLOCK_REALTIME);
     if (s->restoring) {
         /* the restorer failed (it said why) or was killed: nothing changed */
         code = st.have_status && WIFEXITED(st.status) && WEXITSTATUS(st.status) ? WEXITSTATUS(st.status) : 1;

@@ -30,6 +30,10 @@ struct rt_state {
      * say): re-attached at restart like 0/1/2 */
     struct { int fd; uint64_t dev, ino; } inherited[64];
     int ninherited;
+    /* a file call is between recording its undo and making its change: a
+     * checkpoint arriving then is deferred to the call's end (rt_files.c) */
+    volatile int fs_busy, fs_deferred;
+    volatile uint64_t fs_deferred_value;
 };
 extern struct rt_state rt;
 extern struct lz_resume rt_resume_block; /* written by the restorer */
@@ -68,6 +72,7 @@ int rt_write_checkpoint(struct rt_ckpt *ck, uint64_t pause_start);
 void rt_resume(struct rt_ckpt *ck);
 void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc);
 void rt_install_handler(void);
+void rt_redeliver_checkpoint(void);
 
 /* Messages to the supervisor: one datagram, text. */
 void rt_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

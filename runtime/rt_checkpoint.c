@@ -59,11 +59,28 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     lz_sc2(SYS_munmap, ck->arena.base, ck->arena.cap);
 }
 
+/* The checkpoint asked for during a file call, now that it is done. */
+void rt_redeliver_checkpoint(void)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    si.si_signo = LZ_SIGCKPT;
+    si.si_code = SI_QUEUE;
+    si.si_pid = (pid_t)lz_sc0(SYS_getpid);
+    si.si_uid = (uid_t)lz_sc0(SYS_getuid);
+    si.si_value.sival_ptr = (void *)rt.fs_deferred_value;
+    rt.fs_deferred = 0;
+    lz_sc4(SYS_rt_tgsigqueueinfo, si.si_pid, lz_sc0(SYS_gettid), LZ_SIGCKPT, &si);
+}
+
 void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc)
 {
     int saved_errno = errno;
     if (!rt.active || si->si_code != SI_QUEUE || si->si_value.sival_ptr == NULL) {
         rt_chain_program_signal(sig, si, uc);
+    } else if (rt.fs_busy) {
+        rt.fs_deferred_value = (uint64_t)si->si_value.sival_ptr;
+        rt.fs_deferred = 1;
     } else {
         uint64_t v = (uint64_t)si->si_value.sival_ptr;
         do_checkpoint(v >> 2, (uint32_t)(v & 3), uc);

@@ -1,5 +1,6 @@
 /* Runtime start-up, shared helpers and the C API entry point. */
 #include "rt.h"
+#include "track.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -98,6 +99,7 @@ static void rt_atfork_child(void)
     if (rt.active && rt.ctl_fd >= 0) lz_sc1(SYS_close, rt.ctl_fd);
     rt.active = 0;
     rt.ctl_fd = -1;
+    fj.live = 0;
 }
 
 __attribute__((constructor)) static void rt_init(void)
@@ -120,6 +122,9 @@ __attribute__((constructor)) static void rt_init(void)
             rt.ninherited++;
         }
     }
+    const char *dur = getenv("LAZARUS_DURABILITY");
+    if (fj_setup(rt.dir, dur && !strcmp(dur, "machine"), getenv("LAZARUS_EXCLUDE")) < 0)
+        fprintf(stderr, "lazarus: cannot set up file tracking; files will not be rolled back\n");
     pthread_atfork(NULL, NULL, rt_atfork_child);
     rt_install_handler();
     rt_notify("HELLO %d", getpid());

@@ -4,6 +4,7 @@
  * mappings; the rest of a file mapping is identified by a hash of the file
  * range it maps, checked again at restart. */
 #include "rt.h"
+#include "track.h"
 #include "hash.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -209,6 +210,7 @@ int rt_capture_regions(struct rt_ckpt *ck)
             if (*t) t++;
         }
         if (start >= arena_lo && end <= arena_hi) continue;
+        if (fj_owns(start, end)) continue;
         if (!strcmp(path, "[vsyscall]")) continue;
         if (!strcmp(path, "[vvar]") || !strcmp(path, "[vvar_vclock]") || !strcmp(path, "[vdso]")) {
             if (start < vd_lo) vd_lo = start;

@@ -4,6 +4,7 @@
  * supervisor.  Returning from the handler then restores every register and
  * the signal mask from the signal frame (rt_sigreturn). */
 #include "rt.h"
+#include "track.h"
 #include <string.h>
 #include <sys/prctl.h>
 
@@ -29,5 +30,11 @@ void rt_resume(struct rt_ckpt *unused)
         rt.api_done = 1;
     }
     r->magic = 0;
+    char err[256];
+    if (fj_restarted(r->index, err, sizeof err) < 0) {
+        char msg[320];
+        int n = rt_fmt(msg, sizeof msg, "lazarus: %s; file changes from now on will not be rolled back\n", err);
+        lz_sc3(SYS_write, 2, msg, n);
+    }
     rt_notify("RESTORED %llu %ld", (unsigned long long)r->index, lz_sc0(SYS_getpid));
 }

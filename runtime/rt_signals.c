@@ -2,6 +2,7 @@
  * signals: sigaction() on it records the program's wish (the real handler
  * stays ours and chains to the program's), and masks never block it. */
 #include "rt.h"
+#include "track.h"
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -95,6 +96,7 @@ RT_API int close(int fd)
     static int (*real)(int);
     if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "close");
     if (rt.active && fd == rt.ctl_fd) return 0;
+    fj_fd_changed(fd);
     return real(fd);
 }
 
@@ -112,6 +114,7 @@ RT_API int dup2(int oldfd, int newfd)
     static int (*real)(int, int);
     if (!real) real = (int (*)(int, int))dlsym(RTLD_NEXT, "dup2");
     move_ctl_away(newfd);
+    fj_fd_changed(newfd);
     return real(oldfd, newfd);
 }
 
@@ -120,5 +123,6 @@ RT_API int dup3(int oldfd, int newfd, int flags)
     static int (*real)(int, int, int);
     if (!real) real = (int (*)(int, int, int))dlsym(RTLD_NEXT, "dup3");
     move_ctl_away(newfd);
+    fj_fd_changed(newfd);
     return real(oldfd, newfd, flags);
 }

@@ -3,6 +3,8 @@
  * writes), writeback is started as we go so the final fsync waits little;
  * then the manifest, fsync, and the rename that commits (format.h). */
 #include "rt.h"
+#include "journal.h"
+#include "track.h"
 #include "hash.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -83,6 +85,22 @@ static long fsync_path(const char *path)
 static void remove_tmp(const char *tmpdir)
 {
     char p[LZ_PATH_MAX + 64];
+    rt_fmt(p, sizeof p, "%s/" FJ_KEEP, tmpdir);
+    long kfd = lz_sc4(SYS_openat, AT_FDCWD, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (kfd >= 0) {
+        char buf[4096];
+        long n;
+        while ((n = lz_sc3(SYS_getdents64, kfd, buf, sizeof buf)) > 0)
+            for (long off = 0; off < n;) {
+                struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d = (void *)(buf + off);
+                off += d->reclen;
+                if (d->name[0] != '.') lz_sc3(SYS_unlinkat, kfd, d->name, 0);
+            }
+        lz_sc1(SYS_close, kfd);
+        lz_sc3(SYS_unlinkat, AT_FDCWD, p, AT_REMOVEDIR);
+    }
+    rt_fmt(p, sizeof p, "%s/" FJ_LOG, tmpdir);
+    lz_sc3(SYS_unlinkat, AT_FDCWD, p, 0);
     rt_fmt(p, sizeof p, "%s/" LZ_PAGES, tmpdir);
     lz_sc3(SYS_unlinkat, AT_FDCWD, p, 0);
     rt_fmt(p, sizeof p, "%s/" LZ_MANIFEST, tmpdir);
@@ -160,6 +178,9 @@ int rt_write_checkpoint(struct rt_ckpt *ck, uint64_t pause_start)
     if (rc && !w->err) { remove_tmp(tmpdir); return -1; }
     if (rc) { remove_tmp(tmpdir); return fail(ck, "cannot write the checkpoint's page data", w->err); }
 
+    /* the next interval's file journal starts inside this checkpoint */
+    if (fj_prepare(tmpdir, ck->err, sizeof ck->err) < 0) { remove_tmp(tmpdir); return -1; }
+
     /* the manifest */
     struct lz_pack pack = {0};
     pack.path = ck->pack_name;
@@ -197,10 +218,11 @@ int rt_write_checkpoint(struct rt_ckpt *ck, uint64_t pause_start)
     rt_fmt(path, sizeof path, "%s/" LZ_MANIFEST, tmpdir);
     e = write_file(path, m, h->manifest_size);
     if (e == 0) e = fsync_path(tmpdir);
-    if (e < 0) { remove_tmp(tmpdir); return fail(ck, "cannot write the checkpoint's manifest", e); }
+    if (e < 0) { fj_abort(); remove_tmp(tmpdir); return fail(ck, "cannot write the checkpoint's manifest", e); }
     /* commit: the rename is the instant the checkpoint starts to exist */
     e = lz_sc5(SYS_renameat2, AT_FDCWD, tmpdir, AT_FDCWD, final, 1 /* RENAME_NOREPLACE */);
-    if (e < 0) { remove_tmp(tmpdir); return fail(ck, "cannot commit the checkpoint", e); }
+    if (e < 0) { fj_abort(); remove_tmp(tmpdir); return fail(ck, "cannot commit the checkpoint", e); }
+    fj_commit();
     e = fsync_path(rt.dir);
     if (e < 0) return fail(ck, "cannot make the checkpoint durable (fsync of the store)", e);
     ck->stored_bytes = w->off;

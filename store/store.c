@@ -145,6 +145,7 @@ int lz_job_read(const char *dir, struct lz_job *job)
     memset(job, 0, sizeof *job);
     job->interval = 600;
     job->keep = 3;
+    job->rolling_to = -1;
     size_t len;
     char *buf = lz_read_file(path, &len);
     if (!buf) return -1;
@@ -157,6 +158,14 @@ int lz_job_read(const char *dir, struct lz_job *job)
         else if (!strcmp(line, "keep")) lz_parse_u64(eq, &job->keep);
         else if (!strcmp(line, "state")) snprintf(job->state, sizeof job->state, "%s", eq);
         else if (!strcmp(line, "exit")) job->exit_status = atoi(eq);
+        else if (!strcmp(line, "durability")) job->durability = !strcmp(eq, "machine");
+        else if (!strcmp(line, "stopped_ns")) job->stopped_ns = strtoll(eq, NULL, 10);
+        else if (!strcmp(line, "rolling_to")) job->rolling_to = strtoll(eq, NULL, 10);
+        else if (!strcmp(line, "exclude")) {
+            size_t have = strlen(job->excludes);
+            if (have + strlen(eq) + 2 < sizeof job->excludes)
+                sprintf(job->excludes + have, "%s%s", have ? "\n" : "", eq);
+        }
     }
     free(buf);
     return 0;
@@ -164,11 +173,20 @@ int lz_job_read(const char *dir, struct lz_job *job)
 
 int lz_job_write(const char *dir, const struct lz_job *job)
 {
-    char path[LZ_PATH_MAX + 32], tmp[LZ_PATH_MAX + 48], buf[256];
+    char path[LZ_PATH_MAX + 32], tmp[LZ_PATH_MAX + 48], buf[8192];
     snprintf(path, sizeof path, "%s/%s", dir, LZ_JOBFILE);
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, LZ_JOBFILE);
-    int n = snprintf(buf, sizeof buf, "version=%u\ninterval=%" PRIu64 "\nkeep=%" PRIu64 "\nstate=%s\nexit=%d\n",
-                     LZ_VERSION, job->interval, job->keep, job->state, job->exit_status);
+    int n = snprintf(buf, sizeof buf, "version=%u\ninterval=%" PRIu64 "\nkeep=%" PRIu64 "\nstate=%s\nexit=%d\n"
+                     "durability=%s\nstopped_ns=%" PRId64 "\nrolling_to=%" PRId64 "\n",
+                     LZ_VERSION, job->interval, job->keep, job->state, job->exit_status,
+                     job->durability ? "machine" : "process", job->stopped_ns, job->rolling_to);
+    for (const char *p = job->excludes; *p && n < (int)sizeof buf - 1;) {
+        const char *q = strchr(p, '\n');
+        size_t l = q ? (size_t)(q - p) : strlen(p);
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "exclude=%.*s\n", (int)l, p);
+        p += l + (q ? 1 : 0);
+    }
+    if (n >= (int)sizeof buf) n = (int)sizeof buf - 1;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) return -1;
     if (lz_write_all(fd, buf, (size_t)n) < 0 || fsync(fd) < 0) { close(fd); unlink(tmp); return -1; }

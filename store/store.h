@@ -14,6 +14,10 @@ struct lz_job {
     uint64_t keep;       /* checkpoints retained */
     char state[16];      /* "running", "finished", "stopped" */
     int exit_status;     /* for finished/stopped: as `lazarus run` exits */
+    int durability;      /* 0 process (default), 1 machine */
+    char excludes[4096]; /* directories not tracked, '\n'-separated, absolute */
+    int64_t stopped_ns;  /* CLOCK_REALTIME when the program was seen gone, 0 = not seen */
+    int64_t rolling_to;  /* a file rollback to this checkpoint is under way, -1 = none */
 };
 
 /* Creates DIR (0700) if needed; fails with a message if it is not usable. */

@@ -1,0 +1,99 @@
+/* The file undo journal: how the files get back to checkpoint N.
+ *
+ * Every checkpoint directory ckpt.N/ holds the undo journal of the interval
+ * that starts when N commits: `files.log` (records below) and `files.keep/`
+ * (hard links to inodes the job later renamed away, unlinked, replaced or
+ * changed, named <dev>.<ino> in hex).  Records are written *before* the change
+ * they undo (write-ahead), each checksummed, so a record torn by a crash is
+ * one whose change never happened and is ignored with everything after it.
+ *
+ * Every record states an absolute fact about checkpoint N ("path P was
+ * absent", "bytes [o, o+n) of inode I were ...", "inode I was S bytes long"),
+ * never a relative step.  Rolling back to N applies the journals of N' >= N
+ * newest first; applying any suffix again gives the same files, so a crash
+ * during a rollback is repaired by rolling back again (ftIO's idempotent
+ * commit, without its FIN bit: the checkpoints > N disappearing is the end). */
+#ifndef LZ_JOURNAL_H
+#define LZ_JOURNAL_H
+#include <stdint.h>
+
+#define FJ_LOG "files.log"
+#define FJ_KEEP "files.keep"
+#define FJ_REC_MAGIC 0x4a465a4cu /* "LZFJ" */
+#define FJ_BLOCK 4096u           /* granule of saved data: each block at most once per interval */
+#define FJ_DATA_MAX (1u << 20)   /* data bytes per DATA record */
+
+enum fj_type {
+    FJ_INODE = 1, /* struct fj_inode + path: an inode's size, mode, times at N */
+    FJ_DATA = 2,  /* struct fj_data + bytes: its content at N in [offset, offset+n) */
+    FJ_NAME = 3,  /* struct fj_name + path + target: what a path was at N */
+    FJ_MOVED = 4, /* struct fj_moved + path: a directory of N was moved there */
+    FJ_DIRTIME = 5, /* struct fj_dirtime + path: a directory's times at N */
+};
+
+struct fj_rec {
+    uint32_t magic;
+    uint16_t type;
+    uint16_t flags;
+    uint32_t len;   /* payload bytes after this header */
+    uint32_t check; /* low 32 bits of XXH3-64 of header (check = 0) and payload */
+};
+
+#define FJ_INODE_KEPT 1u   /* files.keep/<dev>.<ino> links it */
+#define FJ_INODE_BYPATH 2u /* no link possible (other file system): found by path */
+
+struct fj_inode {
+    uint64_t dev, ino;
+    uint64_t size;
+    uint32_t mode, uid, gid, pad;
+    int64_t atime_ns, mtime_ns;
+    /* then the path it had when first changed, NUL-terminated */
+};
+
+struct fj_data {
+    uint64_t dev, ino;
+    uint64_t offset;
+    /* then the bytes */
+};
+
+enum fj_was { FJ_WAS_ABSENT = 0, FJ_WAS_FILE = 1, FJ_WAS_DIR = 2, FJ_WAS_SYMLINK = 3, FJ_WAS_OTHER = 4 };
+#define FJ_NAME_COPIED 1u /* FILE kept as a copy files.keep/<dev>.<ino> (no link possible) */
+
+struct fj_name {
+    uint32_t was;   /* enum fj_was */
+    uint32_t mode, uid, gid;
+    uint64_t dev, ino, rdev;
+    int64_t atime_ns, mtime_ns;
+    /* then the path, NUL, and for a symlink its target, NUL */
+};
+
+struct fj_moved {
+    uint64_t dev, ino;
+    /* then the path the directory was moved to, NUL-terminated */
+};
+
+struct fj_dirtime {
+    int64_t atime_ns, mtime_ns;
+    /* then the directory's path, NUL-terminated */
+};
+
+_Static_assert(sizeof(struct fj_rec) == 16, "fj_rec");
+_Static_assert(sizeof(struct fj_inode) == 56, "fj_inode");
+_Static_assert(sizeof(struct fj_data) == 24, "fj_data");
+_Static_assert(sizeof(struct fj_name) == 56, "fj_name");
+
+/* Name of the keep link of an inode, "<dev>.<ino>" in hex. */
+static inline void fj_keep_name(char out[40], uint64_t dev, uint64_t ino)
+{
+    static const char hx[] = "0123456789abcdef";
+    char *p = out;
+    for (int s = 60; s >= 0; s -= 4) if ((dev >> s) || s == 0) *p++ = hx[(dev >> s) & 15];
+    *p++ = '.';
+    int started = 0;
+    for (int s = 60; s >= 0; s -= 4) {
+        unsigned d = (ino >> s) & 15;
+        if (d || started || s == 0) { *p++ = hx[d]; started = 1; }
+    }
+    *p = 0;
+}
+#endif

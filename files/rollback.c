@@ -1,0 +1,641 @@
+/* Rolling files back (rollback.h, journal.h). */
+#include "rollback.h"
+#include "journal.h"
+#include "format.h"
+#include "hash.h"
+#include "store.h"
+#include "util.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct rec {
+    uint16_t type, flags;
+    uint32_t len;       /* payload bytes */
+    uint64_t data_off;  /* DATA: where the bytes are in the log */
+    char *p;            /* payload (DATA: only its fixed part) */
+};
+
+struct seg {
+    uint64_t index;
+    char ckdir[LZ_PATH_MAX + 64];
+    int log_fd;
+    struct rec *r;
+    size_t n;
+};
+
+struct fj_plan {
+    struct seg *s; /* newest first */
+    size_t n;
+};
+
+/* ------------------------------------------------------------------ loading */
+
+static int load_seg(struct seg *s)
+{
+    char path[LZ_PATH_MAX + 96];
+    snprintf(path, sizeof path, "%s/" FJ_LOG, s->ckdir);
+    s->log_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->log_fd < 0) return errno == ENOENT ? 0 : -1; /* a checkpoint without files */
+    size_t cap = 0;
+    uint64_t off = 0;
+    char *buf = malloc(FJ_DATA_MAX + 65536);
+    for (;;) {
+        struct fj_rec h;
+        if (lz_pread_all(s->log_fd, &h, sizeof h, (off_t)off) < 0) break;
+        if (h.magic != FJ_REC_MAGIC || h.len > FJ_DATA_MAX + 65536 || h.type < FJ_INODE || h.type > FJ_DIRTIME) break;
+        if (lz_pread_all(s->log_fd, buf, h.len, (off_t)(off + sizeof h)) < 0) break;
+        uint32_t check = h.check;
+        h.check = 0;
+        XXH3_state_t st;
+        XXH3_64bits_reset(&st);
+        XXH3_64bits_update(&st, &h, sizeof h);
+        XXH3_64bits_update(&st, buf, h.len);
+        if ((uint32_t)XXH3_64bits_digest(&st) != check) break; /* torn: its change never happened */
+        size_t fixed = h.type == FJ_INODE ? sizeof(struct fj_inode) : h.type == FJ_DATA ? sizeof(struct fj_data)
+                     : h.type == FJ_NAME ? sizeof(struct fj_name) : h.type == FJ_MOVED ? sizeof(struct fj_moved)
+                     : sizeof(struct fj_dirtime);
+        if (h.len < fixed || (h.type != FJ_DATA && buf[h.len - 1] != 0)) break;
+        if (s->n == cap) { cap = cap ? cap * 2 : 256; s->r = realloc(s->r, cap * sizeof *s->r); }
+        struct rec *r = &s->r[s->n++];
+        r->type = h.type;
+        r->flags = h.flags;
+        r->len = h.len;
+        r->data_off = off + sizeof h + fixed;
+        size_t keep = h.type == FJ_DATA ? fixed : h.len;
+        r->p = malloc(keep);
+        memcpy(r->p, buf, keep);
+        off += sizeof h + h.len;
+    }
+    free(buf);
+    return 0;
+}
+
+struct fj_plan *fj_plan_load(const char *dir, uint64_t target, char *why, size_t whylen)
+{
+    uint64_t *v;
+    int n = lz_store_list(dir, &v);
+    if (n < 0) { snprintf(why, whylen, "cannot list the checkpoints: %s", strerror(errno)); return NULL; }
+    struct fj_plan *p = calloc(1, sizeof *p);
+    p->s = calloc((size_t)n + 1, sizeof *p->s);
+    for (int i = n - 1; i >= 0; i--) {
+        if (v[i] < target) continue;
+        struct seg *s = &p->s[p->n++];
+        s->index = v[i];
+        lz_ckpt_path(s->ckdir, sizeof s->ckdir, dir, v[i]);
+        if (load_seg(s) < 0) {
+            snprintf(why, whylen, "cannot read the file journal of checkpoint %" PRIu64 ": %s", v[i], strerror(errno));
+            free(v);
+            fj_plan_free(p);
+            return NULL;
+        }
+    }
+    free(v);
+    return p;
+}
+
+void fj_plan_free(struct fj_plan *p)
+{
+    if (!p) return;
+    for (size_t i = 0; i < p->n; i++) {
+        for (size_t j = 0; j < p->s[i].n; j++) free(p->s[i].r[j].p);
+        free(p->s[i].r);
+        if (p->s[i].log_fd >= 0) close(p->s[i].log_fd);
+    }
+    free(p->s);
+    free(p);
+}
+
+int fj_plan_empty(const struct fj_plan *p)
+{
+    for (size_t i = 0; i < p->n; i++) if (p->s[i].n) return 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ records */
+
+static const struct fj_name *NAME(const struct rec *r) { return (const struct fj_name *)r->p; }
+static const char *name_path(const struct rec *r) { return r->p + sizeof(struct fj_name); }
+static const char *name_target(const struct rec *r) { const char *p = name_path(r); return p + strlen(p) + 1; }
+static const struct fj_inode *INODE(const struct rec *r) { return (const struct fj_inode *)r->p; }
+static const char *inode_path(const struct rec *r) { return r->p + sizeof(struct fj_inode); }
+
+static int depth(const char *p) { int d = 0; for (; *p; p++) d += *p == '/'; return d; }
+
+/* The first record per path in one journal (the state at its checkpoint). */
+struct nm { const struct rec *r; const char *path; int depth; size_t order; };
+
+static int nm_by_path(const void *a, const void *b)
+{
+    const struct nm *x = a, *y = b;
+    int c = strcmp(x->path, y->path);
+    return c ? c : (x->order < y->order ? -1 : x->order > y->order);
+}
+static int nm_shallow(const void *a, const void *b)
+{
+    const struct nm *x = a, *y = b;
+    return x->depth != y->depth ? x->depth - y->depth : strcmp(x->path, y->path);
+}
+static int nm_deep(const void *a, const void *b) { return nm_shallow(b, a); }
+
+static struct nm *first_names(const struct seg *s, uint16_t type, size_t *count)
+{
+    struct nm *v = malloc((s->n + 1) * sizeof *v);
+    size_t n = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->r[i].type == type) {
+            const char *path = type == FJ_NAME ? name_path(&s->r[i]) : s->r[i].p + sizeof(struct fj_dirtime);
+            v[n++] = (struct nm){&s->r[i], path, depth(path), i};
+        }
+    qsort(v, n, sizeof *v, nm_by_path);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (m == 0 || strcmp(v[m - 1].path, v[i].path)) v[m++] = v[i];
+    *count = m;
+    return v;
+}
+
+/* ------------------------------------------------------------------ file-system steps */
+
+static int delay;
+static void step_done(void)
+{
+    if (delay > 0) { struct timespec t = {delay / 1000, (delay % 1000) * 1000000L}; nanosleep(&t, NULL); }
+}
+
+static int fail(char *why, size_t wl, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *why, size_t wl, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, wl, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static void remove_tree_at(int dfd, const char *name)
+{
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        DIR *d = fdopendir(fd);
+        struct dirent *e;
+        while (d && (e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                if (unlinkat(fd, e->d_name, 0) < 0 && (errno == EISDIR || errno == EPERM)) remove_tree_at(fd, e->d_name);
+        if (d) closedir(d); else close(fd);
+    }
+    unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+static int remove_any(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlink(path) < 0 && errno != ENOENT ? -1 : 0;
+    remove_tree_at(AT_FDCWD, path);
+    return lstat(path, &st) == 0 ? -1 : 0;
+}
+
+static void parent_of(const char *path, char *out)
+{
+    snprintf(out, LZ_PATH_MAX, "%s", path);
+    char *s = strrchr(out, '/');
+    if (s == out) s[1] = 0;
+    else if (s) *s = 0;
+}
+
+static int mkdir_p(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) return S_ISDIR(st.st_mode) ? 0 : -1;
+    char par[LZ_PATH_MAX];
+    parent_of(path, par);
+    if (strcmp(par, path) && mkdir_p(par) < 0) return -1;
+    return mkdir(path, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+static void set_times(const char *path, int64_t at, int64_t mt)
+{
+    struct timespec ts[2] = {{at / 1000000000, at % 1000000000}, {mt / 1000000000, mt % 1000000000}};
+    utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW);
+}
+
+static int same_ino(const struct stat *st, uint64_t dev, uint64_t ino) { return st->st_dev == dev && st->st_ino == ino; }
+
+static int copy_fd(int in, int out)
+{
+    char *buf = malloc(1 << 20);
+    ssize_t n;
+    off_t off = 0;
+    while ((n = pread(in, buf, 1 << 20, off)) > 0) {
+        if (lz_write_all(out, buf, (size_t)n) < 0) { free(buf); return -1; }
+        off += n;
+    }
+    free(buf);
+    return n < 0 ? -1 : 0;
+}
+
+/* Puts the kept inode (or its copy) at `path`, replacing what is there. */
+static int restore_file(const struct seg *s, const struct rec *r, char *why, size_t wl)
+{
+    const struct fj_name *n = NAME(r);
+    const char *path = name_path(r);
+    char keep[LZ_PATH_MAX + 160], name[40], par[LZ_PATH_MAX], tmp[LZ_PATH_MAX + 64];
+    fj_keep_name(name, n->dev, n->ino);
+    snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", s->ckdir, name);
+    struct stat st;
+    if (lstat(path, &st) == 0 && same_ino(&st, n->dev, n->ino)) return 0;
+    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && remove_any(path) < 0)
+        return fail(why, wl, "cannot remove the directory %s that replaced a file: %s", path, strerror(errno));
+    parent_of(path, par);
+    if (mkdir_p(par) < 0) return fail(why, wl, "cannot recreate the directory %s: %s", par, strerror(errno));
+    snprintf(tmp, sizeof tmp, "%s/.lazarus-rb.%s", par, name);
+    unlink(tmp);
+    if (r->flags & FJ_NAME_COPIED) {
+        int in = open(keep, O_RDONLY | O_CLOEXEC);
+        int out = in < 0 ? -1 : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, n->mode & 07777);
+        int ok = in >= 0 && out >= 0 && copy_fd(in, out) == 0;
+        if (out >= 0) {
+            struct timespec ts[2] = {{n->atime_ns / 1000000000, n->atime_ns % 1000000000}, {n->mtime_ns / 1000000000, n->mtime_ns % 1000000000}};
+            fchmod(out, n->mode & 07777);
+            futimens(out, ts);
+            close(out);
+        }
+        if (in >= 0) close(in);
+        if (!ok) { unlink(tmp); return fail(why, wl, "cannot bring back %s from its kept copy: %s", path, strerror(errno)); }
+    } else if (link(keep, tmp) < 0) {
+        return fail(why, wl, "cannot bring back %s (kept as %s): %s", path, keep, strerror(errno));
+    }
+    if (rename(tmp, path) < 0) { int e = errno; unlink(tmp); return fail(why, wl, "cannot bring back %s: %s", path, strerror(e)); }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ one journal */
+
+static int dir_needed(const struct nm *v, size_t n, const struct stat *st)
+{
+    for (size_t i = 0; i < n; i++)
+        if (NAME(v[i].r)->was == FJ_WAS_DIR && same_ino(st, NAME(v[i].r)->dev, NAME(v[i].r)->ino)) return 1;
+    return 0;
+}
+
+static int apply_seg(const struct seg *s, char *why, size_t wl)
+{
+    size_t nn, nd;
+    struct nm *names = first_names(s, FJ_NAME, &nn);
+    struct nm *dts = first_names(s, FJ_DIRTIME, &nd);
+    int rc = 0;
+    struct stat st;
+
+    /* A: directories of N that were moved go back (shallowest first) */
+    qsort(names, nn, sizeof *names, nm_shallow);
+    for (size_t i = 0; i < nn && rc == 0; i++) {
+        const struct fj_name *n = NAME(names[i].r);
+        if (n->was != FJ_WAS_DIR) continue;
+        if (lstat(names[i].path, &st) == 0 && same_ino(&st, n->dev, n->ino)) continue;
+        for (size_t j = s->n; j-- > 0;) {
+            const struct rec *m = &s->r[j];
+            if (m->type != FJ_MOVED) continue;
+            const struct fj_moved *mv = (const void *)m->p;
+            const char *where = m->p + sizeof *mv;
+            if (mv->dev != n->dev || mv->ino != n->ino || lstat(where, &st) < 0 || !same_ino(&st, n->dev, n->ino)) continue;
+            char par[LZ_PATH_MAX];
+            parent_of(names[i].path, par);
+            if (remove_any(names[i].path) < 0 || mkdir_p(par) < 0 || rename(where, names[i].path) < 0)
+                rc = fail(why, wl, "cannot move the directory %s back to %s: %s", where, names[i].path, strerror(errno));
+            step_done();
+            break;
+        }
+    }
+    /* B: what did not exist at N goes (deepest first) */
+    qsort(names, nn, sizeof *names, nm_deep);
+    for (size_t i = 0; i < nn && rc == 0; i++) {
+        if (NAME(names[i].r)->was != FJ_WAS_ABSENT || lstat(names[i].path, &st) < 0) continue;
+        if (S_ISDIR(st.st_mode) && dir_needed(names, nn, &st)) continue;
+        if (remove_any(names[i].path) < 0) rc = fail(why, wl, "cannot remove %s: %s", names[i].path, strerror(errno));
+        step_done();
+    }
+    /* C: what existed at N comes back (shallowest first) */
+    qsort(names, nn, sizeof *names, nm_shallow);
+    for (size_t i = 0; i < nn && rc == 0; i++) {
+        const struct fj_name *n = NAME(names[i].r);
+        const char *path = names[i].path;
+        int have = lstat(path, &st) == 0;
+        switch (n->was) {
+        case FJ_WAS_FILE:
+            rc = restore_file(s, names[i].r, why, wl);
+            break;
+        case FJ_WAS_DIR:
+            if (have && S_ISDIR(st.st_mode)) break;
+            if ((have && remove_any(path) < 0) || mkdir(path, n->mode & 07777) < 0)
+                rc = fail(why, wl, "cannot recreate the directory %s: %s", path, strerror(errno));
+            break;
+        case FJ_WAS_SYMLINK: {
+            char cur[LZ_PATH_MAX];
+            ssize_t l = have && S_ISLNK(st.st_mode) ? readlink(path, cur, sizeof cur - 1) : -1;
+            if (l >= 0) { cur[l] = 0; if (!strcmp(cur, name_target(names[i].r))) break; }
+            if ((have && remove_any(path) < 0) || symlink(name_target(names[i].r), path) < 0)
+                rc = fail(why, wl, "cannot recreate the symbolic link %s: %s", path, strerror(errno));
+            break;
+        }
+        case FJ_WAS_OTHER:
+            if (have && (st.st_mode & S_IFMT) == (n->mode & S_IFMT)) break;
+            if ((have && remove_any(path) < 0) || mknod(path, n->mode, n->rdev) < 0)
+                lz_warn("cannot recreate %s: %s", path, strerror(errno)); /* devices need privileges */
+            break;
+        default:
+            break;
+        }
+        if (n->was != FJ_WAS_ABSENT) step_done();
+    }
+    /* D: contents, sizes, modes and times of the inodes changed */
+    char *buf = malloc(FJ_DATA_MAX);
+    for (size_t i = 0; i < s->n && rc == 0; i++) {
+        const struct rec *r = &s->r[i];
+        if (r->type != FJ_INODE) continue;
+        const struct fj_inode *in = INODE(r);
+        int dup = 0;
+        for (size_t j = 0; j < i && !dup; j++)
+            dup = s->r[j].type == FJ_INODE && INODE(&s->r[j])->dev == in->dev && INODE(&s->r[j])->ino == in->ino;
+        if (dup) continue;
+        char name[40], keep[LZ_PATH_MAX + 160];
+        fj_keep_name(name, in->dev, in->ino);
+        snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", s->ckdir, name);
+        const char *at = (r->flags & FJ_INODE_KEPT) ? keep : inode_path(r);
+        int fd = open(at, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+        struct stat fs;
+        if (fd < 0 || fstat(fd, &fs) < 0 || !same_ino(&fs, in->dev, in->ino)) {
+            if (fd >= 0) close(fd);
+            if (r->flags & FJ_INODE_KEPT) { rc = fail(why, wl, "cannot reopen %s (kept as %s): %s", inode_path(r), keep, strerror(errno)); break; }
+            lz_warn("%s is no longer where it was; its content is not rolled back", inode_path(r));
+            continue;
+        }
+        if (ftruncate(fd, (off_t)in->size) < 0) rc = fail(why, wl, "cannot restore the size of %s: %s", inode_path(r), strerror(errno));
+        /* later records first: the first one saved is the content at N */
+        for (size_t j = s->n; j-- > i && rc == 0;) {
+            const struct rec *d = &s->r[j];
+            if (d->type != FJ_DATA) continue;
+            const struct fj_data *dd = (const void *)d->p;
+            if (dd->dev != in->dev || dd->ino != in->ino) continue;
+            size_t len = d->len - sizeof *dd;
+            if (lz_pread_all(s->log_fd, buf, len, (off_t)d->data_off) < 0 || pwrite(fd, buf, len, (off_t)dd->offset) != (ssize_t)len)
+                rc = fail(why, wl, "cannot restore the content of %s: %s", inode_path(r), strerror(errno ? errno : EIO));
+        }
+        if (rc == 0) {
+            fchmod(fd, in->mode & 07777);
+            if (geteuid() == 0 && (fs.st_uid != in->uid || fs.st_gid != in->gid)) { if (fchown(fd, in->uid, in->gid)) {} }
+            struct timespec ts[2] = {{in->atime_ns / 1000000000, in->atime_ns % 1000000000},
+                                     {in->mtime_ns / 1000000000, in->mtime_ns % 1000000000}};
+            futimens(fd, ts);
+        }
+        close(fd);
+        step_done();
+    }
+    free(buf);
+    /* E: directories' modes and times, deepest first (creating entries changed them) */
+    qsort(names, nn, sizeof *names, nm_deep);
+    for (size_t i = 0; i < nn && rc == 0; i++) {
+        const struct fj_name *n = NAME(names[i].r);
+        if (n->was != FJ_WAS_DIR) continue;
+        chmod(names[i].path, n->mode & 07777);
+        set_times(names[i].path, n->atime_ns, n->mtime_ns);
+    }
+    qsort(dts, nd, sizeof *dts, nm_deep);
+    for (size_t i = 0; i < nd && rc == 0; i++) {
+        const struct fj_dirtime *t = (const void *)dts[i].r->p;
+        set_times(dts[i].path, t->atime_ns, t->mtime_ns);
+    }
+    free(names);
+    free(dts);
+    return rc;
+}
+
+int fj_plan_apply(const struct fj_plan *p, int delay_ms, char *why, size_t whylen)
+{
+    delay = delay_ms;
+    for (size_t i = 0; i < p->n; i++)
+        if (apply_seg(&p->s[i], why, whylen) < 0) return -1;
+    sync(); /* the files are at N on disk before any journal goes away */
+    return 0;
+}
+
+int fj_journal_reset(const char *ckdir)
+{
+    char path[LZ_PATH_MAX + 96];
+    snprintf(path, sizeof path, "%s/" FJ_LOG, ckdir);
+    if (truncate(path, 0) < 0 && errno != ENOENT) return -1;
+    int lfd = open(path, O_RDONLY | O_CLOEXEC);
+    if (lfd >= 0) { fsync(lfd); close(lfd); }
+    snprintf(path, sizeof path, "%s/" FJ_KEEP, ckdir);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') unlinkat(dirfd(d), e->d_name, 0);
+    if (d) closedir(d);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ checks and views */
+
+/* What the rollback will decide for each path: the record of the oldest
+ * journal that has one (it is applied last). */
+struct want { const char *path; const struct rec *r; const struct seg *s; };
+
+static int want_cmp(const void *a, const void *b) { return strcmp(((const struct want *)a)->path, ((const struct want *)b)->path); }
+
+static struct want *final_names(const struct fj_plan *p, size_t *count)
+{
+    size_t cap = 0, n = 0;
+    struct want *w = NULL;
+    for (size_t i = 0; i < p->n; i++) {
+        size_t k;
+        struct nm *v = first_names(&p->s[i], FJ_NAME, &k);
+        for (size_t j = 0; j < k; j++) {
+            if (n == cap) { cap = cap ? cap * 2 : 64; w = realloc(w, cap * sizeof *w); }
+            w[n++] = (struct want){v[j].path, v[j].r, &p->s[i]};
+        }
+        free(v);
+    }
+    /* stable: keep the last occurrence (the oldest journal) per path */
+    qsort(w, n, sizeof *w, want_cmp); /* ties broken below by scanning */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m && !strcmp(w[m - 1].path, w[i].path)) {
+            if (w[i].s->index < w[m - 1].s->index) w[m - 1] = w[i];
+        } else {
+            w[m++] = w[i];
+        }
+    }
+    *count = m;
+    return w;
+}
+
+static int newer(const struct stat *st, int64_t t)
+{
+    return (int64_t)st->st_ctim.tv_sec * 1000000000ll + st->st_ctim.tv_nsec > t;
+}
+
+static int tree_newer(const char *path, int64_t t)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0) return 0;
+    if (newer(&st, t) && !S_ISDIR(st.st_mode)) return 1;
+    if (!S_ISDIR(st.st_mode)) return 0;
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char sub[LZ_PATH_MAX * 2];
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        found = tree_newer(sub, t);
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+static void add_list(char **list, size_t *count, const char *path)
+{
+    (*count)++;
+    if (*count > 5) return;
+    size_t have = *list ? strlen(*list) : 0;
+    *list = realloc(*list, have + strlen(path) + 3);
+    sprintf(*list + have, "%s%s", have ? ", " : "", path);
+}
+
+size_t fj_plan_outside_changes(const struct fj_plan *p, int64_t stop_ns, char **list)
+{
+    size_t count = 0, n;
+    *list = NULL;
+    struct want *w = final_names(p, &n);
+    struct stat st;
+    for (size_t i = 0; i < n; i++) {
+        const struct fj_name *nm = NAME(w[i].r);
+        if (lstat(w[i].path, &st) < 0) continue;
+        if (S_ISDIR(st.st_mode) ? (nm->was == FJ_WAS_ABSENT && tree_newer(w[i].path, stop_ns)) : newer(&st, stop_ns))
+            add_list(list, &count, w[i].path);
+    }
+    free(w);
+    for (size_t i = 0; i < p->n; i++)
+        for (size_t j = 0; j < p->s[i].n; j++) {
+            const struct rec *r = &p->s[i].r[j];
+            if (r->type != FJ_INODE) continue;
+            char name[40], keep[LZ_PATH_MAX + 160];
+            fj_keep_name(name, INODE(r)->dev, INODE(r)->ino);
+            snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", p->s[i].ckdir, name);
+            const char *at = (r->flags & FJ_INODE_KEPT) ? keep : inode_path(r);
+            if (lstat(at, &st) == 0 && newer(&st, stop_ns)) {
+                int listed = 0;
+                if (*list) listed = strstr(*list, inode_path(r)) != NULL;
+                if (!listed) add_list(list, &count, inode_path(r));
+            }
+        }
+    return count;
+}
+
+struct line { char *text; };
+static int line_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct line *)a)->text + 9, ((const struct line *)b)->text + 9);
+}
+
+size_t fj_plan_diff(const struct fj_plan *p, FILE *out)
+{
+    size_t n, nl = 0, cap = 64;
+    struct line *lines = malloc(cap * sizeof *lines);
+    struct want *w = final_names(p, &n);
+    struct stat st;
+    char **seen = calloc(n + 1, sizeof *seen);
+    size_t nseen = 0;
+#define ADD(kind, path) do { if (nl == cap) { cap *= 2; lines = realloc(lines, cap * sizeof *lines); } \
+        if (asprintf(&lines[nl].text, "%-8s %s", kind, path) > 0) nl++; } while (0)
+    for (size_t i = 0; i < n; i++) {
+        const struct fj_name *nm = NAME(w[i].r);
+        int have = lstat(w[i].path, &st) == 0;
+        const char *kind = NULL;
+        switch (nm->was) {
+        case FJ_WAS_ABSENT: if (have) kind = "removed"; break;
+        case FJ_WAS_FILE: if (!have || !same_ino(&st, nm->dev, nm->ino)) kind = "restored"; break;
+        case FJ_WAS_DIR: if (!have || !S_ISDIR(st.st_mode)) kind = "restored"; break;
+        case FJ_WAS_SYMLINK: {
+            char cur[LZ_PATH_MAX];
+            ssize_t l = have && S_ISLNK(st.st_mode) ? readlink(w[i].path, cur, sizeof cur - 1) : -1;
+            if (l < 0) kind = "restored";
+            else { cur[l] = 0; if (strcmp(cur, name_target(w[i].r))) kind = "restored"; }
+            break;
+        }
+        default: if (!have) kind = "restored"; break;
+        }
+        if (kind) { ADD(kind, w[i].path); seen[nseen++] = (char *)w[i].path; }
+    }
+    for (size_t i = 0; i < p->n; i++)
+        for (size_t j = 0; j < p->s[i].n; j++) {
+            const struct rec *r = &p->s[i].r[j];
+            if (r->type != FJ_INODE) continue;
+            const char *path = inode_path(r);
+            int dup = 0;
+            for (size_t k = 0; k < nseen && !dup; k++) dup = !strcmp(seen[k], path);
+            for (size_t k = 0; k < nl && !dup; k++) dup = !strcmp(lines[k].text + 9, path);
+            if (dup) continue;
+            /* something to undo if the content was saved, or size/mode/time moved */
+            const struct fj_inode *in = INODE(r);
+            char name[40], keep[LZ_PATH_MAX + 160];
+            fj_keep_name(name, in->dev, in->ino);
+            snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", p->s[i].ckdir, name);
+            int changed = 1;
+            if (stat((r->flags & FJ_INODE_KEPT) ? keep : path, &st) == 0) {
+                int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
+                changed = (uint64_t)st.st_size != in->size || mt != in->mtime_ns || (st.st_mode & 07777) != (in->mode & 07777);
+            }
+            if (changed) ADD("modified", path);
+        }
+    qsort(lines, nl, sizeof *lines, line_cmp);
+    for (size_t i = 0; i < nl; i++) { fprintf(out, "%s\n", lines[i].text); free(lines[i].text); }
+    free(lines);
+    free(seen);
+    free(w);
+    return nl;
+}
+
+void fj_journal_stats(const char *ckdir, uint64_t *files, uint64_t *bytes)
+{
+    struct seg s;
+    memset(&s, 0, sizeof s);
+    snprintf(s.ckdir, sizeof s.ckdir, "%s", ckdir);
+    *files = 0;
+    *bytes = 0;
+    if (load_seg(&s) < 0 || s.log_fd < 0) return;
+    struct stat st;
+    if (fstat(s.log_fd, &st) == 0) *bytes = (uint64_t)st.st_size;
+    size_t nn;
+    struct nm *v = first_names(&s, FJ_NAME, &nn);
+    *files = nn;
+    for (size_t i = 0; i < s.n; i++) {
+        if (s.r[i].type != FJ_INODE) continue;
+        int dup = 0;
+        for (size_t k = 0; k < nn && !dup; k++) dup = !strcmp(v[k].path, inode_path(&s.r[i]));
+        for (size_t k = 0; k < i && !dup; k++)
+            dup = s.r[k].type == FJ_INODE && INODE(&s.r[k])->dev == INODE(&s.r[i])->dev && INODE(&s.r[k])->ino == INODE(&s.r[i])->ino;
+        if (!dup) (*files)++;
+    }
+    free(v);
+    /* kept files only cost space once nothing else links them */
+    char keep[LZ_PATH_MAX + 96];
+    snprintf(keep, sizeof keep, "%s/" FJ_KEEP, ckdir);
+    DIR *d = opendir(keep);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_nlink == 1)
+            *bytes += (uint64_t)st.st_blocks * 512;
+    if (d) closedir(d);
+    for (size_t j = 0; j < s.n; j++) free(s.r[j].p);
+    free(s.r);
+    close(s.log_fd);
+}

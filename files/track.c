@@ -1,0 +1,954 @@
+/* Recording side of the file engine (track.h, journal.h). */
+#include "track.h"
+#include "journal.h"
+#include "format.h"
+#include "hash.h"
+#include "lzsys.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+
+struct fj_global fj;
+
+#define ARENA_BYTES (1ull << 30) /* reserved per interval, committed as used */
+#define FDT_BYTES ((size_t)FJ_MAXFD * sizeof(struct fj_fdent) + FJ_DATA_MAX)
+#define OWN_FD_BASE 960          /* the engine's descriptors live up here */
+#define MAX_EXCL 64
+#define MAX_INOS (1u << 20)      /* inodes changed in one interval */
+
+struct fj_ino {
+    uint64_t dev, ino;
+    uint64_t orig;     /* size at the start of the interval */
+    uint64_t *bits;    /* blocks below `orig` whose content is saved */
+    int32_t rfd;       /* a read-only handle, or -1 */
+    uint8_t born, used;
+};
+
+/* What one interval knows; two of them alternate so a checkpoint can prepare
+ * the next while the current one stays valid until the commit. */
+struct interval {
+    char *arena; size_t used;
+    struct fj_ino *inos; uint32_t ino_n;        /* stable: descriptors hold indices */
+    uint32_t *ihash; uint32_t ihash_cap;         /* index + 1, open addressing */
+    uint64_t *paths; uint32_t path_cap, path_n; /* XXH3 of paths already recorded */
+    int log_fd, keep_fd;
+    int touched;       /* anything recorded (for machine durability) */
+};
+
+static struct {
+    char store[LZ_PATH_MAX];
+    size_t store_len;
+    int machine;
+    char excl[MAX_EXCL][LZ_PATH_MAX / 8];
+    int nexcl;
+    struct interval iv[2];
+    int cur;           /* iv[cur] is live; iv[!cur] is being prepared */
+    volatile int lock;
+    int warned;
+} E;
+
+static char *databuf; /* FJ_DATA_MAX bytes, for copying saved content */
+
+/* ---------------------------------------------------------------- helpers */
+
+static void lock(void) { while (__atomic_exchange_n(&E.lock, 1, __ATOMIC_ACQUIRE)) lz_sc0(SYS_sched_yield); }
+static void unlock(void) { __atomic_store_n(&E.lock, 0, __ATOMIC_RELEASE); }
+
+static size_t slen(const char *s) { size_t n = 0; while (s[n]) n++; return n; }
+
+static void *iv_alloc(struct interval *v, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n > ARENA_BYTES - v->used) return NULL;
+    void *p = v->arena + v->used;
+    v->used += n;
+    return p;
+}
+
+static int64_t ts_ns(const struct timespec *t) { return (int64_t)t->tv_sec * 1000000000ll + t->tv_nsec; }
+
+static long own_fd(long fd)
+{
+    if (fd < 0) return fd;
+    long n = lz_sc3(SYS_fcntl, fd, F_DUPFD_CLOEXEC, OWN_FD_BASE);
+    lz_sc1(SYS_close, fd);
+    return n;
+}
+
+int fj_is_own_fd(int fd)
+{
+    for (int i = 0; i < 2; i++) {
+        if (E.iv[i].log_fd == fd || E.iv[i].keep_fd == fd) return 1;
+        for (uint32_t s = 0; s < E.iv[i].ino_n; s++)
+            if (E.iv[i].inos[s].rfd == fd) return 1;
+    }
+    return 0;
+}
+
+/* Lexical absolute path of (dirfd, path). */
+static int abspath(int dirfd, const char *path, char *out)
+{
+    char base[LZ_PATH_MAX];
+    size_t bl = 0;
+    if (path[0] != '/') {
+        long n;
+        if (dirfd == AT_FDCWD) {
+            n = lz_sc2(SYS_getcwd, base, sizeof base);
+            if (n < 0) return (int)n;
+            bl = slen(base);
+        } else {
+            char lp[40] = "/proc/self/fd/";
+            int d = dirfd, i = 14;
+            char tmp[12]; int k = 0;
+            do tmp[k++] = (char)('0' + d % 10); while ((d /= 10));
+            while (k) lp[i++] = tmp[--k];
+            lp[i] = 0;
+            n = lz_sc4(SYS_readlinkat, AT_FDCWD, lp, base, sizeof base - 1);
+            if (n < 0) return (int)n;
+            base[n] = 0;
+            bl = (size_t)n;
+        }
+    }
+    size_t pl = slen(path);
+    if (bl + pl + 2 >= LZ_PATH_MAX) return -ENAMETOOLONG;
+    char raw[LZ_PATH_MAX];
+    memcpy(raw, base, bl);
+    raw[bl] = '/';
+    memcpy(raw + bl + 1, path, pl + 1);
+    /* collapse //, /./ and /../ */
+    size_t o = 0;
+    const char *p = raw;
+    while (*p) {
+        while (*p == '/') p++;
+        if (!*p) break;
+        const char *q = p;
+        while (*q && *q != '/') q++;
+        size_t cl = (size_t)(q - p);
+        if (cl == 1 && p[0] == '.') { p = q; continue; }
+        if (cl == 2 && p[0] == '.' && p[1] == '.') {
+            while (o > 0 && out[o - 1] != '/') o--;
+            if (o > 0) o--;
+            p = q;
+            continue;
+        }
+        out[o++] = '/';
+        memcpy(out + o, p, cl);
+        o += cl;
+        p = q;
+    }
+    if (o == 0) out[o++] = '/';
+    out[o] = 0;
+    return 0;
+}
+
+static int under(const char *path, const char *dir, size_t dl)
+{
+    return !strncmp(path, dir, dl) && (path[dl] == '/' || path[dl] == 0 || (dl == 1 && dir[0] == '/'));
+}
+
+static int excluded(const char *abs)
+{
+    static const char *const sys[] = {"/proc", "/sys", "/dev"};
+    for (int i = 0; i < 3; i++) if (under(abs, sys[i], slen(sys[i]))) return 1;
+    if (under(abs, E.store, E.store_len)) return 1;
+    for (int i = 0; i < E.nexcl; i++) if (under(abs, E.excl[i], slen(E.excl[i]))) return 1;
+    return 0;
+}
+
+static void fdpath(int fd, char *lp)
+{
+    memcpy(lp, "/proc/self/fd/", 14);
+    char tmp[12]; int k = 0, i = 14;
+    do tmp[k++] = (char)('0' + fd % 10); while ((fd /= 10));
+    while (k) lp[i++] = tmp[--k];
+    lp[i] = 0;
+}
+
+/* ---------------------------------------------------------------- journal */
+
+static long jwrite(struct interval *v, uint16_t type, uint16_t flags, const void *fixed, size_t flen,
+                   const char *s1, const char *s2, const void *data, size_t dlen)
+{
+    struct fj_rec h = {FJ_REC_MAGIC, type, flags, 0, 0};
+    size_t l1 = s1 ? slen(s1) + 1 : 0, l2 = s2 ? slen(s2) + 1 : 0;
+    h.len = (uint32_t)(flen + l1 + l2 + dlen);
+    struct iovec iov[5] = {{&h, sizeof h}, {(void *)fixed, flen}, {(void *)s1, l1}, {(void *)s2, l2}, {(void *)data, dlen}};
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    for (int i = 0; i < 5; i++) if (iov[i].iov_len) XXH3_64bits_update(&st, iov[i].iov_base, iov[i].iov_len);
+    h.check = (uint32_t)XXH3_64bits_digest(&st);
+    size_t total = sizeof h + h.len;
+    int first = 0;
+    while (total) {
+        long n = lz_sc3(SYS_writev, v->log_fd, &iov[first], 5 - first);
+        if (n == -EINTR) continue;
+        if (n <= 0) return n ? n : -EIO;
+        total -= (size_t)n;
+        while (n > 0) {
+            if ((size_t)n >= iov[first].iov_len) { n -= (long)iov[first].iov_len; iov[first].iov_len = 0; first++; }
+            else { iov[first].iov_base = (char *)iov[first].iov_base + n; iov[first].iov_len -= (size_t)n; n = 0; }
+        }
+        while (first < 5 && iov[first].iov_len == 0) first++;
+    }
+    v->touched = 1;
+    return 0;
+}
+
+/* With --durability machine the undo reaches the disk before the change. */
+static long jsync(struct interval *v)
+{
+    if (!E.machine) return 0;
+    long r = lz_sc1(SYS_fdatasync, v->log_fd);
+    if (r == 0) r = lz_sc1(SYS_fsync, v->keep_fd);
+    return r;
+}
+
+/* ---------------------------------------------------------------- tables */
+
+static uint64_t mix(uint64_t a, uint64_t b) { uint64_t x = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull); x ^= x >> 29; x *= 0xbf58476d1ce4e5b9ull; return x ^ (x >> 32); }
+
+static int path_seen(struct interval *v, uint64_t h, int add)
+{
+    if (add && (v->path_n + 1) * 2 > v->path_cap) {
+        uint32_t nc = v->path_cap ? v->path_cap * 2 : 4096;
+        uint64_t *np = iv_alloc(v, nc * sizeof *np);
+        if (!np) return 0;
+        memset(np, 0, nc * sizeof *np);
+        for (uint32_t i = 0; i < v->path_cap; i++)
+            if (v->paths[i]) { uint32_t s = (uint32_t)(v->paths[i] & (nc - 1)); while (np[s]) s = (s + 1) & (nc - 1); np[s] = v->paths[i]; }
+        v->paths = np;
+        v->path_cap = nc;
+    }
+    if (!v->path_cap) return 0;
+    if (!h) h = 1;
+    uint32_t s = (uint32_t)(h & (v->path_cap - 1));
+    while (v->paths[s]) {
+        if (v->paths[s] == h) return 1;
+        s = (s + 1) & (v->path_cap - 1);
+    }
+    if (add) { v->paths[s] = h; v->path_n++; }
+    return 0;
+}
+
+static struct fj_ino *ino_find(struct interval *v, uint64_t dev, uint64_t ino, int add)
+{
+    if (!v->inos) {
+        if (!add) return NULL;
+        v->inos = iv_alloc(v, (size_t)MAX_INOS * sizeof *v->inos);
+        if (!v->inos) return NULL;
+    }
+    if (add && (v->ino_n + 1) * 2 > v->ihash_cap) {
+        uint32_t nc = v->ihash_cap ? v->ihash_cap * 2 : 1024;
+        uint32_t *nh = iv_alloc(v, nc * sizeof *nh);
+        if (!nh) return NULL;
+        memset(nh, 0, nc * sizeof *nh);
+        for (uint32_t i = 0; i < v->ino_n; i++) {
+            uint32_t s = (uint32_t)(mix(v->inos[i].dev, v->inos[i].ino) & (nc - 1));
+            while (nh[s]) s = (s + 1) & (nc - 1);
+            nh[s] = i + 1;
+        }
+        v->ihash = nh;
+        v->ihash_cap = nc;
+    }
+    if (!v->ihash_cap) return NULL;
+    uint32_t s = (uint32_t)(mix(dev, ino) & (v->ihash_cap - 1));
+    while (v->ihash[s]) {
+        struct fj_ino *e = &v->inos[v->ihash[s] - 1];
+        if (e->dev == dev && e->ino == ino) return e;
+        s = (s + 1) & (v->ihash_cap - 1);
+    }
+    if (!add || v->ino_n >= MAX_INOS) return NULL;
+    struct fj_ino *e = &v->inos[v->ino_n];
+    memset(e, 0, sizeof *e);
+    e->used = 1; e->dev = dev; e->ino = ino; e->rfd = -1;
+    v->ihash[s] = ++v->ino_n;
+    return e;
+}
+
+/* ---------------------------------------------------------------- keeping */
+
+/* Copy of a file into files.keep/ when no hard link can be made there. */
+static long keep_copy(struct interval *v, int srcfd, const char *name)
+{
+    long out = lz_sc4(SYS_openat, v->keep_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (out == -EEXIST) return 0;
+    if (out < 0) return out;
+    long rc = 0;
+    for (;;) {
+        long n = lz_sc6(SYS_copy_file_range, srcfd, 0, out, 0, 1 << 30, 0);
+        if (n == -EINTR) continue;
+        if (n == -EXDEV || n == -EOPNOTSUPP || n == -EINVAL) {
+            n = lz_sc3(SYS_read, srcfd, databuf, FJ_DATA_MAX);
+            if (n > 0) {
+                long w = 0;
+                while (w < n) { long k = lz_sc3(SYS_write, out, databuf + w, n - w); if (k <= 0) { rc = k ? k : -EIO; break; } w += k; }
+            }
+        }
+        if (rc || n <= 0) { if (n < 0) rc = n; break; }
+    }
+    if (rc == 0 && E.machine) rc = lz_sc1(SYS_fsync, out);
+    lz_sc1(SYS_close, out);
+    if (rc) lz_sc3(SYS_unlinkat, v->keep_fd, name, 0);
+    return rc;
+}
+
+/* The first change of a pre-existing inode in this interval: its size, mode
+ * and times at N, and a link so the rollback finds it wherever it goes. */
+static long first_touch(struct interval *v, int fd, const struct stat *st, struct fj_ino **out)
+{
+    struct fj_ino *e = ino_find(v, st->st_dev, st->st_ino, 1);
+    if (!e) return -ENOMEM;
+    *out = e;
+    if (e->born || e->bits) return 0; /* known this interval */
+    char lp[40], name[40], path[LZ_PATH_MAX];
+    fdpath(fd, lp);
+    long n = lz_sc4(SYS_readlinkat, AT_FDCWD, lp, path, sizeof path - 1);
+    path[n > 0 ? n : 0] = 0;
+    fj_keep_name(name, st->st_dev, st->st_ino);
+    uint16_t flags = FJ_INODE_KEPT;
+    long r = lz_sc5(SYS_linkat, AT_FDCWD, lp, v->keep_fd, name, AT_SYMLINK_FOLLOW);
+    if (r < 0 && r != -EEXIST) flags = FJ_INODE_BYPATH;
+    struct fj_inode rec = {st->st_dev, st->st_ino, (uint64_t)st->st_size, st->st_mode, st->st_uid, st->st_gid, 0,
+                           ts_ns(&st->st_atim), ts_ns(&st->st_mtim)};
+    r = jwrite(v, FJ_INODE, flags, &rec, sizeof rec, path, NULL, NULL, 0);
+    if (r == 0) r = jsync(v);
+    if (r < 0) return r;
+    e->orig = (uint64_t)st->st_size;
+    uint64_t nb = (e->orig + FJ_BLOCK - 1) / FJ_BLOCK;
+    e->bits = iv_alloc(v, ((nb + 63) / 64 + 1) * 8);
+    if (!e->bits) return -ENOMEM;
+    memset(e->bits, 0, ((nb + 63) / 64 + 1) * 8);
+    return 0;
+}
+
+static long read_handle(struct fj_ino *e, int fd)
+{
+    long fl = lz_sc2(SYS_fcntl, fd, F_GETFL);
+    if (fl >= 0 && (fl & O_ACCMODE) != O_WRONLY) return fd;
+    if (e->rfd >= 0) return e->rfd;
+    char lp[40];
+    fdpath(fd, lp);
+    long r = own_fd(lz_sc4(SYS_openat, AT_FDCWD, lp, O_RDONLY | O_CLOEXEC, 0));
+    if (r >= 0) e->rfd = (int32_t)r;
+    return r;
+}
+
+/* Saves the content at N of [off, off+len) not saved yet this interval. */
+static long save_range(struct interval *v, struct fj_ino *e, int fd, uint64_t off, uint64_t len)
+{
+    if (e->born || off >= e->orig) return 0;
+    uint64_t end = len > e->orig - off ? e->orig : off + len;
+    uint64_t b = off / FJ_BLOCK, bend = (end + FJ_BLOCK - 1) / FJ_BLOCK;
+    long rfd = -1, r = 0;
+    int wrote = 0;
+    while (b < bend) {
+        if (e->bits[b / 64] & (1ull << (b % 64))) { b++; continue; }
+        uint64_t run = b;
+        while (run < bend && !(e->bits[run / 64] & (1ull << (run % 64))) && (run - b + 1) * FJ_BLOCK <= FJ_DATA_MAX) run++;
+        uint64_t o = b * FJ_BLOCK, n = run * FJ_BLOCK > e->orig ? e->orig - o : (run - b) * FJ_BLOCK;
+        if (rfd < 0) { rfd = read_handle(e, fd); if (rfd < 0) return rfd; }
+        uint64_t got = 0;
+        while (got < n) {
+            long k = lz_sc4(SYS_pread64, rfd, databuf + got, n - got, o + got);
+            if (k == -EINTR) continue;
+            if (k < 0) return k;
+            if (k == 0) { memset(databuf + got, 0, n - got); got = n; break; } /* shrunk meanwhile */
+            got += (uint64_t)k;
+        }
+        struct fj_data d = {e->dev, e->ino, o};
+        r = jwrite(v, FJ_DATA, 0, &d, sizeof d, NULL, NULL, databuf, n);
+        if (r < 0) return r;
+        wrote = 1;
+        for (uint64_t i = b; i < run; i++) e->bits[i / 64] |= 1ull << (i % 64);
+        b = run;
+    }
+    return wrote ? jsync(v) : 0;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+/* The engine's memory is left out of checkpoints (a restart starts a fresh
+ * interval) and mapped anew after one. */
+static char *engine_mem; /* [arena 0 | arena 1 | descriptor table + data buffer], one mapping */
+
+static int map_memory(void)
+{
+    long a = lz_sc6(SYS_mmap, 0, 2 * ARENA_BYTES + FDT_BYTES, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (a < 0 && a > -4096) return -1;
+    engine_mem = (char *)a;
+    for (int i = 0; i < 2; i++) {
+        E.iv[i].arena = engine_mem + (size_t)i * ARENA_BYTES;
+        E.iv[i].used = 0;
+        E.iv[i].inos = NULL; E.iv[i].ino_n = 0; E.iv[i].ihash = NULL; E.iv[i].ihash_cap = 0;
+        E.iv[i].paths = NULL; E.iv[i].path_cap = E.iv[i].path_n = 0;
+        E.iv[i].log_fd = E.iv[i].keep_fd = -1;
+        E.iv[i].touched = 0;
+    }
+    fj.fdt = (struct fj_fdent *)(engine_mem + 2 * ARENA_BYTES);
+    databuf = (char *)fj.fdt + (size_t)FJ_MAXFD * sizeof(struct fj_fdent);
+    return 0;
+}
+
+int fj_owns(uint64_t start, uint64_t end)
+{
+    return engine_mem && start >= (uint64_t)engine_mem && end <= (uint64_t)engine_mem + 2 * ARENA_BYTES + FDT_BYTES;
+}
+
+int fj_setup(const char *store, int machine, const char *excludes)
+{
+    size_t sl = slen(store);
+    if (sl >= sizeof E.store) return -1;
+    memcpy(E.store, store, sl + 1);
+    E.store_len = sl;
+    E.machine = machine;
+    E.nexcl = 0;
+    for (const char *p = excludes; p && *p && E.nexcl < MAX_EXCL;) {
+        const char *q = p;
+        while (*q && *q != '\n') q++;
+        size_t l = (size_t)(q - p);
+        if (l && l < sizeof E.excl[0]) { memcpy(E.excl[E.nexcl], p, l); E.excl[E.nexcl][l] = 0; E.nexcl++; }
+        p = *q ? q + 1 : q;
+    }
+    if (map_memory() < 0) return -1;
+    fj.gen = 1;
+    return 0;
+}
+
+static void iv_reset(struct interval *v)
+{
+    if (v->log_fd >= 0) lz_sc1(SYS_close, v->log_fd);
+    if (v->keep_fd >= 0) lz_sc1(SYS_close, v->keep_fd);
+    for (uint32_t s = 0; s < v->ino_n; s++)
+        if (v->inos[s].rfd >= 0) lz_sc1(SYS_close, v->inos[s].rfd);
+    if (v->used) lz_sc3(SYS_madvise, v->arena, (v->used + 4095) & ~4095ull, MADV_DONTNEED);
+    v->used = 0;
+    v->inos = NULL; v->ino_n = 0;
+    v->ihash = NULL; v->ihash_cap = 0;
+    v->paths = NULL; v->path_cap = v->path_n = 0;
+    v->log_fd = v->keep_fd = -1;
+    v->touched = 0;
+}
+
+/* ---------------------------------------------------------------- descriptors */
+
+/* Looks at a descriptor once per interval: what writes through it need. */
+static long classify(struct interval *v, int fd, struct fj_fdent *ent, struct fj_ino **out)
+{
+    *out = NULL;
+    if (ent->gen == fj.gen) {
+        if (ent->slot >= 0) *out = &v->inos[ent->slot];
+        return 0;
+    }
+    struct fj_fdent e = {fj.gen, 0, 1, 0, -1};
+    struct stat st;
+    long r = lz_sc2(SYS_fstat, fd, &st);
+    char lp[40], path[LZ_PATH_MAX];
+    long n = 0;
+    if (r == 0 && S_ISREG(st.st_mode) && !fj_is_own_fd(fd)) {
+        fdpath(fd, lp);
+        n = lz_sc4(SYS_readlinkat, AT_FDCWD, lp, path, sizeof path - 1);
+    }
+    if (n <= 0 || path[0] != '/') { *ent = e; return 0; }
+    path[n] = 0;
+    if (excluded(path) || (n > 10 && !strcmp(path + n - 10, " (deleted)"))) { *ent = e; return 0; }
+    struct fj_ino *ino = ino_find(v, st.st_dev, st.st_ino, 0);
+    if (!(ino && ino->born)) {
+        r = first_touch(v, fd, &st, &ino);
+        if (r < 0) return r;
+    }
+    e.all = ino->born || (lz_sc2(SYS_fcntl, fd, F_GETFL) & O_APPEND);
+    e.slot = (int32_t)(ino - v->inos);
+    *out = ino;
+    *ent = e;
+    return 0;
+}
+
+static struct fj_fdent *entry_of(int fd, struct fj_fdent *tmp)
+{
+    return (unsigned)fd < FJ_MAXFD ? &fj.fdt[fd] : tmp;
+}
+
+int fj_before_write(int fd, int64_t off, uint64_t len)
+{
+    if (!fj.live) return 0;
+    lock();
+    struct interval *v = &E.iv[E.cur];
+    struct fj_fdent tmp = {0}, *ent = entry_of(fd, &tmp);
+    struct fj_ino *ino;
+    long r = classify(v, fd, ent, &ino);
+    if (r == 0 && ino && !ent->all) {
+        int64_t pos = off;
+        if (pos < 0) pos = lz_sc3(SYS_lseek, fd, 0, SEEK_CUR);
+        if (pos >= 0) {
+            r = save_range(v, ino, fd, (uint64_t)pos, len);
+            if (r == 0 && off < 0 && (uint64_t)pos >= ino->orig) ent->pass = 1;
+        }
+    }
+    unlock();
+    return (int)r;
+}
+
+int fj_before_clone(int fd, int64_t off, uint64_t len)
+{
+    return fj_before_write(fd, off, len ? len : ~0ull >> 1);
+}
+
+int fj_before_truncate_fd(int fd, int64_t size)
+{
+    if (!fj.live || size < 0) return 0;
+    lock();
+    struct interval *v = &E.iv[E.cur];
+    struct fj_fdent tmp = {0}, *ent = entry_of(fd, &tmp);
+    struct fj_ino *ino;
+    long r = classify(v, fd, ent, &ino);
+    if (r == 0 && ino) r = save_range(v, ino, fd, (uint64_t)size, ~0ull >> 1);
+    unlock();
+    return (int)r;
+}
+
+int fj_before_fallocate(int fd, int mode, int64_t off, int64_t len)
+{
+    if (!fj.live) return 0;
+    if (mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE)) return fj_before_write(fd, off, ~0ull >> 1);
+    if (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) return fj_before_write(fd, off, (uint64_t)len);
+    return fj_before_write(fd, off, 0); /* only grows: record the size */
+}
+
+static long open_for_path(int dirfd, const char *path, int nofollow)
+{
+    return lz_sc4(SYS_openat, dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (nofollow ? O_NOFOLLOW : 0), 0);
+}
+
+int fj_before_truncate_path(int dirfd, const char *path, int64_t size)
+{
+    if (!fj.live) return 0;
+    long fd = open_for_path(dirfd, path, 0);
+    if (fd < 0) return 0; /* the truncate fails the same way, or is untracked */
+    int r = fj_before_truncate_fd((int)fd, size);
+    fj_fd_changed((int)fd);
+    lz_sc1(SYS_close, fd);
+    return r;
+}
+
+void fj_position_moved(int fd)
+{
+    if (fj.fdt && (unsigned)fd < FJ_MAXFD) fj.fdt[fd].pass = 0;
+}
+
+void fj_fd_changed(int fd)
+{
+    if (fj.fdt && (unsigned)fd < FJ_MAXFD) fj.fdt[fd].gen = 0;
+}
+
+/* ---------------------------------------------------------------- names */
+
+/* Records what `abs` was at N, the first time it changes this interval. */
+static long record_name(struct interval *v, const char *abs)
+{
+    if (excluded(abs)) return 0;
+    uint64_t h = lz_hash(abs, slen(abs));
+    if (path_seen(v, h, 0)) return 0;
+    struct stat st;
+    long r = lz_sc4(SYS_newfstatat, AT_FDCWD, abs, &st, AT_SYMLINK_NOFOLLOW);
+    struct fj_name rec;
+    memset(&rec, 0, sizeof rec);
+    uint16_t flags = 0;
+    char target[LZ_PATH_MAX];
+    const char *t2 = NULL;
+    if (r == -ENOENT) {
+        rec.was = FJ_WAS_ABSENT;
+    } else if (r < 0) {
+        return 0; /* unreachable for us (ENOTDIR, EACCES): the change fails likewise or is not ours */
+    } else {
+        rec.mode = st.st_mode; rec.uid = st.st_uid; rec.gid = st.st_gid;
+        rec.dev = st.st_dev; rec.ino = st.st_ino; rec.rdev = st.st_rdev;
+        rec.atime_ns = ts_ns(&st.st_atim); rec.mtime_ns = ts_ns(&st.st_mtim);
+        if (S_ISREG(st.st_mode)) {
+            struct fj_ino *e = ino_find(v, st.st_dev, st.st_ino, 0);
+            if (e && e->born) {
+                rec.was = FJ_WAS_ABSENT; /* cannot be: a born file's path was recorded absent */
+            } else {
+                rec.was = FJ_WAS_FILE;
+                char name[40];
+                fj_keep_name(name, st.st_dev, st.st_ino);
+                r = lz_sc5(SYS_linkat, AT_FDCWD, abs, v->keep_fd, name, 0);
+                if (r < 0 && r != -EEXIST) {
+                    long fd = open_for_path(AT_FDCWD, abs, 1);
+                    if (fd < 0) return fd;
+                    r = keep_copy(v, (int)fd, name);
+                    lz_sc1(SYS_close, fd);
+                    if (r < 0) return r;
+                    flags = FJ_NAME_COPIED;
+                }
+            }
+        } else if (S_ISDIR(st.st_mode)) {
+            rec.was = FJ_WAS_DIR;
+        } else if (S_ISLNK(st.st_mode)) {
+            rec.was = FJ_WAS_SYMLINK;
+            long n = lz_sc4(SYS_readlinkat, AT_FDCWD, abs, target, sizeof target - 1);
+            if (n < 0) return n;
+            target[n] = 0;
+            t2 = target;
+        } else {
+            rec.was = FJ_WAS_OTHER;
+        }
+    }
+    /* the directory holding it: its times come back too */
+    char parent[LZ_PATH_MAX];
+    size_t pl = slen(abs);
+    while (pl > 1 && abs[pl - 1] != '/') pl--;
+    if (pl > 1) pl--;
+    memcpy(parent, abs, pl);
+    parent[pl] = 0;
+    uint64_t ph = lz_hash(parent, pl) ^ 0x5bd1e995u;
+    if (!excluded(parent) && !path_seen(v, ph, 0)) {
+        struct stat ps;
+        if (lz_sc4(SYS_newfstatat, AT_FDCWD, parent, &ps, 0) == 0) {
+            struct fj_dirtime dt = {ts_ns(&ps.st_atim), ts_ns(&ps.st_mtim)};
+            r = jwrite(v, FJ_DIRTIME, 0, &dt, sizeof dt, parent, NULL, NULL, 0);
+            if (r < 0) return r;
+        }
+        path_seen(v, ph, 1);
+    }
+    r = jwrite(v, FJ_NAME, flags, &rec, sizeof rec, abs, t2, NULL, 0);
+    if (r == 0) r = jsync(v);
+    if (r == 0) path_seen(v, h, 1);
+    return r;
+}
+
+static int name_hook(int dirfd, const char *path, char *abs)
+{
+    long r = abspath(dirfd, path, abs);
+    if (r < 0) return 0; /* the call itself will fail the same way */
+    return (int)record_name(&E.iv[E.cur], abs);
+}
+
+int fj_before_unlink(int dirfd, const char *path)
+{
+    if (!fj.live) return 0;
+    char abs[LZ_PATH_MAX];
+    lock();
+    int r = name_hook(dirfd, path, abs);
+    unlock();
+    return r;
+}
+
+int fj_before_create(int dirfd, const char *path)
+{
+    return fj_before_unlink(dirfd, path);
+}
+
+int fj_before_rename(int odirfd, const char *oldp, int ndirfd, const char *newp, unsigned flags)
+{
+    (void)flags;
+    if (!fj.live) return 0;
+    char a[LZ_PATH_MAX], b[LZ_PATH_MAX];
+    lock();
+    struct interval *v = &E.iv[E.cur];
+    int r = name_hook(odirfd, oldp, a);
+    if (r == 0) r = name_hook(ndirfd, newp, b);
+    /* a directory of N that moves: where the rollback will find it */
+    struct stat st;
+    if (r == 0 && !excluded(a) && lz_sc4(SYS_newfstatat, AT_FDCWD, a, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+        struct fj_moved m = {st.st_dev, st.st_ino};
+        r = (int)jwrite(v, FJ_MOVED, 0, &m, sizeof m, b, NULL, NULL, 0);
+        if (r == 0) r = (int)jsync(v);
+    }
+    unlock();
+    return r;
+}
+
+int fj_before_open(int dirfd, const char *path, int flags, int *created)
+{
+    *created = 0;
+    if (!fj.live) return 0;
+    int writes = (flags & O_ACCMODE) != O_RDONLY;
+    if (!(flags & O_CREAT) && !((flags & O_TRUNC) && writes)) return 0;
+    if ((flags & O_TMPFILE) == O_TMPFILE) return 0; /* nameless, born now */
+    char abs[LZ_PATH_MAX];
+    lock();
+    struct interval *v = &E.iv[E.cur];
+    long r = abspath(dirfd, path, abs);
+    if (r < 0 || excluded(abs)) { unlock(); return 0; }
+    struct stat st;
+    long e = lz_sc4(SYS_newfstatat, AT_FDCWD, abs, &st, 0);
+    r = 0;
+    if ((flags & O_CREAT) && e == -ENOENT) {
+        r = record_name(v, abs);
+        *created = 1;
+    } else if (e == 0 && S_ISREG(st.st_mode) && (flags & O_TRUNC) && writes && !(flags & O_EXCL)) {
+        /* O_TRUNC: what it cuts off is content of N */
+        struct fj_ino *ino = ino_find(v, st.st_dev, st.st_ino, 0);
+        if (!(ino && ino->born)) {
+            long fd = open_for_path(AT_FDCWD, abs, 0);
+            if (fd >= 0) {
+                r = first_touch(v, (int)fd, &st, &ino);
+                if (r == 0) r = save_range(v, ino, (int)fd, 0, ~0ull >> 1);
+                lz_sc1(SYS_close, fd);
+            } else {
+                r = fd; /* cannot read what O_TRUNC would destroy */
+            }
+        }
+    }
+    unlock();
+    return (int)r;
+}
+
+void fj_after_open(int fd, int created)
+{
+    if (fd < 0) return;
+    fj_fd_changed(fd);
+    if (!fj.live || !created) return;
+    struct stat st;
+    if (lz_sc2(SYS_fstat, fd, &st) < 0 || !S_ISREG(st.st_mode)) return;
+    lock();
+    struct fj_ino *e = ino_find(&E.iv[E.cur], st.st_dev, st.st_ino, 1);
+    if (e && !e->bits) e->born = 1;
+    unlock();
+}
+
+int fj_before_attr_path(int dirfd, const char *path, int nofollow)
+{
+    if (!fj.live) return 0;
+    long fd = lz_sc4(SYS_openat, dirfd, path, O_PATH | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0), 0);
+    if (fd < 0) return 0;
+    int r = fj_before_attr_fd((int)fd);
+    lz_sc1(SYS_close, fd);
+    return r;
+}
+
+int fj_before_attr_fd(int fd)
+{
+    if (!fj.live) return 0;
+    struct stat st;
+    if (lz_sc2(SYS_fstat, fd, &st) < 0) return 0;
+    char lp[40], abs[LZ_PATH_MAX];
+    fdpath(fd, lp);
+    long n = lz_sc4(SYS_readlinkat, AT_FDCWD, lp, abs, sizeof abs - 1);
+    if (n <= 0 || abs[0] != '/') return 0;
+    abs[n] = 0;
+    if (excluded(abs)) return 0;
+    lock();
+    struct interval *v = &E.iv[E.cur];
+    long r = 0;
+    if (S_ISREG(st.st_mode)) {
+        struct fj_ino *ino = ino_find(v, st.st_dev, st.st_ino, 0);
+        if (!(ino && ino->born)) {
+            /* O_PATH descriptors cannot be linked through /proc for everyone: reopen */
+            long rfd = lz_sc4(SYS_openat, AT_FDCWD, lp, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
+            if (rfd >= 0) { r = first_touch(v, (int)rfd, &st, &ino); lz_sc1(SYS_close, rfd); }
+            else r = record_name(v, abs);
+        }
+    } else {
+        r = record_name(v, abs);
+    }
+    unlock();
+    return (int)r;
+}
+
+/* ---------------------------------------------------------------- streams, maps */
+
+/* The lowest position a stream's buffered or future writes can land at. */
+static int64_t stream_low(FILE *f, int fd)
+{
+    int64_t pos = lz_sc3(SYS_lseek, fd, 0, SEEK_CUR);
+    if (pos < 0) return -1;
+    if (f->_IO_read_end > f->_IO_read_ptr) pos -= f->_IO_read_end - f->_IO_read_ptr;
+    return pos < 0 ? 0 : pos;
+}
+
+static int stream_writes(FILE *f)
+{
+    return f->_fileno >= 0 && !(f->_flags & 0x0008 /* _IO_NO_WRITES */) && !(f->_flags & 0x1000 /* _IO_IS_APPENDING */);
+}
+
+int fj_stream_opened(FILE *f)
+{
+    if (!fj.live || !f || !stream_writes(f)) return 0;
+    int64_t low = stream_low(f, f->_fileno);
+    return low < 0 ? 0 : fj_before_write(f->_fileno, low, ~0ull >> 1);
+}
+
+int fj_stream_moved(FILE *f)
+{
+    return fj_stream_opened(f);
+}
+
+int fj_before_shared_map(int fd, int64_t off, uint64_t len)
+{
+    return fj_before_write(fd, off, len);
+}
+
+/* At the start of an interval: what streams and shared mappings could
+ * change without a call we see, saved now. */
+static long save_blind(struct interval *v)
+{
+    extern FILE *_IO_list_all;
+    long r = 0;
+    for (FILE *f = _IO_list_all; f && r == 0; f = f->_chain) {
+        if (!stream_writes(f)) continue;
+        int64_t low = stream_low(f, f->_fileno);
+        if (low < 0) continue;
+        struct fj_ino *ino;
+        struct fj_fdent tmp = {0};
+        r = classify(v, f->_fileno, &tmp, &ino);
+        if (r == 0 && ino && !tmp.all) r = save_range(v, ino, f->_fileno, (uint64_t)low, ~0ull >> 1);
+    }
+    /* writable shared file mappings, from /proc/self/maps */
+    static char maps[1 << 18];
+    long n = 0, fd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
+    if (fd >= 0) {
+        long k;
+        while (n < (long)sizeof maps - 1 && (k = lz_sc3(SYS_read, fd, maps + n, sizeof maps - 1 - n)) > 0) n += k;
+        lz_sc1(SYS_close, fd);
+    }
+    maps[n > 0 ? n : 0] = 0;
+    for (char *line = maps; *line && r == 0;) {
+        char *eol = line;
+        while (*eol && *eol != '\n') eol++;
+        char save = *eol;
+        *eol = 0;
+        /* start-end perms offset dev inode path */
+        uint64_t s = 0, e = 0, off = 0;
+        char *p = line;
+        while (*p && *p != '-') { s = s * 16 + (uint64_t)(*p <= '9' ? *p - '0' : (*p | 32) - 'a' + 10); p++; }
+        if (*p) p++;
+        while (*p && *p != ' ') { e = e * 16 + (uint64_t)(*p <= '9' ? *p - '0' : (*p | 32) - 'a' + 10); p++; }
+        if (*p) p++;
+        int shared_w = p[1] == 'w' && p[3] == 's';
+        p += 5;
+        while (*p && *p != ' ') { off = off * 16 + (uint64_t)(*p <= '9' ? *p - '0' : (*p | 32) - 'a' + 10); p++; }
+        char *path = p;
+        while (*path && *path != '/') path++;
+        if (shared_w && *path == '/') {
+            long mfd = lz_sc4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
+            if (mfd >= 0) {
+                struct fj_ino *ino;
+                struct fj_fdent tmp = {0};
+                r = classify(v, (int)mfd, &tmp, &ino);
+                if (r == 0 && ino && !ino->born) r = save_range(v, ino, (int)mfd, off, e - s);
+                lz_sc1(SYS_close, mfd);
+            }
+        }
+        *eol = save;
+        line = *eol ? eol + 1 : eol;
+    }
+    return r;
+}
+
+/* ---------------------------------------------------------------- intervals */
+
+static long open_interval(struct interval *v, const char *ckdir)
+{
+    char p[LZ_PATH_MAX + 64];
+    size_t l = slen(ckdir);
+    memcpy(p, ckdir, l);
+    memcpy(p + l, "/" FJ_KEEP, sizeof("/" FJ_KEEP));
+    long r = lz_sc3(SYS_mkdirat, AT_FDCWD, p, 0700);
+    if (r < 0 && r != -EEXIST) return r;
+    v->keep_fd = (int)own_fd(lz_sc4(SYS_openat, AT_FDCWD, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
+    if (v->keep_fd < 0) return v->keep_fd;
+    memcpy(p + l, "/" FJ_LOG, sizeof("/" FJ_LOG));
+    v->log_fd = (int)own_fd(lz_sc4(SYS_openat, AT_FDCWD, p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
+    if (v->log_fd < 0) return v->log_fd;
+    return 0;
+}
+
+static void set_err(char *err, size_t errlen, const char *what, long e)
+{
+    const char *why = e == -ENOSPC ? "no space left on device" : e == -EDQUOT ? "disk quota exceeded"
+                    : e == -EIO ? "I/O error" : e == -ENOMEM ? "out of memory" : e == -EACCES ? "permission denied" : "error";
+    size_t i = 0;
+    for (const char *s = what; *s && i + 1 < errlen; s++) err[i++] = *s;
+    for (const char *s = ": "; *s && i + 1 < errlen; s++) err[i++] = *s;
+    for (const char *s = why; *s && i + 1 < errlen; s++) err[i++] = *s;
+    if (errlen) err[i] = 0;
+}
+
+int fj_prepare(const char *tmpdir, char *err, size_t errlen)
+{
+    if (!fj.fdt) return 0;
+    lock();
+    struct interval *old = &E.iv[E.cur], *v = &E.iv[!E.cur];
+    iv_reset(v);
+    /* --durability machine: the state of N itself must be on disk */
+    if (E.machine && old->touched) lz_sc0(SYS_sync);
+    long r = open_interval(v, tmpdir);
+    if (r < 0) { set_err(err, errlen, "cannot create the file journal", r); iv_reset(v); unlock(); return -1; }
+    /* save_blind classifies with the new interval's numbers */
+    uint32_t oldgen = fj.gen;
+    int oldcur = E.cur;
+    E.cur = !E.cur;
+    fj.gen = oldgen + 1;
+    r = save_blind(v);
+    E.cur = oldcur;
+    fj.gen = oldgen;
+    if (r == 0 && E.machine) r = lz_sc1(SYS_fsync, v->log_fd);
+    if (r < 0) { set_err(err, errlen, "cannot save files written through streams or shared mappings", r); iv_reset(v); unlock(); return -1; }
+    unlock();
+    return 0;
+}
+
+void fj_commit(void)
+{
+    if (!fj.fdt) return;
+    lock();
+    E.cur = !E.cur;
+    fj.gen++;
+    iv_reset(&E.iv[!E.cur]);
+    fj.live = 1;
+    unlock();
+}
+
+void fj_abort(void)
+{
+    if (!fj.fdt) return;
+    lock();
+    iv_reset(&E.iv[!E.cur]);
+    fj.gen += 2; /* descriptors classified for the abandoned interval look again */
+    unlock();
+}
+
+int fj_restarted(uint64_t index, char *err, size_t errlen)
+{
+    if (!fj.fdt) return 0;
+    /* none of the engine's memory or descriptors came back with the program */
+    E.lock = 0;
+    E.cur = 0;
+    fj.live = 0;
+    if (map_memory() < 0) { set_err(err, errlen, "cannot map the file engine's memory", -ENOMEM); return -1; }
+    fj.gen = 1;
+    char ck[LZ_PATH_MAX + 64];
+    size_t l = E.store_len;
+    memcpy(ck, E.store, l);
+    memcpy(ck + l, "/" LZ_CKPT_PREFIX, sizeof("/" LZ_CKPT_PREFIX));
+    l += sizeof("/" LZ_CKPT_PREFIX) - 1;
+    char digits[24]; int k = 0;
+    do digits[k++] = (char)('0' + index % 10); while ((index /= 10));
+    while (k < 6) digits[k++] = '0';
+    while (k) ck[l++] = digits[--k];
+    ck[l] = 0;
+    long r = open_interval(&E.iv[0], ck);
+    if (r == 0) r = save_blind(&E.iv[0]);
+    if (r < 0) { set_err(err, errlen, "cannot reopen the file journal", r); fj.live = 0; return -1; }
+    fj.live = 1;
+    return 0;
+}
+
+void fj_report(const char *what, const char *path, long err)
+{
+    if (E.warned++ > 8) return;
+    char msg[LZ_PATH_MAX + 256];
+    set_err(msg, sizeof msg, "lazarus: cannot record how to undo", err);
+    size_t i = slen(msg);
+    const char *parts[] = {" (", what, path && *path ? " " : "", path ? path : "",
+                           "); the change was refused so that no checkpoint is damaged\n"};
+    for (int k = 0; k < 5; k++)
+        for (const char *s = parts[k]; *s && i + 1 < sizeof msg; s++) msg[i++] = *s;
+    lz_sc3(SYS_write, 2, msg, i);
+}

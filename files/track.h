@@ -1,0 +1,94 @@
+/* Recording side of the file engine, linked into the runtime: called by the
+ * interposed libc functions *before* each change to the file system, it
+ * writes what rolling back needs into the current interval's undo journal
+ * (journal.h).  Raw system calls only: it runs inside the program's calls and
+ * inside the checkpoint signal handler.
+ *
+ * An interval starts when checkpoint N commits (or a restart from N resumes);
+ * before the first checkpoint nothing is recorded (there is nothing to go
+ * back to).  Every hook returns 0 to let the change go ahead, or -errno to
+ * refuse it because its undo could not be recorded (a full store, say):
+ * a change that cannot be undone never happens behind the user's back. */
+#ifndef LZ_FILES_TRACK_H
+#define LZ_FILES_TRACK_H
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define FJ_MAXFD 65536
+
+/* Per descriptor, for the write() fast path. */
+struct fj_fdent {
+    uint32_t gen;   /* interval this entry belongs to (stale otherwise) */
+    uint8_t pass;   /* writes at the descriptor's position need no undo */
+    uint8_t all;    /* no write through it needs undo (untracked, appended, born) */
+    uint16_t pad;
+    int32_t slot;   /* inode table slot, -1 untracked */
+};
+
+struct fj_global {
+    int live;                 /* an interval is open: record */
+    uint32_t gen;
+    struct fj_fdent *fdt;
+};
+extern struct fj_global fj;
+
+/* Settings: the store (never tracked), durability, excluded directories
+ * (a list of absolute paths separated by '\n'). */
+int fj_setup(const char *store, int machine, const char *excludes);
+
+/* Fast test for write(): nothing to record for this descriptor. */
+static inline int fj_pass_write(int fd)
+{
+    if (!fj.live) return 1;
+    if ((unsigned)fd >= FJ_MAXFD) return 0;
+    const struct fj_fdent *e = &fj.fdt[fd];
+    return e->gen == fj.gen && (e->all || e->pass);
+}
+static inline int fj_pass_pwrite(int fd)
+{
+    if (!fj.live) return 1;
+    if ((unsigned)fd >= FJ_MAXFD) return 0;
+    const struct fj_fdent *e = &fj.fdt[fd];
+    return e->gen == fj.gen && e->all;
+}
+
+/* Data. off < 0: at the descriptor's position. */
+int fj_before_write(int fd, int64_t off, uint64_t len);
+int fj_before_truncate_fd(int fd, int64_t size);
+int fj_before_truncate_path(int dirfd, const char *path, int64_t size);
+int fj_before_fallocate(int fd, int mode, int64_t off, int64_t len);
+int fj_before_clone(int fd, int64_t off, uint64_t len); /* len 0: to the end */
+void fj_position_moved(int fd);      /* lseek: the position may go back */
+void fj_fd_changed(int fd);          /* closed, replaced by dup2 */
+
+/* open/openat/creat and fopen: `created` is set when the path was absent
+ * (the descriptor that results belongs to a file born in this interval). */
+int fj_before_open(int dirfd, const char *path, int flags, int *created);
+void fj_after_open(int fd, int created);
+
+/* Names and attributes. */
+int fj_before_unlink(int dirfd, const char *path);
+int fj_before_rename(int odirfd, const char *oldp, int ndirfd, const char *newp, unsigned flags);
+int fj_before_create(int dirfd, const char *path);   /* mkdir, link, symlink, mknod */
+int fj_before_attr_path(int dirfd, const char *path, int nofollow);
+int fj_before_attr_fd(int fd);
+
+/* Streams (stdio writes are invisible to write()): save what a stream could
+ * overwrite from its lowest possible position on. */
+int fj_stream_opened(FILE *f);
+int fj_stream_moved(FILE *f);
+int fj_before_shared_map(int fd, int64_t off, uint64_t len);
+
+/* Checkpoint N: prepare the next interval's journal inside the checkpoint
+ * being written (tmpdir), commit or abandon it with the checkpoint; resume
+ * from N after a restart (its journal was emptied by the rollback). */
+int fj_prepare(const char *tmpdir, char *err, size_t errlen);
+void fj_commit(void);
+void fj_abort(void);
+int fj_restarted(uint64_t index, char *err, size_t errlen);
+int fj_is_own_fd(int fd);
+int fj_owns(uint64_t start, uint64_t end); /* memory left out of checkpoints */
+/* Tell the user once why a change was refused. */
+void fj_report(const char *what, const char *path, long err);
+#endif
