@@ -184,6 +184,8 @@ enum lz_fd_kind {
     LZ_FD_STDIO = 4,  /* 0/1/2 terminal or pipe: reattached to the restarter's */
     LZ_FD_DUP = 5,    /* same open file description as fd `dup_of` */
     LZ_FD_CTL = 6,    /* the runtime's control socket */
+    LZ_FD_GHOST = 7,  /* a deleted (or O_TMPFILE) regular file still open: its content is
+                       * the file `path` inside the checkpoint directory */
 };
 
 struct lz_fd {

@@ -4,6 +4,8 @@
 #include "restorer.h"
 #include "util.h"
 #include <dirent.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -16,6 +18,34 @@ int image_max_fd(const struct lz_image *img)
     int maxfd = 2;
     for (size_t i = 0; i < img->nfds; i++) if (img->fds[i].fd > maxfd) maxfd = img->fds[i].fd;
     return maxfd;
+}
+
+/* An open file that had no name: a fresh nameless file with its content. */
+static int reopen_ghost(struct restore_ctx *rc, const struct lz_fd *f, const char *name)
+{
+    char gp[LZ_PATH_MAX + 128], lp[64];
+    snprintf(gp, sizeof gp, "%s/%s", rc->ckpt_dir, name);
+    int in = open(gp, O_RDONLY | O_CLOEXEC);
+    if (in < 0) restore_fail("cannot read the kept content of descriptor %d: %s", f->fd, strerror(errno));
+    int t = open(rc->ckpt_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (t < 0) {
+        snprintf(gp, sizeof gp, "%s/ghost-restore.%d.%d", rc->ckpt_dir, f->fd, (int)getpid());
+        t = open(gp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (t >= 0) unlink(gp);
+    }
+    if (t < 0) restore_fail("cannot create a nameless file for descriptor %d: %s", f->fd, strerror(errno));
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof buf)) > 0)
+        if (lz_write_all(t, buf, (size_t)n) < 0) restore_fail("cannot refill descriptor %d: %s", f->fd, strerror(errno));
+    if (n < 0) restore_fail("cannot read the kept content of descriptor %d: %s", f->fd, strerror(errno));
+    fchmod(t, f->mode & 07777);
+    close(in);
+    snprintf(lp, sizeof lp, "/proc/self/fd/%d", t);
+    int src = open(lp, (int)(f->flags & ~(uint32_t)(O_CREAT | O_EXCL | O_TRUNC | O_TMPFILE | O_DIRECTORY)) | O_CLOEXEC);
+    if (src < 0) restore_fail("cannot reopen descriptor %d: %s", f->fd, strerror(errno));
+    close(t);
+    return src;
 }
 
 void restore_descriptors(struct restore_ctx *rc)
@@ -52,6 +82,10 @@ void restore_descriptors(struct restore_ctx *rc)
                 src = stdio[f->fd];
                 if (src < 0) { src = open("/dev/null", O_RDWR | O_CLOEXEC); opened = 1; }
                 break;
+            case LZ_FD_GHOST:
+                src = reopen_ghost(rc, f, path);
+                opened = 1;
+                break;
             case LZ_FD_DUP: src = f->dup_of; break;
             case LZ_FD_CTL: src = ctl; break;
             default: restore_fail("descriptor %d has an unknown kind in the image", f->fd);
@@ -60,7 +94,7 @@ void restore_descriptors(struct restore_ctx *rc)
                 restore_fail("cannot restore descriptor %d: %s", f->fd, strerror(errno));
             if (src == f->fd) fcntl(f->fd, F_SETFD, cloexec ? FD_CLOEXEC : 0);
             if (opened && src != f->fd) close(src);
-            if (f->kind == LZ_FD_FILE && lseek(f->fd, f->offset, SEEK_SET) < 0)
+            if ((f->kind == LZ_FD_FILE || f->kind == LZ_FD_GHOST) && lseek(f->fd, f->offset, SEEK_SET) < 0)
                 restore_fail("cannot restore the offset of descriptor %d (%s): %s", f->fd, path, strerror(errno));
         }
     free(stdio);

@@ -56,6 +56,16 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
             out->kind = LZ_FD_STDIO; /* the launcher's: re-attached to the restarter's */
             return 0;
         }
+    if (deleted && S_ISREG(st.st_mode)) {
+        /* open but unlinked (tmpfile, a file removed while in use): kept by content */
+        char name[32];
+        rt_fmt(name, sizeof name, "ghost.%d", fd);
+        out->kind = LZ_FD_GHOST;
+        out->path = strings_add(&ck->strings, name);
+        out->offset = lz_sc3(SYS_lseek, fd, 0, SEEK_CUR);
+        if (out->offset < 0) out->offset = 0;
+        return 0;
+    }
     const char *what = deleted ? "a deleted file" : S_ISSOCK(st.st_mode) ? "a socket" : S_ISFIFO(st.st_mode) ? "a pipe"
                      : S_ISCHR(st.st_mode) ? "a character device" : "of a kind Lazarus cannot restore yet";
     rt_fmt(ck->err, sizeof ck->err, "descriptor %d (%s) is %s", fd, path, what);

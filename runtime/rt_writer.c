@@ -82,30 +82,63 @@ static long fsync_path(const char *path)
     return rc;
 }
 
+/* Removes a checkpoint being written: its files, ghosts, and the journal's
+ * keep directory (one level of subdirectory). */
+static void remove_dir_entries(const char *dir, int depth)
+{
+    long dfd = lz_sc4(SYS_openat, AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (dfd < 0) return;
+    char buf[4096];
+    long n;
+    while ((n = lz_sc3(SYS_getdents64, dfd, buf, sizeof buf)) > 0)
+        for (long off = 0; off < n;) {
+            struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d = (void *)(buf + off);
+            off += d->reclen;
+            if (d->name[0] == '.' && (!d->name[1] || (d->name[1] == '.' && !d->name[2]))) continue;
+            if (lz_sc3(SYS_unlinkat, dfd, d->name, 0) == -EISDIR && depth > 0) {
+                char sub[LZ_PATH_MAX + 300];
+                rt_fmt(sub, sizeof sub, "%s/%s", dir, d->name);
+                remove_dir_entries(sub, depth - 1);
+                lz_sc3(SYS_unlinkat, dfd, d->name, AT_REMOVEDIR);
+            }
+        }
+    lz_sc1(SYS_close, dfd);
+}
+
 static void remove_tmp(const char *tmpdir)
 {
-    char p[LZ_PATH_MAX + 64];
-    rt_fmt(p, sizeof p, "%s/" FJ_KEEP, tmpdir);
-    long kfd = lz_sc4(SYS_openat, AT_FDCWD, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-    if (kfd >= 0) {
-        char buf[4096];
-        long n;
-        while ((n = lz_sc3(SYS_getdents64, kfd, buf, sizeof buf)) > 0)
-            for (long off = 0; off < n;) {
-                struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d = (void *)(buf + off);
-                off += d->reclen;
-                if (d->name[0] != '.') lz_sc3(SYS_unlinkat, kfd, d->name, 0);
-            }
-        lz_sc1(SYS_close, kfd);
-        lz_sc3(SYS_unlinkat, AT_FDCWD, p, AT_REMOVEDIR);
-    }
-    rt_fmt(p, sizeof p, "%s/" FJ_LOG, tmpdir);
-    lz_sc3(SYS_unlinkat, AT_FDCWD, p, 0);
-    rt_fmt(p, sizeof p, "%s/" LZ_PAGES, tmpdir);
-    lz_sc3(SYS_unlinkat, AT_FDCWD, p, 0);
-    rt_fmt(p, sizeof p, "%s/" LZ_MANIFEST, tmpdir);
-    lz_sc3(SYS_unlinkat, AT_FDCWD, p, 0);
+    remove_dir_entries(tmpdir, 1);
     lz_sc3(SYS_unlinkat, AT_FDCWD, tmpdir, AT_REMOVEDIR);
+}
+
+static long copy_ghost(int fd, const char *to)
+{
+    char lp[40];
+    rt_fmt(lp, sizeof lp, "/proc/self/fd/%d", fd);
+    long in = lz_sc4(SYS_openat, AT_FDCWD, lp, O_RDONLY | O_CLOEXEC, 0);
+    if (in < 0) return in;
+    long out = lz_sc4(SYS_openat, AT_FDCWD, to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (out < 0) { lz_sc1(SYS_close, in); return out; }
+    long rc = 0;
+    int64_t off_in = 0;
+    for (;;) {
+        long n = lz_sc6(SYS_copy_file_range, in, (long)&off_in, out, 0, 1 << 30, 0);
+        if (n == -EINTR) continue;
+        if (n == -EXDEV || n == -EINVAL || n == -EOPNOTSUPP) {
+            char buf[16384]; /* another file system type: the slow way */
+            n = lz_sc4(SYS_pread64, in, buf, sizeof buf, off_in);
+            if (n > 0) {
+                for (long w = 0, k; w < n; w += k)
+                    if ((k = lz_sc3(SYS_write, out, buf + w, n - w)) <= 0) { n = k ? k : -EIO; break; }
+                if (n > 0) off_in += n;
+            }
+        }
+        if (n <= 0) { rc = n; break; }
+    }
+    if (rc == 0) rc = lz_sc1(SYS_fsync, out);
+    lz_sc1(SYS_close, in);
+    lz_sc1(SYS_close, out);
+    return rc;
 }
 
 static char *put_section(char *p, uint32_t type, const void *data, size_t len)
@@ -178,6 +211,14 @@ int rt_write_checkpoint(struct rt_ckpt *ck, uint64_t pause_start)
     if (rc && !w->err) { remove_tmp(tmpdir); return -1; }
     if (rc) { remove_tmp(tmpdir); return fail(ck, "cannot write the checkpoint's page data", w->err); }
 
+    /* open files that have no name any more travel by content */
+    for (size_t i = 0; i < ck->nfds; i++) {
+        const struct lz_fd *f = &ck->fds[i];
+        if (f->kind != LZ_FD_GHOST) continue;
+        rt_fmt(path, sizeof path, "%s/ghost.%d", tmpdir, f->fd);
+        e = copy_ghost(f->fd, path);
+        if (e < 0) { remove_tmp(tmpdir); return fail(ck, "cannot keep the content of an open deleted file", e); }
+    }
     /* the next interval's file journal starts inside this checkpoint */
     if (fj_prepare(tmpdir, ck->err, sizeof ck->err) < 0) { remove_tmp(tmpdir); return -1; }
 
