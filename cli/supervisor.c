@@ -282,8 +282,6 @@ int supervise(struct supervisor *s)
     unlink(sock);
     struct lz_job job;
     lz_job_read(s->dir, &job);
-    /* from now on, a change to the job's files is someone else's */
-    job.stopped_ns = (int64_t)lz_now_ns(CLOCK_REALTIME);
     if (s->restoring) {
         /* the restorer failed (it said why) or was killed: nothing changed */
         code = st.have_status && WIFEXITED(st.status) && WEXITSTATUS(st.status) ? WEXITSTATUS(st.status) : 1;
@@ -292,6 +290,8 @@ int supervise(struct supervisor *s)
         lz_job_write(s->dir, &job);
         return code ? code : 1;
     }
+    /* from now on, a change to the job's files is someone else's */
+    job.stopped_ns = (int64_t)lz_now_ns(CLOCK_REALTIME);
     code = st.have_status ? exit_code_of(st.status) : 1;
     snprintf(job.state, sizeof job.state, "%s", st.have_status && WIFEXITED(st.status) ? "finished" : "stopped");
     job.exit_status = code;

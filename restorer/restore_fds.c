@@ -42,7 +42,7 @@ static int reopen_ghost(struct restore_ctx *rc, const struct lz_fd *f, const cha
     fchmod(t, f->mode & 07777);
     close(in);
     snprintf(lp, sizeof lp, "/proc/self/fd/%d", t);
-    int src = open(lp, (int)(f->flags & ~(uint32_t)(O_CREAT | O_EXCL | O_TRUNC | O_TMPFILE | O_DIRECTORY)) | O_CLOEXEC);
+    int src = open(lp, (int)(f->flags & ~(uint32_t)(O_CREAT | O_EXCL | O_TRUNC | O_TMPFILE | O_DIRECTORY | O_NOFOLLOW)) | O_CLOEXEC);
     if (src < 0) restore_fail("cannot reopen descriptor %d: %s", f->fd, strerror(errno));
     close(t);
     return src;

@@ -4,7 +4,7 @@
 
 # Build: compiler, make, libc headers, xxHash, zstd, lz4.
 # Tests: python3 with pytest, setpriv (util-linux), ps/pgrep (procps).
-LZ_DEB_PACKAGES="gcc make libc6-dev libxxhash-dev libzstd-dev liblz4-dev python3 python3-pytest util-linux procps"
+LZ_DEB_PACKAGES="gcc make libc6-dev libxxhash-dev libzstd-dev liblz4-dev python3 python3-pytest util-linux procps fio"
 
 lz_pkg_installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
