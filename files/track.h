@@ -45,6 +45,16 @@ static inline int fj_pass_write(int fd)
     const struct fj_fdent *e = &fj.fdt[fd];
     return e->gen == fj.gen && (e->all || e->pass);
 }
+/* Not a tracked file at all (pipe, socket, terminal, excluded): such calls
+ * may block for long, and need no undo, so they skip even the bookkeeping
+ * that keeps a checkpoint out of the middle of a call. */
+static inline int fj_untracked(int fd)
+{
+    if (!fj.live) return 1;
+    if ((unsigned)fd >= FJ_MAXFD) return 0;
+    const struct fj_fdent *e = &fj.fdt[fd];
+    return e->gen == fj.gen && e->slot < 0;
+}
 static inline int fj_pass_pwrite(int fd)
 {
     if (!fj.live) return 1;

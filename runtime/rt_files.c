@@ -56,6 +56,7 @@ static size_t iov_total(const struct iovec *iov, int n)
 RT_API ssize_t write(int fd, const void *buf, size_t n)
 {
     REAL(ssize_t, write, int, const void *, size_t);
+    if (fj_untracked(fd)) return real_write(fd, buf, n);
     enter();
     if (!fj_pass_write(fd)) CHECK(fj_before_write(fd, -1, n), "write", NULL);
     ssize_t r = real_write(fd, buf, n);
@@ -77,6 +78,7 @@ RT_API ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) { return pwr
 RT_API ssize_t writev(int fd, const struct iovec *iov, int cnt)
 {
     REAL(ssize_t, writev, int, const struct iovec *, int);
+    if (fj_untracked(fd)) return real_writev(fd, iov, cnt);
     enter();
     if (!fj_pass_write(fd)) CHECK(fj_before_write(fd, -1, iov_total(iov, cnt)), "writev", NULL);
     ssize_t r = real_writev(fd, iov, cnt);
@@ -120,6 +122,7 @@ RT_API ssize_t copy_file_range(int in, off64_t *inoff, int out, off64_t *outoff,
 RT_API ssize_t sendfile64(int out, int in, off_t *off, size_t count)
 {
     REAL(ssize_t, sendfile64, int, int, off_t *, size_t);
+    if (fj_untracked(out)) return real_sendfile64(out, in, off, count);
     enter();
     if (!fj_pass_write(out)) CHECK(fj_before_write(out, -1, count), "sendfile", NULL);
     ssize_t r = real_sendfile64(out, in, off, count);
@@ -131,6 +134,7 @@ RT_API ssize_t sendfile(int out, int in, off_t *off, size_t count) { return send
 RT_API ssize_t splice(int in, loff_t *inoff, int out, loff_t *outoff, size_t len, unsigned flags)
 {
     REAL(ssize_t, splice, int, loff_t *, int, loff_t *, size_t, unsigned);
+    if (fj_untracked(out)) return real_splice(in, inoff, out, outoff, len, flags);
     enter();
     if (!(outoff ? fj_pass_pwrite(out) : fj_pass_write(out)))
         CHECK(fj_before_write(out, outoff ? *outoff : -1, len), "splice", NULL);
