@@ -59,6 +59,7 @@ RT_API ssize_t write(int fd, const void *buf, size_t n)
     if (fj_untracked(fd)) return real_write(fd, buf, n);
     enter();
     if (!fj_pass_write(fd)) CHECK(fj_before_write(fd, -1, n), "write", NULL);
+    if (fj_untracked(fd)) { leave(); return real_write(fd, buf, n); } /* a pipe may block */
     ssize_t r = real_write(fd, buf, n);
     leave();
     return r;
@@ -81,6 +82,7 @@ RT_API ssize_t writev(int fd, const struct iovec *iov, int cnt)
     if (fj_untracked(fd)) return real_writev(fd, iov, cnt);
     enter();
     if (!fj_pass_write(fd)) CHECK(fj_before_write(fd, -1, iov_total(iov, cnt)), "writev", NULL);
+    if (fj_untracked(fd)) { leave(); return real_writev(fd, iov, cnt); }
     ssize_t r = real_writev(fd, iov, cnt);
     leave();
     return r;
