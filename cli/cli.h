@@ -46,6 +46,7 @@ struct supervisor {
     int restoring;       /* restart: until the runtime says RESTORED */
     uint64_t restore_index;
     uint64_t interval, keep, next_index;
+    uint64_t first_index;  /* the first index this run can take */
     int durability;
     char excludes[4096];
 };

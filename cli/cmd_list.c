@@ -34,6 +34,8 @@ int cmd_list(int argc, char **argv)
     uint64_t *v;
     int n = lz_store_list(dir, &v);
     if (n < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
+    uint64_t *fstat_files = calloc((size_t)n + 1, sizeof *fstat_files), *fstat_bytes = calloc((size_t)n + 1, sizeof *fstat_bytes);
+    fj_store_stats(dir, v, n, fstat_files, fstat_bytes);
     if (o.json) printf("[");
     else printf("%6s  %-20s  %-9s  %10s  %10s  %9s  %6s  %10s\n", "INDEX", "TIME (UTC)", "TRIGGER", "MEMORY", "STORED", "PAUSE",
                 "FILES", "UNDO");
@@ -51,8 +53,7 @@ int cmd_list(int argc, char **argv)
         time_t t = (time_t)(h->created_ns / 1000000000ull);
         struct tm tm;
         gmtime_r(&t, &tm);
-        uint64_t files, undo;
-        fj_journal_stats(ck, &files, &undo);
+        uint64_t files = fstat_files[i], undo = fstat_bytes[i];
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
         if (o.json) {
             printf("%s\n  {\"index\": %" PRIu64 ", \"time\": \"%s\", \"created_ns\": %" PRIu64 ", \"trigger\": \"%s\", "
@@ -74,5 +75,7 @@ int cmd_list(int argc, char **argv)
     }
     if (o.json) printf("%s]\n", shown ? "\n" : "");
     free(v);
+    free(fstat_files);
+    free(fstat_bytes);
     return bad;
 }

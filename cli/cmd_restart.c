@@ -105,15 +105,18 @@ int cmd_restart(int argc, char **argv)
     if (check_identity(&img, why, sizeof why) < 0) { lz_err("cannot restart from checkpoint %" PRIu64 ": %s", index, why); return 1; }
     struct lz_job job;
     lz_job_read(dir, &job);
+    /* indices are never reused, also of checkpoints the rollback drops */
+    uint64_t *v;
+    int n = lz_store_list(dir, &v);
+    uint64_t next = (n > 0 ? v[n - 1] : index) + 1;
+    if (n > 0) free(v);
+    if (job.next_index > next) next = job.next_index;
+    job.next_index = next;
     if (rollback_files(dir, index, &job, o.force) < 0) return 1;
     snprintf(job.state, sizeof job.state, "running");
     job.rolling_to = -1;
     lz_job_write(dir, &job);
 
-    uint64_t *v;
-    int n = lz_store_list(dir, &v);
-    uint64_t next = (n > 0 ? v[n - 1] : index) + 1; /* indices are never reused */
-    free(v);
     struct supervisor s;
     int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, next);
     if (child_ctl < 0) return 1;

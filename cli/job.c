@@ -66,6 +66,7 @@ int supervisor_prepare(struct supervisor *s, const char *dir, const char *shown,
     s->durability = job->durability;
     snprintf(s->excludes, sizeof s->excludes, "%s", job->excludes);
     s->next_index = next_index;
+    s->first_index = next_index;
     s->listen_fd = ctl_listen(dir);
     if (s->listen_fd < 0) { lz_err("cannot create the control socket in %s: %s", shown, strerror(errno)); return -1; }
     int sp[2];

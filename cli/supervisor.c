@@ -134,7 +134,7 @@ static void on_runtime_message(struct sv_state *st, char *msg)
     } else if (!strncmp(msg, "OK ", 3)) {
         uint64_t idx = strtoull(msg + 3, NULL, 10);
         st->in_progress = 0;
-        lz_store_retain(s->dir, s->keep, idx);
+        lz_store_retain(s->dir, s->keep, idx, s->first_index);
         snprintf(out, sizeof out, "OK %" PRIu64, idx);
         finish_clients(st, out);
     } else if (!strncmp(msg, "ERR ", 4)) {
@@ -290,8 +290,14 @@ int supervise(struct supervisor *s)
         lz_job_write(s->dir, &job);
         return code ? code : 1;
     }
-    /* from now on, a change to the job's files is someone else's */
+    /* From now on a change to the job's files is someone else's.  File times
+     * come from the coarse clock (one tick behind): wait until it has passed
+     * this instant, so every later change is dated after it. */
     job.stopped_ns = (int64_t)lz_now_ns(CLOCK_REALTIME);
+    while ((int64_t)lz_now_ns(CLOCK_REALTIME_COARSE) <= job.stopped_ns) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
     code = st.have_status ? exit_code_of(st.status) : 1;
     snprintf(job.state, sizeof job.state, "%s", st.have_status && WIFEXITED(st.status) ? "finished" : "stopped");
     job.exit_status = code;

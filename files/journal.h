@@ -64,6 +64,7 @@ struct fj_name {
     uint32_t mode, uid, gid;
     uint64_t dev, ino, rdev;
     int64_t atime_ns, mtime_ns;
+    int64_t btime_ns; /* a directory's birth time: inode numbers are reused, identities are not */
     /* then the path, NUL, and for a symlink its target, NUL */
 };
 
@@ -80,7 +81,7 @@ struct fj_dirtime {
 _Static_assert(sizeof(struct fj_rec) == 16, "fj_rec");
 _Static_assert(sizeof(struct fj_inode) == 56, "fj_inode");
 _Static_assert(sizeof(struct fj_data) == 24, "fj_data");
-_Static_assert(sizeof(struct fj_name) == 56, "fj_name");
+_Static_assert(sizeof(struct fj_name) == 64, "fj_name");
 
 /* Name of the keep link of an inode, "<dev>.<ino>" in hex. */
 static inline void fj_keep_name(char out[40], uint64_t dev, uint64_t ino)

@@ -180,27 +180,75 @@ static int fail(char *why, size_t wl, const char *fmt, ...)
     return -1;
 }
 
+static int64_t btime_at(int dfd, const char *path)
+{
+    struct statx sx;
+    if (statx(dfd, path, AT_SYMLINK_NOFOLLOW, STATX_BTIME, &sx) < 0 || !(sx.stx_mask & STATX_BTIME)) return 0;
+    return (int64_t)sx.stx_btime.tv_sec * 1000000000ll + sx.stx_btime.tv_nsec;
+}
+
+/* A directory is the one of N if inode and birth time agree (inode numbers
+ * of removed directories are given to new ones). */
+static int is_dir_of(int dfd, const char *path, const struct stat *st, const struct fj_name *n)
+{
+    if (!S_ISDIR(st->st_mode) || st->st_dev != n->dev || st->st_ino != n->ino) return 0;
+    return !n->btime_ns || btime_at(dfd, path) == n->btime_ns;
+}
+
+/* Directories of N that must survive a removal around them (moved into a
+ * directory made after N): they are moved back afterwards. */
+static const struct fj_name **spare;
+static size_t nspare;
+
+static int spared(int dfd, const char *path, const struct stat *st)
+{
+    for (size_t i = 0; i < nspare; i++) if (is_dir_of(dfd, path, st, spare[i])) return 1;
+    return 0;
+}
+
 static void remove_tree_at(int dfd, const char *name)
 {
     int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd >= 0) {
         DIR *d = fdopendir(fd);
         struct dirent *e;
-        while (d && (e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-                if (unlinkat(fd, e->d_name, 0) < 0 && (errno == EISDIR || errno == EPERM)) remove_tree_at(fd, e->d_name);
+        struct stat st;
+        while (d && (e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
+            if (!S_ISDIR(st.st_mode)) unlinkat(fd, e->d_name, 0);
+            else if (!spared(fd, e->d_name, &st)) remove_tree_at(fd, e->d_name);
+        }
         if (d) closedir(d); else close(fd);
     }
     unlinkat(dfd, name, AT_REMOVEDIR);
 }
 
+static void empty_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    DIR *d = fdopendir(fd);
+    struct dirent *e;
+    struct stat st;
+    while (d && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
+        if (!S_ISDIR(st.st_mode)) unlinkat(fd, e->d_name, 0);
+        else if (!spared(fd, e->d_name, &st)) remove_tree_at(fd, e->d_name);
+    }
+    if (d) closedir(d); else close(fd);
+}
+
+/* 0: gone; 1: kept because a spared directory is inside; -1: error */
 static int remove_any(const char *path)
 {
     struct stat st;
     if (lstat(path, &st) < 0) return errno == ENOENT ? 0 : -1;
     if (!S_ISDIR(st.st_mode)) return unlink(path) < 0 && errno != ENOENT ? -1 : 0;
+    if (spared(AT_FDCWD, path, &st)) return 1;
     remove_tree_at(AT_FDCWD, path);
-    return lstat(path, &st) == 0 ? -1 : 0;
+    return lstat(path, &st) == 0 ? (nspare ? 1 : -1) : 0;
 }
 
 static void parent_of(const char *path, char *out)
@@ -279,13 +327,6 @@ static int restore_file(const struct seg *s, const struct rec *r, char *why, siz
 
 /* ------------------------------------------------------------------ one journal */
 
-static int dir_needed(const struct nm *v, size_t n, const struct stat *st)
-{
-    for (size_t i = 0; i < n; i++)
-        if (NAME(v[i].r)->was == FJ_WAS_DIR && same_ino(st, NAME(v[i].r)->dev, NAME(v[i].r)->ino)) return 1;
-    return 0;
-}
-
 static int apply_seg(const struct seg *s, char *why, size_t wl)
 {
     size_t nn, nd;
@@ -294,33 +335,69 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
     int rc = 0;
     struct stat st;
 
-    /* A: directories of N that were moved go back (shallowest first) */
-    qsort(names, nn, sizeof *names, nm_shallow);
-    for (size_t i = 0; i < nn && rc == 0; i++) {
-        const struct fj_name *n = NAME(names[i].r);
-        if (n->was != FJ_WAS_DIR) continue;
-        if (lstat(names[i].path, &st) == 0 && same_ino(&st, n->dev, n->ino)) continue;
-        for (size_t j = s->n; j-- > 0;) {
-            const struct rec *m = &s->r[j];
-            if (m->type != FJ_MOVED) continue;
-            const struct fj_moved *mv = (const void *)m->p;
-            const char *where = m->p + sizeof *mv;
-            if (mv->dev != n->dev || mv->ino != n->ino || lstat(where, &st) < 0 || !same_ino(&st, n->dev, n->ino)) continue;
+    /* which directories of N exist somewhere: removals spare them */
+    const struct fj_name **keepdirs = calloc(nn + 1, sizeof *keepdirs);
+    size_t nk = 0;
+    for (size_t i = 0; i < nn; i++)
+        if (NAME(names[i].r)->was == FJ_WAS_DIR) keepdirs[nk++] = NAME(names[i].r);
+    spare = keepdirs;
+    nspare = nk;
+    /* B: what did not exist at N goes (deepest first), sparing directories of
+     * N inside; once those are back in place (A), again for what held them */
+    for (int round = 0; round < 2 && rc == 0; round++) {
+        qsort(names, nn, sizeof *names, nm_deep);
+        for (size_t i = 0; i < nn && rc == 0; i++) {
+            if (NAME(names[i].r)->was != FJ_WAS_ABSENT || lstat(names[i].path, &st) < 0) continue;
+            if (remove_any(names[i].path) < 0) rc = fail(why, wl, "cannot remove %s: %s", names[i].path, strerror(errno));
+            step_done();
+        }
+        if (round == 1) break;
+        /* A: directories of N that were moved go back (shallowest first);
+         * what moves with them is then found below where they went */
+        qsort(names, nn, sizeof *names, nm_shallow);
+        char **mfrom = calloc(nn + 1, sizeof *mfrom), **mto = calloc(nn + 1, sizeof *mto);
+        size_t nm = 0;
+        for (size_t i = 0; i < nn && rc == 0; i++) {
+            const struct fj_name *n = NAME(names[i].r);
+            if (n->was != FJ_WAS_DIR) continue;
+        if (lstat(names[i].path, &st) == 0 && is_dir_of(AT_FDCWD, names[i].path, &st, n)) continue;
+        /* where it went: removed (kept in files.keep), or the places it moved to */
+        for (size_t j = s->n + 1; j-- > 0;) {
+            const struct rec *m = j < s->n ? &s->r[j] : NULL;
+            char where[LZ_PATH_MAX * 2];
+            if (!m) {
+                char kn[40];
+                fj_keep_name(kn, n->dev, n->ino);
+                snprintf(where, sizeof where, "%s/" FJ_KEEP "/%s", s->ckdir, kn);
+            } else {
+                if (m->type != FJ_MOVED) continue;
+                const struct fj_moved *mv = (const void *)m->p;
+                if (mv->dev != n->dev || mv->ino != n->ino) continue;
+                snprintf(where, sizeof where, "%s", m->p + sizeof *mv);
+            }
+            for (size_t k = 0; k < nm; k++) {
+                size_t fl = strlen(mfrom[k]);
+                if (!strncmp(where, mfrom[k], fl) && (where[fl] == '/' || !where[fl])) {
+                    char t[LZ_PATH_MAX * 2];
+                    snprintf(t, sizeof t, "%s%s", mto[k], where + fl);
+                    snprintf(where, sizeof where, "%s", t);
+                }
+            }
+            if (lstat(where, &st) < 0 || !is_dir_of(AT_FDCWD, where, &st, n)) continue;
             char par[LZ_PATH_MAX];
             parent_of(names[i].path, par);
+            /* whatever took its place was made after N */
             if (remove_any(names[i].path) < 0 || mkdir_p(par) < 0 || rename(where, names[i].path) < 0)
                 rc = fail(why, wl, "cannot move the directory %s back to %s: %s", where, names[i].path, strerror(errno));
+            mfrom[nm] = strdup(where);
+            mto[nm++] = strdup(names[i].path);
             step_done();
             break;
         }
-    }
-    /* B: what did not exist at N goes (deepest first) */
-    qsort(names, nn, sizeof *names, nm_deep);
-    for (size_t i = 0; i < nn && rc == 0; i++) {
-        if (NAME(names[i].r)->was != FJ_WAS_ABSENT || lstat(names[i].path, &st) < 0) continue;
-        if (S_ISDIR(st.st_mode) && dir_needed(names, nn, &st)) continue;
-        if (remove_any(names[i].path) < 0) rc = fail(why, wl, "cannot remove %s: %s", names[i].path, strerror(errno));
-        step_done();
+        }
+        for (size_t k = 0; k < nm; k++) { free(mfrom[k]); free(mto[k]); }
+        free(mfrom);
+        free(mto);
     }
     /* C: what existed at N comes back (shallowest first) */
     qsort(names, nn, sizeof *names, nm_shallow);
@@ -333,8 +410,14 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
             rc = restore_file(s, names[i].r, why, wl);
             break;
         case FJ_WAS_DIR:
-            if (have && S_ISDIR(st.st_mode)) break;
-            if ((have && remove_any(path) < 0) || mkdir(path, n->mode & 07777) < 0)
+            if (have && is_dir_of(AT_FDCWD, path, &st, n)) break;
+            if (have && S_ISDIR(st.st_mode)) {
+                /* the directory of N is gone (it was empty then): one made since
+                 * stands in, emptied but for directories of N moved back into it */
+                empty_dir(path);
+                break;
+            }
+            if ((have && remove_any(path) != 0) || mkdir(path, n->mode & 07777) < 0)
                 rc = fail(why, wl, "cannot recreate the directory %s: %s", path, strerror(errno));
             break;
         case FJ_WAS_SYMLINK: {
@@ -343,6 +426,7 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
             if (l >= 0) { cur[l] = 0; if (!strcmp(cur, name_target(names[i].r))) break; }
             if ((have && remove_any(path) < 0) || symlink(name_target(names[i].r), path) < 0)
                 rc = fail(why, wl, "cannot recreate the symbolic link %s: %s", path, strerror(errno));
+            else set_times(path, n->atime_ns, n->mtime_ns);
             break;
         }
         case FJ_WAS_OTHER:
@@ -355,6 +439,9 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
         }
         if (n->was != FJ_WAS_ABSENT) step_done();
     }
+    spare = NULL;
+    nspare = 0;
+    free(keepdirs);
     /* D: contents, sizes, modes and times of the inodes changed */
     char *buf = malloc(FJ_DATA_MAX);
     for (size_t i = 0; i < s->n && rc == 0; i++) {
@@ -370,8 +457,12 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
         snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", s->ckdir, name);
         const char *at = (r->flags & FJ_INODE_KEPT) ? keep : inode_path(r);
         int fd = open(at, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0 && errno == EACCES && chmod(at, (in->mode & 07777) | 0200) == 0)
+            fd = open(at, O_WRONLY | O_CLOEXEC | O_NOFOLLOW); /* made read-only since: its mode comes back below */
         struct stat fs;
-        if (fd < 0 || fstat(fd, &fs) < 0 || !same_ino(&fs, in->dev, in->ino)) {
+        /* by path: after the names are back, the file there is the one of N (or its copy) */
+        int bypath = !(r->flags & FJ_INODE_KEPT);
+        if (fd < 0 || fstat(fd, &fs) < 0 || (bypath ? !S_ISREG(fs.st_mode) : !same_ino(&fs, in->dev, in->ino))) {
             if (fd >= 0) close(fd);
             if (r->flags & FJ_INODE_KEPT) { rc = fail(why, wl, "cannot reopen %s (kept as %s): %s", inode_path(r), keep, strerror(errno)); break; }
             lz_warn("%s is no longer where it was; its content is not rolled back", inode_path(r));
@@ -437,7 +528,8 @@ int fj_journal_reset(const char *ckdir)
     DIR *d = opendir(path);
     struct dirent *e;
     while (d && (e = readdir(d)))
-        if (e->d_name[0] != '.') unlinkat(dirfd(d), e->d_name, 0);
+        if (e->d_name[0] != '.' && unlinkat(dirfd(d), e->d_name, 0) < 0 && errno == EISDIR)
+            unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR); /* a removed directory kept (it is empty) */
     if (d) closedir(d);
     return 0;
 }
@@ -604,38 +696,59 @@ size_t fj_plan_diff(const struct fj_plan *p, FILE *out)
     return nl;
 }
 
-void fj_journal_stats(const char *ckdir, uint64_t *files, uint64_t *bytes)
+/* Paths a journal changes (NAME paths and INODE paths), and the bytes it keeps. */
+static void journal_paths(const char *ckdir, uint64_t **hashes, size_t *n, size_t *cap, uint64_t *bytes)
 {
     struct seg s;
     memset(&s, 0, sizeof s);
     snprintf(s.ckdir, sizeof s.ckdir, "%s", ckdir);
-    *files = 0;
     *bytes = 0;
     if (load_seg(&s) < 0 || s.log_fd < 0) return;
     struct stat st;
     if (fstat(s.log_fd, &st) == 0) *bytes = (uint64_t)st.st_size;
-    size_t nn;
-    struct nm *v = first_names(&s, FJ_NAME, &nn);
-    *files = nn;
     for (size_t i = 0; i < s.n; i++) {
-        if (s.r[i].type != FJ_INODE) continue;
-        int dup = 0;
-        for (size_t k = 0; k < nn && !dup; k++) dup = !strcmp(v[k].path, inode_path(&s.r[i]));
-        for (size_t k = 0; k < i && !dup; k++)
-            dup = s.r[k].type == FJ_INODE && INODE(&s.r[k])->dev == INODE(&s.r[i])->dev && INODE(&s.r[k])->ino == INODE(&s.r[i])->ino;
-        if (!dup) (*files)++;
+        const char *path = s.r[i].type == FJ_NAME ? name_path(&s.r[i]) : s.r[i].type == FJ_INODE ? inode_path(&s.r[i]) : NULL;
+        if (!path) continue;
+        if (*n == *cap) { *cap = *cap ? *cap * 2 : 256; *hashes = realloc(*hashes, *cap * sizeof **hashes); }
+        (*hashes)[(*n)++] = lz_hash(path, strlen(path));
     }
-    free(v);
     /* kept files only cost space once nothing else links them */
     char keep[LZ_PATH_MAX + 96];
     snprintf(keep, sizeof keep, "%s/" FJ_KEEP, ckdir);
     DIR *d = opendir(keep);
     struct dirent *e;
     while (d && (e = readdir(d)))
-        if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_nlink == 1)
+        if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_nlink == 1 &&
+            S_ISREG(st.st_mode))
             *bytes += (uint64_t)st.st_blocks * 512;
     if (d) closedir(d);
     for (size_t j = 0; j < s.n; j++) free(s.r[j].p);
     free(s.r);
     close(s.log_fd);
+}
+
+static int u64cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+void fj_store_stats(const char *dir, const uint64_t *idx, int n, uint64_t *files, uint64_t *bytes)
+{
+    uint64_t *h = NULL, total = 0;
+    size_t nh = 0, cap = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        char ck[LZ_PATH_MAX + 64];
+        uint64_t b;
+        lz_ckpt_path(ck, sizeof ck, dir, idx[i]);
+        journal_paths(ck, &h, &nh, &cap, &b);
+        total += b;
+        qsort(h, nh, sizeof *h, u64cmp);
+        size_t m = 0;
+        for (size_t k = 0; k < nh; k++) if (m == 0 || h[m - 1] != h[k]) h[m++] = h[k];
+        nh = m;
+        files[i] = nh;
+        bytes[i] = total;
+    }
+    free(h);
 }

@@ -31,6 +31,7 @@ int fj_plan_apply(const struct fj_plan *p, int delay_ms, char *why, size_t whyle
 /* Empties checkpoint N's journal once the files are at N again. */
 int fj_journal_reset(const char *ckdir);
 
-/* For `lazarus list`: paths changed since the checkpoint and bytes kept. */
-void fj_journal_stats(const char *ckdir, uint64_t *files, uint64_t *bytes);
+/* For `lazarus list`, per checkpoint idx[i] (ascending): how many paths
+ * changed since it, and the bytes kept to roll back to it. */
+void fj_store_stats(const char *dir, const uint64_t *idx, int n, uint64_t *files, uint64_t *bytes);
 #endif

@@ -37,6 +37,10 @@ struct interval {
     uint64_t *paths; uint32_t path_cap, path_n; /* XXH3 of paths already recorded */
     int log_fd, keep_fd;
     int touched;       /* anything recorded (for machine durability) */
+    /* directories moved or made this interval: a path below `cur` was
+     * `orig` + the rest at N (NULL: nothing there existed at N) */
+    struct moved { char *cur, *orig; uint64_t dev, ino; } *mv;
+    uint32_t nmv, capmv;
 };
 
 static struct {
@@ -52,6 +56,7 @@ static struct {
 } E;
 
 static char *databuf; /* FJ_DATA_MAX bytes, for copying saved content */
+static int path_at_n(struct interval *v, const char *abs, char *out);
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -311,7 +316,12 @@ static long first_touch(struct interval *v, int fd, const struct stat *st, struc
     fj_keep_name(name, st->st_dev, st->st_ino);
     uint16_t flags = FJ_INODE_KEPT;
     long r = lz_sc5(SYS_linkat, AT_FDCWD, lp, v->keep_fd, name, AT_SYMLINK_FOLLOW);
-    if (r < 0 && r != -EEXIST) flags = FJ_INODE_BYPATH;
+    if (r < 0 && r != -EEXIST) {
+        /* no link possible (another file system): found by its name at N */
+        flags = FJ_INODE_BYPATH;
+        char atn[LZ_PATH_MAX];
+        if (path[0] == '/' && !path_at_n(v, path, atn)) memcpy(path, atn, slen(atn) + 1);
+    }
     struct fj_inode rec = {st->st_dev, st->st_ino, (uint64_t)st->st_size, st->st_mode, st->st_uid, st->st_gid, 0,
                            ts_ns(&st->st_atim), ts_ns(&st->st_mtim)};
     r = jwrite(v, FJ_INODE, flags, &rec, sizeof rec, path, NULL, NULL, 0);
@@ -388,6 +398,7 @@ static int map_memory(void)
         E.iv[i].paths = NULL; E.iv[i].path_cap = E.iv[i].path_n = 0;
         E.iv[i].log_fd = E.iv[i].keep_fd = -1;
         E.iv[i].touched = 0;
+        E.iv[i].mv = NULL; E.iv[i].nmv = E.iv[i].capmv = 0;
     }
     fj.fdt = (struct fj_fdent *)(engine_mem + 2 * ARENA_BYTES);
     databuf = (char *)fj.fdt + (size_t)FJ_MAXFD * sizeof(struct fj_fdent);
@@ -432,6 +443,7 @@ static void iv_reset(struct interval *v)
     v->paths = NULL; v->path_cap = v->path_n = 0;
     v->log_fd = v->keep_fd = -1;
     v->touched = 0;
+    v->mv = NULL; v->nmv = v->capmv = 0;
 }
 
 /* ---------------------------------------------------------------- descriptors */
@@ -455,7 +467,13 @@ static long classify(struct interval *v, int fd, struct fj_fdent *ent, struct fj
     }
     if (n <= 0 || path[0] != '/') { *ent = e; return 0; }
     path[n] = 0;
-    if (excluded(path) || (n > 10 && !strcmp(path + n - 10, " (deleted)"))) { *ent = e; return 0; }
+    /* unlinked since N but kept by us (or linked elsewhere): still the job's
+     * file; with no link left at all it is nameless, and travels by content */
+    if (n > 10 && !strcmp(path + n - 10, " (deleted)")) {
+        if (st.st_nlink == 0) { *ent = e; return 0; }
+        path[n - 10] = 0;
+    }
+    if (excluded(path)) { *ent = e; return 0; }
     struct fj_ino *ino = ino_find(v, st.st_dev, st.st_ino, 0);
     if (!(ino && ino->born)) {
         r = first_touch(v, fd, &st, &ino);
@@ -547,14 +565,89 @@ void fj_fd_changed(int fd)
 
 /* ---------------------------------------------------------------- names */
 
-/* Records what `abs` was at N, the first time it changes this interval. */
-static long record_name(struct interval *v, const char *abs)
+/* ---------------------------------------------------------------- names */
+
+static char *iv_strdup(struct interval *v, const char *s, size_t n)
 {
-    if (excluded(abs)) return 0;
+    char *d = iv_alloc(v, n + 1);
+    if (d) { memcpy(d, s, n); d[n] = 0; }
+    return d;
+}
+
+/* The path `abs` had at N, through the directories moved or made since:
+ * 0 and `out` filled, or 1 if it lies in a directory made this interval. */
+static int path_at_n_of(struct interval *v, const char *abs, char *out, int self)
+{
+    size_t best = 0;
+    int bi = -1;
+    for (uint32_t i = 0; i < v->nmv; i++) {
+        size_t l = slen(v->mv[i].cur);
+        if (l >= best && !strncmp(abs, v->mv[i].cur, l) && (abs[l] == '/' || (self && abs[l] == 0))) { best = l; bi = (int)i; }
+    }
+    if (bi < 0) { memcpy(out, abs, slen(abs) + 1); return 0; }
+    if (!v->mv[bi].orig) return 1;
+    size_t ol = slen(v->mv[bi].orig), rl = slen(abs + best);
+    if (ol + rl + 1 > LZ_PATH_MAX) return 1;
+    memcpy(out, v->mv[bi].orig, ol);
+    memcpy(out + ol, abs + best, rl + 1);
+    return 0;
+}
+
+/* a path's name at N (what was there at N is another question: the
+ * directory moved to `abs` is found with self = 1) */
+static int path_at_n(struct interval *v, const char *abs, char *out) { return path_at_n_of(v, abs, out, 0); }
+
+static long add_moved(struct interval *v, const char *cur, const char *orig, uint64_t dev, uint64_t ino)
+{
+    if (v->nmv == v->capmv) {
+        uint32_t nc = v->capmv ? v->capmv * 2 : 64;
+        struct moved *n = iv_alloc(v, nc * sizeof *n);
+        if (!n) return -ENOMEM;
+        if (v->nmv) memcpy(n, v->mv, v->nmv * sizeof *n);
+        v->mv = n;
+        v->capmv = nc;
+    }
+    char *c = iv_strdup(v, cur, slen(cur)), *o = orig ? iv_strdup(v, orig, slen(orig)) : NULL;
+    if (!c || (orig && !o)) return -ENOMEM;
+    v->mv[v->nmv++] = (struct moved){c, o, dev, ino};
+    return 0;
+}
+
+/* A directory moved from a to b: what was below a is below b now, and
+ * directories of N among it are found there by the rollback. */
+static long dir_moved(struct interval *v, const char *a, const char *b, uint64_t dev, uint64_t ino)
+{
+    char an[LZ_PATH_MAX];
+    int absent = path_at_n_of(v, a, an, 1); /* the directory itself: made, or moved, this interval? */
+    size_t al = slen(a), bl = slen(b);
+    for (uint32_t i = 0; i < v->nmv; i++) {
+        const char *c = v->mv[i].cur;
+        if (strncmp(c, a, al) || (c[al] != '/' && c[al] != 0)) continue;
+        size_t rl = slen(c + al);
+        char *n = iv_alloc(v, bl + rl + 1);
+        if (!n) return -ENOMEM;
+        memcpy(n, b, bl);
+        memcpy(n + bl, c + al, rl + 1);
+        v->mv[i].cur = n;
+        if (v->mv[i].orig && c[al] == '/') {
+            struct fj_moved m = {v->mv[i].dev, v->mv[i].ino};
+            long r = jwrite(v, FJ_MOVED, 0, &m, sizeof m, n, NULL, NULL, 0);
+            if (r < 0) return r;
+        }
+    }
+    return add_moved(v, b, absent ? NULL : an, dev, ino);
+}
+
+/* Records what `abs` was at N, the first time it changes this interval. */
+static long record_name(struct interval *v, const char *cur)
+{
+    if (excluded(cur)) return 0;
+    char abs[LZ_PATH_MAX];
+    if (path_at_n(v, cur, abs)) return 0; /* in a directory made this interval */
     uint64_t h = lz_hash(abs, slen(abs));
     if (path_seen(v, h, 0)) return 0;
     struct stat st;
-    long r = lz_sc4(SYS_newfstatat, AT_FDCWD, abs, &st, AT_SYMLINK_NOFOLLOW);
+    long r = lz_sc4(SYS_newfstatat, AT_FDCWD, cur, &st, AT_SYMLINK_NOFOLLOW);
     struct fj_name rec;
     memset(&rec, 0, sizeof rec);
     uint16_t flags = 0;
@@ -576,9 +669,9 @@ static long record_name(struct interval *v, const char *abs)
                 rec.was = FJ_WAS_FILE;
                 char name[40];
                 fj_keep_name(name, st.st_dev, st.st_ino);
-                r = lz_sc5(SYS_linkat, AT_FDCWD, abs, v->keep_fd, name, 0);
+                r = lz_sc5(SYS_linkat, AT_FDCWD, cur, v->keep_fd, name, 0);
                 if (r < 0 && r != -EEXIST) {
-                    long fd = open_for_path(AT_FDCWD, abs, 1);
+                    long fd = open_for_path(AT_FDCWD, cur, 1);
                     if (fd < 0) return fd;
                     r = keep_copy(v, (int)fd, name);
                     lz_sc1(SYS_close, fd);
@@ -588,9 +681,12 @@ static long record_name(struct interval *v, const char *abs)
             }
         } else if (S_ISDIR(st.st_mode)) {
             rec.was = FJ_WAS_DIR;
+            struct statx sx;
+            if (lz_sc5(SYS_statx, AT_FDCWD, cur, AT_SYMLINK_NOFOLLOW, STATX_BTIME, &sx) == 0 && (sx.stx_mask & STATX_BTIME))
+                rec.btime_ns = (int64_t)sx.stx_btime.tv_sec * 1000000000ll + sx.stx_btime.tv_nsec;
         } else if (S_ISLNK(st.st_mode)) {
             rec.was = FJ_WAS_SYMLINK;
-            long n = lz_sc4(SYS_readlinkat, AT_FDCWD, abs, target, sizeof target - 1);
+            long n = lz_sc4(SYS_readlinkat, AT_FDCWD, cur, target, sizeof target - 1);
             if (n < 0) return n;
             target[n] = 0;
             t2 = target;
@@ -599,16 +695,20 @@ static long record_name(struct interval *v, const char *abs)
         }
     }
     /* the directory holding it: its times come back too */
-    char parent[LZ_PATH_MAX];
-    size_t pl = slen(abs);
+    char parent[LZ_PATH_MAX], cparent[LZ_PATH_MAX];
+    size_t pl = slen(abs), cl = slen(cur);
     while (pl > 1 && abs[pl - 1] != '/') pl--;
     if (pl > 1) pl--;
     memcpy(parent, abs, pl);
     parent[pl] = 0;
+    while (cl > 1 && cur[cl - 1] != '/') cl--;
+    if (cl > 1) cl--;
+    memcpy(cparent, cur, cl);
+    cparent[cl] = 0;
     uint64_t ph = lz_hash(parent, pl) ^ 0x5bd1e995u;
     if (!excluded(parent) && !path_seen(v, ph, 0)) {
         struct stat ps;
-        if (lz_sc4(SYS_newfstatat, AT_FDCWD, parent, &ps, 0) == 0) {
+        if (lz_sc4(SYS_newfstatat, AT_FDCWD, cparent, &ps, 0) == 0) {
             struct fj_dirtime dt = {ts_ns(&ps.st_atim), ts_ns(&ps.st_mtim)};
             r = jwrite(v, FJ_DIRTIME, 0, &dt, sizeof dt, parent, NULL, NULL, 0);
             if (r < 0) return r;
@@ -643,21 +743,112 @@ int fj_before_create(int dirfd, const char *path)
     return fj_before_unlink(dirfd, path);
 }
 
+/* rmdir of a directory of N: it is moved into files.keep instead, so the
+ * rollback puts back the very same directory (inode numbers of removed
+ * directories are reused, and older journals know it by its identity).
+ * 1: done; 0: do the real rmdir; -errno: fail with it. */
+int fj_rmdir(int dirfd, const char *path)
+{
+    if (!fj.live) return 0;
+    char abs[LZ_PATH_MAX], atn[LZ_PATH_MAX];
+    lock();
+    struct interval *v = &E.iv[E.cur];
+    long r = abspath(dirfd, path, abs);
+    if (r < 0 || excluded(abs) || path_at_n_of(v, abs, atn, 1)) { unlock(); return 0; } /* made this interval */
+    r = record_name(v, abs);
+    struct stat st;
+    if (r == 0 && lz_sc4(SYS_newfstatat, AT_FDCWD, abs, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+        long dfd = lz_sc4(SYS_openat, AT_FDCWD, abs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+        if (dfd >= 0) {
+            char buf[512];
+            long n, entries = 0;
+            while ((n = lz_sc3(SYS_getdents64, dfd, buf, sizeof buf)) > 0)
+                for (long off = 0; off < n;) {
+                    struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d = (void *)(buf + off);
+                    off += d->reclen;
+                    if (!(d->name[0] == '.' && (!d->name[1] || (d->name[1] == '.' && !d->name[2])))) entries++;
+                }
+            lz_sc1(SYS_close, dfd);
+            if (entries) { unlock(); return -ENOTEMPTY; }
+            char name[40];
+            fj_keep_name(name, st.st_dev, st.st_ino);
+            long m = lz_sc5(SYS_renameat2, AT_FDCWD, abs, v->keep_fd, name, RENAME_NOREPLACE);
+            if (m == 0) {
+                if (E.machine) { lz_sc1(SYS_fsync, v->keep_fd); }
+                unlock();
+                return 1;
+            }
+        }
+    }
+    unlock();
+    return r < 0 ? (int)r : 0;
+}
+
+void fj_after_mkdir(int dirfd, const char *path)
+{
+    if (!fj.live) return;
+    char abs[LZ_PATH_MAX];
+    lock();
+    if (abspath(dirfd, path, abs) == 0 && !excluded(abs)) add_moved(&E.iv[E.cur], abs, NULL, 0, 0);
+    unlock();
+}
+
+static char pending_a[LZ_PATH_MAX], pending_b[LZ_PATH_MAX];
+static uint64_t pending_dev, pending_ino, pending_xdev, pending_xino;
+static int pending, pending_x;
+
+void fj_after_rename(int ok)
+{
+    if (!pending && !pending_x) return;
+    lock();
+    struct interval *v = &E.iv[E.cur];
+    if (ok && fj.live) {
+        /* an exchange moves both at once: through a name nothing has */
+        const char *via = pending_x && pending ? "\001exchange" : pending_b;
+        if (pending) dir_moved(v, pending_a, via, pending_dev, pending_ino);
+        if (pending_x) dir_moved(v, pending_b, pending_a, pending_xdev, pending_xino);
+        if (pending_x && pending) dir_moved(v, via, pending_b, pending_dev, pending_ino);
+    }
+    pending = pending_x = 0;
+    unlock();
+}
+
 int fj_before_rename(int odirfd, const char *oldp, int ndirfd, const char *newp, unsigned flags)
 {
     (void)flags;
     if (!fj.live) return 0;
     char a[LZ_PATH_MAX], b[LZ_PATH_MAX];
     lock();
+    pending = 0;
     struct interval *v = &E.iv[E.cur];
     int r = name_hook(odirfd, oldp, a);
     if (r == 0) r = name_hook(ndirfd, newp, b);
     /* a directory of N that moves: where the rollback will find it */
     struct stat st;
+    pending_x = 0;
+    if (r == 0 && (flags & RENAME_EXCHANGE) && !excluded(b) &&
+        lz_sc4(SYS_newfstatat, AT_FDCWD, b, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+        struct fj_moved m = {st.st_dev, st.st_ino};
+        r = (int)jwrite(v, FJ_MOVED, 0, &m, sizeof m, a, NULL, NULL, 0);
+        if (r == 0) r = (int)jsync(v);
+        pending_x = 1;
+        pending_xdev = st.st_dev;
+        pending_xino = st.st_ino;
+        memcpy(pending_a, a, slen(a) + 1);
+        memcpy(pending_b, b, slen(b) + 1);
+    }
     if (r == 0 && !excluded(a) && lz_sc4(SYS_newfstatat, AT_FDCWD, a, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
         struct fj_moved m = {st.st_dev, st.st_ino};
         r = (int)jwrite(v, FJ_MOVED, 0, &m, sizeof m, b, NULL, NULL, 0);
         if (r == 0) r = (int)jsync(v);
+        if (r == 0) {
+            /* the paths below it move only if the rename succeeds (fj_after_rename) */
+            memcpy(pending_a, a, slen(a) + 1);
+            memcpy(pending_b, b, slen(b) + 1);
+            pending_dev = st.st_dev;
+            pending_ino = st.st_ino;
+            pending = 1;
+        }
     }
     unlock();
     return r;
@@ -764,14 +955,16 @@ static int64_t stream_low(FILE *f, int fd)
 
 static int stream_writes(FILE *f)
 {
-    return f->_fileno >= 0 && !(f->_flags & 0x0008 /* _IO_NO_WRITES */) && !(f->_flags & 0x1000 /* _IO_IS_APPENDING */);
+    return f->_fileno >= 0 && !(f->_flags & 0x0008 /* _IO_NO_WRITES */);
 }
+static int stream_appends(FILE *f) { return (f->_flags & 0x1000 /* _IO_IS_APPENDING */) != 0; }
 
 int fj_stream_opened(FILE *f)
 {
     if (!fj.live || !f || !stream_writes(f)) return 0;
-    int64_t low = stream_low(f, f->_fileno);
-    return low < 0 ? 0 : fj_before_write(f->_fileno, low, ~0ull >> 1);
+    /* appending: only the size at N is needed (recorded on first touch) */
+    int64_t low = stream_appends(f) ? 0 : stream_low(f, f->_fileno);
+    return low < 0 ? 0 : fj_before_write(f->_fileno, low, stream_appends(f) ? 0 : ~0ull >> 1);
 }
 
 int fj_stream_moved(FILE *f)
@@ -792,12 +985,11 @@ static long save_blind(struct interval *v)
     long r = 0;
     for (FILE *f = _IO_list_all; f && r == 0; f = f->_chain) {
         if (!stream_writes(f)) continue;
-        int64_t low = stream_low(f, f->_fileno);
-        if (low < 0) continue;
         struct fj_ino *ino;
         struct fj_fdent tmp = {0};
-        r = classify(v, f->_fileno, &tmp, &ino);
-        if (r == 0 && ino && !tmp.all) r = save_range(v, ino, f->_fileno, (uint64_t)low, ~0ull >> 1);
+        r = classify(v, f->_fileno, &tmp, &ino); /* records its size at N, appending or not */
+        int64_t low = stream_low(f, f->_fileno);
+        if (r == 0 && ino && !tmp.all && low >= 0) r = save_range(v, ino, f->_fileno, (uint64_t)low, ~0ull >> 1);
     }
     /* writable shared file mappings, from /proc/self/maps */
     static char maps[1 << 18];

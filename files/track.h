@@ -80,7 +80,10 @@ void fj_after_open(int fd, int created);
 /* Names and attributes. */
 int fj_before_unlink(int dirfd, const char *path);
 int fj_before_rename(int odirfd, const char *oldp, int ndirfd, const char *newp, unsigned flags);
+void fj_after_rename(int ok);
 int fj_before_create(int dirfd, const char *path);   /* mkdir, link, symlink, mknod */
+void fj_after_mkdir(int dirfd, const char *path);    /* nothing below it existed at N */
+int fj_rmdir(int dirfd, const char *path);           /* 1 done (kept), 0 do it, -errno */
 int fj_before_attr_path(int dirfd, const char *path, int nofollow);
 int fj_before_attr_fd(int fd);
 

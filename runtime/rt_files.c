@@ -473,21 +473,57 @@ RT_API int mkostemps64(char *t, int s, int fl) { return make_temp(t, s, fl); }
     }
 
 NAMEOP(int, unlink, (const char *p), fj_before_unlink(AT_FDCWD, p), lz_sc3(SYS_unlinkat, AT_FDCWD, p, 0))
-NAMEOP(int, unlinkat, (int d, const char *p, int fl), fj_before_unlink(d, p), lz_sc3(SYS_unlinkat, d, p, fl))
-NAMEOP(int, rmdir, (const char *p), fj_before_unlink(AT_FDCWD, p), lz_sc3(SYS_unlinkat, AT_FDCWD, p, AT_REMOVEDIR))
-NAMEOP(int, rename, (const char *a, const char *b), fj_before_rename(AT_FDCWD, a, AT_FDCWD, b, 0),
-       lz_sc5(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, 0))
-NAMEOP(int, renameat, (int da, const char *a, int db, const char *b), fj_before_rename(da, a, db, b, 0),
-       lz_sc5(SYS_renameat2, da, a, db, b, 0))
-NAMEOP(int, renameat2, (int da, const char *a, int db, const char *b, unsigned fl), fj_before_rename(da, a, db, b, fl),
-       lz_sc5(SYS_renameat2, da, a, db, b, fl))
+static int remove_dir(int d, const char *p)
+{
+    enter();
+    int k = fj_rmdir(d, p);
+    if (k < 0 && k != -ENOTEMPTY) return (int)refuse("rmdir", p, k);
+    long r = k == 1 ? 0 : k < 0 ? k : lz_sc3(SYS_unlinkat, d, p, AT_REMOVEDIR);
+    leave();
+    if (r < 0) { errno = (int)-r; return -1; }
+    return 0;
+}
+RT_API int rmdir(const char *p) { return remove_dir(AT_FDCWD, p); }
+RT_API int unlinkat(int d, const char *p, int fl)
+{
+    if (fl & AT_REMOVEDIR) return remove_dir(d, p);
+    enter();
+    CHECK(fj_before_unlink(d, p), "unlink", p);
+    long r = lz_sc3(SYS_unlinkat, d, p, fl);
+    leave();
+    if (r < 0) { errno = (int)-r; return -1; }
+    return 0;
+}
+static int do_rename(int da, const char *a, int db, const char *b, unsigned fl)
+{
+    enter();
+    CHECK(fj_before_rename(da, a, db, b, fl), "rename", a);
+    long r = lz_sc5(SYS_renameat2, da, a, db, b, fl);
+    fj_after_rename(r == 0);
+    leave();
+    if (r < 0) { errno = (int)-r; return -1; }
+    return 0;
+}
+RT_API int rename(const char *a, const char *b) { return do_rename(AT_FDCWD, a, AT_FDCWD, b, 0); }
+RT_API int renameat(int da, const char *a, int db, const char *b) { return do_rename(da, a, db, b, 0); }
+RT_API int renameat2(int da, const char *a, int db, const char *b, unsigned fl) { return do_rename(da, a, db, b, fl); }
 NAMEOP(int, link, (const char *a, const char *b), fj_before_create(AT_FDCWD, b), lz_sc5(SYS_linkat, AT_FDCWD, a, AT_FDCWD, b, 0))
 NAMEOP(int, linkat, (int da, const char *a, int db, const char *b, int fl), fj_before_create(db, b),
        lz_sc5(SYS_linkat, da, a, db, b, fl))
 NAMEOP(int, symlink, (const char *t, const char *p), fj_before_create(AT_FDCWD, p), lz_sc3(SYS_symlinkat, t, AT_FDCWD, p))
 NAMEOP(int, symlinkat, (const char *t, int d, const char *p), fj_before_create(d, p), lz_sc3(SYS_symlinkat, t, d, p))
-NAMEOP(int, mkdir, (const char *p, mode_t m), fj_before_create(AT_FDCWD, p), lz_sc3(SYS_mkdirat, AT_FDCWD, p, m))
-NAMEOP(int, mkdirat, (int d, const char *p, mode_t m), fj_before_create(d, p), lz_sc3(SYS_mkdirat, d, p, m))
+static int make_dir(int d, const char *p, mode_t m)
+{
+    enter();
+    CHECK(fj_before_create(d, p), "mkdir", p);
+    long r = lz_sc3(SYS_mkdirat, d, p, m);
+    if (r == 0) fj_after_mkdir(d, p);
+    leave();
+    if (r < 0) { errno = (int)-r; return -1; }
+    return 0;
+}
+RT_API int mkdir(const char *p, mode_t m) { return make_dir(AT_FDCWD, p, m); }
+RT_API int mkdirat(int d, const char *p, mode_t m) { return make_dir(d, p, m); }
 NAMEOP(int, mknod, (const char *p, mode_t m, dev_t dv), fj_before_create(AT_FDCWD, p), lz_sc4(SYS_mknodat, AT_FDCWD, p, m, dv))
 NAMEOP(int, mknodat, (int d, const char *p, mode_t m, dev_t dv), fj_before_create(d, p), lz_sc4(SYS_mknodat, d, p, m, dv))
 NAMEOP(int, mkfifo, (const char *p, mode_t m), fj_before_create(AT_FDCWD, p), lz_sc4(SYS_mknodat, AT_FDCWD, p, m | S_IFIFO, 0))

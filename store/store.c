@@ -114,7 +114,7 @@ int lz_store_remove(const char *dir, uint64_t index)
     return 0;
 }
 
-void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest)
+void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest, uint64_t run_first)
 {
     char path[LZ_PATH_MAX + 64], why[256];
     struct lz_image img;
@@ -127,10 +127,11 @@ void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest)
     uint64_t *v;
     int n = lz_store_list(dir, &v);
     if (n < 0) return;
-    /* an abandoned branch: checkpoints taken after the one we restarted from */
+    /* an abandoned branch: checkpoints taken after the one we restarted from,
+     * before this run began */
     if (parent)
         for (int i = 0; i < n; i++)
-            if (v[i] > parent && v[i] < newest) { lz_store_remove(dir, v[i]); v[i] = 0; }
+            if (v[i] > parent && v[i] < run_first) { lz_store_remove(dir, v[i]); v[i] = 0; }
     size_t live = 0;
     for (int i = 0; i < n; i++) live += v[i] != 0;
     for (int i = 0; i < n && live > keep && keep > 0; i++)
@@ -161,6 +162,7 @@ int lz_job_read(const char *dir, struct lz_job *job)
         else if (!strcmp(line, "durability")) job->durability = !strcmp(eq, "machine");
         else if (!strcmp(line, "stopped_ns")) job->stopped_ns = strtoll(eq, NULL, 10);
         else if (!strcmp(line, "rolling_to")) job->rolling_to = strtoll(eq, NULL, 10);
+        else if (!strcmp(line, "next_index")) lz_parse_u64(eq, &job->next_index);
         else if (!strcmp(line, "exclude")) {
             size_t have = strlen(job->excludes);
             if (have + strlen(eq) + 2 < sizeof job->excludes)
@@ -177,9 +179,9 @@ int lz_job_write(const char *dir, const struct lz_job *job)
     snprintf(path, sizeof path, "%s/%s", dir, LZ_JOBFILE);
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, LZ_JOBFILE);
     int n = snprintf(buf, sizeof buf, "version=%u\ninterval=%" PRIu64 "\nkeep=%" PRIu64 "\nstate=%s\nexit=%d\n"
-                     "durability=%s\nstopped_ns=%" PRId64 "\nrolling_to=%" PRId64 "\n",
+                     "durability=%s\nstopped_ns=%" PRId64 "\nrolling_to=%" PRId64 "\nnext_index=%" PRIu64 "\n",
                      LZ_VERSION, job->interval, job->keep, job->state, job->exit_status,
-                     job->durability ? "machine" : "process", job->stopped_ns, job->rolling_to);
+                     job->durability ? "machine" : "process", job->stopped_ns, job->rolling_to, job->next_index);
     for (const char *p = job->excludes; *p && n < (int)sizeof buf - 1;) {
         const char *q = strchr(p, '\n');
         size_t l = q ? (size_t)(q - p) : strlen(p);

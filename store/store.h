@@ -18,6 +18,7 @@ struct lz_job {
     char excludes[4096]; /* directories not tracked, '\n'-separated, absolute */
     int64_t stopped_ns;  /* CLOCK_REALTIME when the program was seen gone, 0 = not seen */
     int64_t rolling_to;  /* a file rollback to this checkpoint is under way, -1 = none */
+    uint64_t next_index; /* no checkpoint index below it may be given again */
 };
 
 /* Creates DIR (0700) if needed; fails with a message if it is not usable. */
@@ -29,8 +30,9 @@ void lz_store_cleanup_tmp(const char *dir);
 /* Makes checkpoint `index` invisible at once (rename), then deletes it. */
 int lz_store_remove(const char *dir, uint64_t index);
 /* Newest-first retention: keeps `keep` checkpoints; also drops checkpoints of
- * an abandoned branch (index > parent of `newest`, < newest). */
-void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest);
+ * an abandoned branch (index > parent of `newest`, < run_first, the first
+ * index this run of the job could take). */
+void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest, uint64_t run_first);
 
 int lz_job_read(const char *dir, struct lz_job *job);
 int lz_job_write(const char *dir, const struct lz_job *job);
