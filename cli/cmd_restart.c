@@ -24,7 +24,7 @@ static const char help[] =
     "            after it stopped (refused otherwise, naming them)\n";
 
 /* Undoes every change to files since checkpoint `index` (files/rollback.h). */
-static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, int force)
+static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, int force, uint64_t next)
 {
     char why[LZ_PATH_MAX + 512];
     if (job->rolling_to >= 0 && index > (uint64_t)job->rolling_to) {
@@ -56,6 +56,7 @@ static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, i
         }
     }
     job->rolling_to = (int64_t)index;
+    job->next_index = next; /* the checkpoints after N go: their indices stay used */
     if (lz_job_write(dir, job) < 0) { lz_err("cannot write %s/%s: %s", dir, LZ_JOBFILE, strerror(errno)); fj_plan_free(plan); return -1; }
     const char *d = getenv("LAZARUS_TEST_ROLLBACK_DELAY_MS");
     if (fj_plan_apply(plan, d ? atoi(d) : 0, why, sizeof why) < 0) {
@@ -111,8 +112,7 @@ int cmd_restart(int argc, char **argv)
     uint64_t next = (n > 0 ? v[n - 1] : index) + 1;
     if (n > 0) free(v);
     if (job.next_index > next) next = job.next_index;
-    job.next_index = next;
-    if (rollback_files(dir, index, &job, o.force) < 0) return 1;
+    if (rollback_files(dir, index, &job, o.force, next) < 0) return 1;
     snprintf(job.state, sizeof job.state, "running");
     job.rolling_to = -1;
     lz_job_write(dir, &job);
