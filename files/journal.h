@@ -39,8 +39,8 @@ struct fj_rec {
     uint32_t check; /* low 32 bits of XXH3-64 of header (check = 0) and payload */
 };
 
-#define FJ_INODE_KEPT 1u   /* files.keep/<dev>.<ino> links it */
-#define FJ_INODE_BYPATH 2u /* no link possible (other file system): found by path */
+/* An INODE is found as files.keep/<dev>.<ino> if its names changed in the
+ * interval, else at its path (its name at N once names are restored). */
 
 struct fj_inode {
     uint64_t dev, ino;

@@ -34,7 +34,13 @@ struct seg {
 struct fj_plan {
     struct seg *s; /* newest first */
     size_t n;
+    char dir[LZ_PATH_MAX];
 };
+
+/* Copies made by rollbacks (files kept as copies across file systems) stand
+ * for the inode of N they replaced, also in later rollbacks: DIR/files.alias,
+ * one "dev ino copy-dev copy-ino" line each. */
+#define FJ_ALIAS "files.alias"
 
 /* ------------------------------------------------------------------ loading */
 
@@ -84,6 +90,7 @@ struct fj_plan *fj_plan_load(const char *dir, uint64_t target, char *why, size_t
     int n = lz_store_list(dir, &v);
     if (n < 0) { snprintf(why, whylen, "cannot list the checkpoints: %s", strerror(errno)); return NULL; }
     struct fj_plan *p = calloc(1, sizeof *p);
+    snprintf(p->dir, sizeof p->dir, "%s", dir);
     p->s = calloc((size_t)n + 1, sizeof *p->s);
     for (int i = n - 1; i >= 0; i--) {
         if (v[i] < target) continue;
@@ -290,6 +297,40 @@ static int copy_fd(int in, int out)
     return n < 0 ? -1 : 0;
 }
 
+/* Copies brought back for kept copies in this rollback: the inode of N they
+ * stand for (its content is rolled back into the copy). */
+static struct copy_alias { uint64_t dev, ino, cdev, cino; } *aliases;
+static size_t naliases;
+static const char *alias_dir;
+
+static void load_aliases(const char *dir)
+{
+    char ap[LZ_PATH_MAX + 32];
+    snprintf(ap, sizeof ap, "%s/" FJ_ALIAS, dir);
+    FILE *f = fopen(ap, "r");
+    struct copy_alias a;
+    while (f && fscanf(f, "%" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64, &a.dev, &a.ino, &a.cdev, &a.cino) == 4) {
+        aliases = realloc(aliases, (naliases + 1) * sizeof *aliases);
+        aliases[naliases++] = a;
+    }
+    if (f) fclose(f);
+}
+
+/* st is a copy of (dev, ino), or a copy of a copy (each rollback copies anew) */
+static int is_copy_of(const struct stat *st, uint64_t dev, uint64_t ino)
+{
+    for (int depth = 0; depth < 64; depth++) {
+        size_t i;
+        for (i = naliases; i-- > 0;)
+            if (aliases[i].dev == dev && aliases[i].ino == ino) break;
+        if (i == (size_t)-1) return 0;
+        if (aliases[i].cdev == st->st_dev && aliases[i].cino == st->st_ino) return 1;
+        dev = aliases[i].cdev;
+        ino = aliases[i].cino;
+    }
+    return 0;
+}
+
 /* Puts the kept inode (or its copy) at `path`, replacing what is there. */
 static int restore_file(const struct seg *s, const struct rec *r, char *why, size_t wl)
 {
@@ -299,7 +340,7 @@ static int restore_file(const struct seg *s, const struct rec *r, char *why, siz
     fj_keep_name(name, n->dev, n->ino);
     snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", s->ckdir, name);
     struct stat st;
-    if (lstat(path, &st) == 0 && same_ino(&st, n->dev, n->ino)) return 0;
+    if (lstat(path, &st) == 0 && (same_ino(&st, n->dev, n->ino) || is_copy_of(&st, n->dev, n->ino))) return 0;
     if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && remove_any(path) < 0)
         return fail(why, wl, "cannot remove the directory %s that replaced a file: %s", path, strerror(errno));
     parent_of(path, par);
@@ -322,6 +363,19 @@ static int restore_file(const struct seg *s, const struct rec *r, char *why, siz
         return fail(why, wl, "cannot bring back %s (kept as %s): %s", path, keep, strerror(errno));
     }
     if (rename(tmp, path) < 0) { int e = errno; unlink(tmp); return fail(why, wl, "cannot bring back %s: %s", path, strerror(e)); }
+    if ((r->flags & FJ_NAME_COPIED) && lstat(path, &st) == 0) {
+        aliases = realloc(aliases, (naliases + 1) * sizeof *aliases);
+        aliases[naliases++] = (struct copy_alias){n->dev, n->ino, st.st_dev, st.st_ino};
+        char ap[LZ_PATH_MAX + 32];
+        snprintf(ap, sizeof ap, "%s/" FJ_ALIAS, alias_dir);
+        FILE *f = fopen(ap, "a");
+        if (f) {
+            fprintf(f, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", n->dev, n->ino, (uint64_t)st.st_dev, (uint64_t)st.st_ino);
+            fflush(f);
+            fsync(fileno(f));
+            fclose(f);
+        }
+    }
     return 0;
 }
 
@@ -455,18 +509,16 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
         char name[40], keep[LZ_PATH_MAX + 160];
         fj_keep_name(name, in->dev, in->ino);
         snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", s->ckdir, name);
-        const char *at = (r->flags & FJ_INODE_KEPT) ? keep : inode_path(r);
-        int fd = open(at, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0 && errno == EACCES && chmod(at, (in->mode & 07777) | 0200) == 0)
-            fd = open(at, O_WRONLY | O_CLOEXEC | O_NOFOLLOW); /* made read-only since: its mode comes back below */
         struct stat fs;
-        /* by path: after the names are back, the file there is the one of N (or its copy) */
-        int bypath = !(r->flags & FJ_INODE_KEPT);
-        if (fd < 0 || fstat(fd, &fs) < 0 || (bypath ? !S_ISREG(fs.st_mode) : !same_ino(&fs, in->dev, in->ino))) {
+        const char *at = lstat(keep, &fs) == 0 ? keep : inode_path(r);
+        int fd = open(at, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0 && errno == EACCES && chmod(at, (in->mode & 07777) | 0200) == 0)
+            fd = open(at, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); /* made read-only since: its mode comes back below */
+        /* the inode of N, or the copy that stands for it (kept across file systems) */
+        if (fd < 0 || fstat(fd, &fs) < 0 || !S_ISREG(fs.st_mode) ||
+            !(same_ino(&fs, in->dev, in->ino) || is_copy_of(&fs, in->dev, in->ino))) {
             if (fd >= 0) close(fd);
-            if (r->flags & FJ_INODE_KEPT) { rc = fail(why, wl, "cannot reopen %s (kept as %s): %s", inode_path(r), keep, strerror(errno)); break; }
-            lz_warn("%s is no longer where it was; its content is not rolled back", inode_path(r));
-            continue;
+            continue; /* not reachable by a name at N: no one sees it but through a descriptor (kept by content) */
         }
         if (ftruncate(fd, (off_t)in->size) < 0) rc = fail(why, wl, "cannot restore the size of %s: %s", inode_path(r), strerror(errno));
         /* later records first: the first one saved is the content at N */
@@ -511,6 +563,9 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
 int fj_plan_apply(const struct fj_plan *p, int delay_ms, char *why, size_t whylen)
 {
     delay = delay_ms;
+    alias_dir = p->dir;
+    naliases = 0;
+    load_aliases(p->dir);
     for (size_t i = 0; i < p->n; i++)
         if (apply_seg(&p->s[i], why, whylen) < 0) return -1;
     sync(); /* the files are at N on disk before any journal goes away */
@@ -602,6 +657,18 @@ static void add_list(char **list, size_t *count, const char *path)
     sprintf(*list + have, "%s%s", have ? ", " : "", path);
 }
 
+/* Where an inode of an INODE record is now, before any rollback: its keep
+ * link if its names changed, else its name at N (if that is still it). */
+static int inode_now(const struct seg *s, const struct rec *r, struct stat *st)
+{
+    char name[40], keep[LZ_PATH_MAX + 160];
+    fj_keep_name(name, INODE(r)->dev, INODE(r)->ino);
+    snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", s->ckdir, name);
+    if (lstat(keep, st) == 0) return 0;
+    if (lstat(inode_path(r), st) == 0 && same_ino(st, INODE(r)->dev, INODE(r)->ino)) return 0;
+    return -1;
+}
+
 size_t fj_plan_outside_changes(const struct fj_plan *p, int64_t stop_ns, char **list)
 {
     size_t count = 0, n;
@@ -619,11 +686,7 @@ size_t fj_plan_outside_changes(const struct fj_plan *p, int64_t stop_ns, char **
         for (size_t j = 0; j < p->s[i].n; j++) {
             const struct rec *r = &p->s[i].r[j];
             if (r->type != FJ_INODE) continue;
-            char name[40], keep[LZ_PATH_MAX + 160];
-            fj_keep_name(name, INODE(r)->dev, INODE(r)->ino);
-            snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", p->s[i].ckdir, name);
-            const char *at = (r->flags & FJ_INODE_KEPT) ? keep : inode_path(r);
-            if (lstat(at, &st) == 0 && newer(&st, stop_ns)) {
+            if (inode_now(&p->s[i], r, &st) == 0 && newer(&st, stop_ns)) {
                 int listed = 0;
                 if (*list) listed = strstr(*list, inode_path(r)) != NULL;
                 if (!listed) add_list(list, &count, inode_path(r));
@@ -678,11 +741,8 @@ size_t fj_plan_diff(const struct fj_plan *p, FILE *out)
             if (dup) continue;
             /* something to undo if the content was saved, or size/mode/time moved */
             const struct fj_inode *in = INODE(r);
-            char name[40], keep[LZ_PATH_MAX + 160];
-            fj_keep_name(name, in->dev, in->ino);
-            snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", p->s[i].ckdir, name);
             int changed = 1;
-            if (stat((r->flags & FJ_INODE_KEPT) ? keep : path, &st) == 0) {
+            if (inode_now(&p->s[i], r, &st) == 0) {
                 int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
                 changed = (uint64_t)st.st_size != in->size || mt != in->mtime_ns || (st.st_mode & 07777) != (in->mode & 07777);
             }

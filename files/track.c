@@ -57,6 +57,7 @@ static struct {
 
 static char *databuf; /* FJ_DATA_MAX bytes, for copying saved content */
 static int path_at_n(struct interval *v, const char *abs, char *out);
+static int path_seen(struct interval *v, uint64_t h, int add);
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -302,26 +303,35 @@ static long keep_copy(struct interval *v, int srcfd, const char *name)
 }
 
 /* The first change of a pre-existing inode in this interval: its size, mode
- * and times at N, and a link so the rollback finds it wherever it goes. */
+ * and times at N, and its name at N.  No link is made (the program would see
+ * its link count grow: gzip, for one, then refuses the file): a change of its
+ * names links it into files.keep then, and the rollback finds it there or,
+ * names restored, at its name. */
 static long first_touch(struct interval *v, int fd, const struct stat *st, struct fj_ino **out)
 {
     struct fj_ino *e = ino_find(v, st->st_dev, st->st_ino, 1);
     if (!e) return -ENOMEM;
     *out = e;
     if (e->born || e->bits) return 0; /* known this interval */
-    char lp[40], name[40], path[LZ_PATH_MAX];
+    char lp[40], path[LZ_PATH_MAX], atn[LZ_PATH_MAX];
     fdpath(fd, lp);
     long n = lz_sc4(SYS_readlinkat, AT_FDCWD, lp, path, sizeof path - 1);
     path[n > 0 ? n : 0] = 0;
-    fj_keep_name(name, st->st_dev, st->st_ino);
-    uint16_t flags = FJ_INODE_KEPT;
-    long r = lz_sc5(SYS_linkat, AT_FDCWD, lp, v->keep_fd, name, AT_SYMLINK_FOLLOW);
-    if (r < 0 && r != -EEXIST) {
-        /* no link possible (another file system): found by its name at N */
-        flags = FJ_INODE_BYPATH;
-        char atn[LZ_PATH_MAX];
-        if (path[0] == '/' && !path_at_n(v, path, atn)) memcpy(path, atn, slen(atn) + 1);
+    if (n > 10 && !strcmp(path + n - 10, " (deleted)")) path[n - 10] = 0;
+    long r;
+    if (path[0] == '/') {
+        /* reached through a name that changed this interval (a link made
+         * since N, say): that name may not be its name at N, so keep it */
+        int absent = path_at_n(v, path, atn);
+        if (absent || path_seen(v, lz_hash(atn, slen(atn)), 0)) {
+            char name[40];
+            fj_keep_name(name, st->st_dev, st->st_ino);
+            r = lz_sc5(SYS_linkat, AT_FDCWD, lp, v->keep_fd, name, AT_SYMLINK_FOLLOW);
+            (void)r; /* no link possible: found by name, as best it can */
+        }
+        if (!absent) memcpy(path, atn, slen(atn) + 1);
     }
+    uint16_t flags = 0;
     struct fj_inode rec = {st->st_dev, st->st_ino, (uint64_t)st->st_size, st->st_mode, st->st_uid, st->st_gid, 0,
                            ts_ns(&st->st_atim), ts_ns(&st->st_mtim)};
     r = jwrite(v, FJ_INODE, flags, &rec, sizeof rec, path, NULL, NULL, 0);
