@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #define FJ_LOG "files.log"
+#define FJ_DATAFILE "files.data" /* saved bytes, in whole 4 KiB pages at aligned offsets */
 #define FJ_KEEP "files.keep"
 #define FJ_REC_MAGIC 0x4a465a4cu /* "LZFJ" */
 #define FJ_BLOCK 4096u           /* granule of saved data: each block at most once per interval */
@@ -25,7 +26,7 @@
 
 enum fj_type {
     FJ_INODE = 1, /* struct fj_inode + path: an inode's size, mode, times at N */
-    FJ_DATA = 2,  /* struct fj_data + bytes: its content at N in [offset, offset+n) */
+    FJ_DATA = 2,  /* struct fj_data: its content at N in [offset, offset+length), kept in files.data */
     FJ_NAME = 3,  /* struct fj_name + path + target: what a path was at N */
     FJ_MOVED = 4, /* struct fj_moved + path: a directory of N was moved there */
     FJ_DIRTIME = 5, /* struct fj_dirtime + path: a directory's times at N */
@@ -50,10 +51,14 @@ struct fj_inode {
     /* then the path it had when first changed, NUL-terminated */
 };
 
+/* The bytes go to files.data first, whole pages at page-aligned offsets
+ * (a partial page written at the end of a file is zeroed around by the file
+ * system, which cost more than the copy itself), then this record. */
 struct fj_data {
     uint64_t dev, ino;
-    uint64_t offset;
-    /* then the bytes */
+    uint64_t offset;   /* in the file */
+    uint64_t data_off; /* in files.data, a multiple of 4096 */
+    uint64_t length;
 };
 
 enum fj_was { FJ_WAS_ABSENT = 0, FJ_WAS_FILE = 1, FJ_WAS_DIR = 2, FJ_WAS_SYMLINK = 3, FJ_WAS_OTHER = 4 };
@@ -80,7 +85,7 @@ struct fj_dirtime {
 
 _Static_assert(sizeof(struct fj_rec) == 16, "fj_rec");
 _Static_assert(sizeof(struct fj_inode) == 56, "fj_inode");
-_Static_assert(sizeof(struct fj_data) == 24, "fj_data");
+_Static_assert(sizeof(struct fj_data) == 40, "fj_data");
 _Static_assert(sizeof(struct fj_name) == 64, "fj_name");
 
 /* Name of the keep link of an inode, "<dev>.<ino>" in hex. */

@@ -26,7 +26,7 @@ struct rec {
 struct seg {
     uint64_t index;
     char ckdir[LZ_PATH_MAX + 64];
-    int log_fd;
+    int log_fd, data_fd;
     struct rec *r;
     size_t n;
 };
@@ -48,8 +48,13 @@ static int load_seg(struct seg *s)
 {
     char path[LZ_PATH_MAX + 96];
     snprintf(path, sizeof path, "%s/" FJ_LOG, s->ckdir);
+    s->data_fd = -1;
     s->log_fd = open(path, O_RDONLY | O_CLOEXEC);
     if (s->log_fd < 0) return errno == ENOENT ? 0 : -1; /* a checkpoint without files */
+    snprintf(path, sizeof path, "%s/" FJ_DATAFILE, s->ckdir);
+    s->data_fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat ds;
+    uint64_t data_size = s->data_fd >= 0 && fstat(s->data_fd, &ds) == 0 ? (uint64_t)ds.st_size : 0;
     size_t cap = 0;
     uint64_t off = 0;
     char *buf = malloc(FJ_DATA_MAX + 65536);
@@ -69,6 +74,10 @@ static int load_seg(struct seg *s)
                      : h.type == FJ_NAME ? sizeof(struct fj_name) : h.type == FJ_MOVED ? sizeof(struct fj_moved)
                      : sizeof(struct fj_dirtime);
         if (h.len < fixed || (h.type != FJ_DATA && buf[h.len - 1] != 0)) break;
+        if (h.type == FJ_DATA) {
+            const struct fj_data *dd = (const void *)buf;
+            if (dd->length > FJ_DATA_MAX || dd->data_off + dd->length > data_size) break; /* cannot be: bytes go first */
+        }
         if (s->n == cap) { cap = cap ? cap * 2 : 256; s->r = realloc(s->r, cap * sizeof *s->r); }
         struct rec *r = &s->r[s->n++];
         r->type = h.type;
@@ -115,6 +124,7 @@ void fj_plan_free(struct fj_plan *p)
         for (size_t j = 0; j < p->s[i].n; j++) free(p->s[i].r[j].p);
         free(p->s[i].r);
         if (p->s[i].log_fd >= 0) close(p->s[i].log_fd);
+        if (p->s[i].data_fd >= 0) close(p->s[i].data_fd);
     }
     free(p->s);
     free(p);
@@ -527,8 +537,8 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
             if (d->type != FJ_DATA) continue;
             const struct fj_data *dd = (const void *)d->p;
             if (dd->dev != in->dev || dd->ino != in->ino) continue;
-            size_t len = d->len - sizeof *dd;
-            if (lz_pread_all(s->log_fd, buf, len, (off_t)d->data_off) < 0 || pwrite(fd, buf, len, (off_t)dd->offset) != (ssize_t)len)
+            size_t len = dd->length;
+            if (lz_pread_all(s->data_fd, buf, len, (off_t)dd->data_off) < 0 || pwrite(fd, buf, len, (off_t)dd->offset) != (ssize_t)len)
                 rc = fail(why, wl, "cannot restore the content of %s: %s", inode_path(r), strerror(errno ? errno : EIO));
         }
         if (rc == 0) {
@@ -579,6 +589,8 @@ int fj_journal_reset(const char *ckdir)
     if (truncate(path, 0) < 0 && errno != ENOENT) return -1;
     int lfd = open(path, O_RDONLY | O_CLOEXEC);
     if (lfd >= 0) { fsync(lfd); close(lfd); }
+    snprintf(path, sizeof path, "%s/" FJ_DATAFILE, ckdir);
+    if (truncate(path, 0) < 0 && errno != ENOENT) return -1; /* after the log: nothing points at it */
     snprintf(path, sizeof path, "%s/" FJ_KEEP, ckdir);
     DIR *d = opendir(path);
     struct dirent *e;
@@ -766,6 +778,7 @@ static void journal_paths(const char *ckdir, uint64_t **hashes, size_t *n, size_
     if (load_seg(&s) < 0 || s.log_fd < 0) return;
     struct stat st;
     if (fstat(s.log_fd, &st) == 0) *bytes = (uint64_t)st.st_size;
+    if (s.data_fd >= 0 && fstat(s.data_fd, &st) == 0) *bytes += (uint64_t)st.st_size;
     for (size_t i = 0; i < s.n; i++) {
         const char *path = s.r[i].type == FJ_NAME ? name_path(&s.r[i]) : s.r[i].type == FJ_INODE ? inode_path(&s.r[i]) : NULL;
         if (!path) continue;
@@ -785,6 +798,7 @@ static void journal_paths(const char *ckdir, uint64_t **hashes, size_t *n, size_
     for (size_t j = 0; j < s.n; j++) free(s.r[j].p);
     free(s.r);
     close(s.log_fd);
+    if (s.data_fd >= 0) close(s.data_fd);
 }
 
 static int u64cmp(const void *a, const void *b)

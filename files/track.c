@@ -35,7 +35,8 @@ struct interval {
     struct fj_ino *inos; uint32_t ino_n;        /* stable: descriptors hold indices */
     uint32_t *ihash; uint32_t ihash_cap;         /* index + 1, open addressing */
     uint64_t *paths; uint32_t path_cap, path_n; /* XXH3 of paths already recorded */
-    int log_fd, keep_fd;
+    int log_fd, keep_fd, data_fd;
+    uint64_t data_off;
     int touched;       /* anything recorded (for machine durability) */
     /* directories moved or made this interval: a path below `cur` was
      * `orig` + the rest at N (NULL: nothing there existed at N) */
@@ -88,7 +89,7 @@ static long own_fd(long fd)
 int fj_is_own_fd(int fd)
 {
     for (int i = 0; i < 2; i++) {
-        if (E.iv[i].log_fd == fd || E.iv[i].keep_fd == fd) return 1;
+        if (E.iv[i].log_fd == fd || E.iv[i].keep_fd == fd || E.iv[i].data_fd == fd) return 1;
         for (uint32_t s = 0; s < E.iv[i].ino_n; s++)
             if (E.iv[i].inos[s].rfd == fd) return 1;
     }
@@ -379,8 +380,19 @@ static long save_range(struct interval *v, struct fj_ino *e, int fd, uint64_t of
             if (k == 0) { memset(databuf + got, 0, n - got); got = n; break; } /* shrunk meanwhile */
             got += (uint64_t)k;
         }
-        struct fj_data d = {e->dev, e->ino, o};
-        r = jwrite(v, FJ_DATA, 0, &d, sizeof d, NULL, NULL, databuf, n);
+        /* the bytes first, whole pages, then the record that points at them */
+        uint64_t padded = (n + 4095) & ~4095ull;
+        if (padded > n) memset(databuf + n, 0, padded - n);
+        for (uint64_t w = 0; w < padded;) {
+            long k = lz_sc4(SYS_pwrite64, v->data_fd, databuf + w, padded - w, v->data_off + w);
+            if (k == -EINTR) continue;
+            if (k <= 0) return k ? k : -EIO;
+            w += (uint64_t)k;
+        }
+        if (E.machine && (r = lz_sc1(SYS_fdatasync, v->data_fd)) < 0) return r;
+        struct fj_data d = {e->dev, e->ino, o, v->data_off, n};
+        v->data_off += padded;
+        r = jwrite(v, FJ_DATA, 0, &d, sizeof d, NULL, NULL, NULL, 0);
         if (r < 0) return r;
         wrote = 1;
         for (uint64_t i = b; i < run; i++) e->bits[i / 64] |= 1ull << (i % 64);
@@ -406,7 +418,8 @@ static int map_memory(void)
         E.iv[i].used = 0;
         E.iv[i].inos = NULL; E.iv[i].ino_n = 0; E.iv[i].ihash = NULL; E.iv[i].ihash_cap = 0;
         E.iv[i].paths = NULL; E.iv[i].path_cap = E.iv[i].path_n = 0;
-        E.iv[i].log_fd = E.iv[i].keep_fd = -1;
+        E.iv[i].log_fd = E.iv[i].keep_fd = E.iv[i].data_fd = -1;
+        E.iv[i].data_off = 0;
         E.iv[i].touched = 0;
         E.iv[i].mv = NULL; E.iv[i].nmv = E.iv[i].capmv = 0;
     }
@@ -444,6 +457,7 @@ static void iv_reset(struct interval *v)
 {
     if (v->log_fd >= 0) lz_sc1(SYS_close, v->log_fd);
     if (v->keep_fd >= 0) lz_sc1(SYS_close, v->keep_fd);
+    if (v->data_fd >= 0) lz_sc1(SYS_close, v->data_fd);
     for (uint32_t s = 0; s < v->ino_n; s++)
         if (v->inos[s].rfd >= 0) lz_sc1(SYS_close, v->inos[s].rfd);
     if (v->used) lz_sc3(SYS_madvise, v->arena, (v->used + 4095) & ~4095ull, MADV_DONTNEED);
@@ -451,7 +465,8 @@ static void iv_reset(struct interval *v)
     v->inos = NULL; v->ino_n = 0;
     v->ihash = NULL; v->ihash_cap = 0;
     v->paths = NULL; v->path_cap = v->path_n = 0;
-    v->log_fd = v->keep_fd = -1;
+    v->log_fd = v->keep_fd = v->data_fd = -1;
+    v->data_off = 0;
     v->touched = 0;
     v->mv = NULL; v->nmv = v->capmv = 0;
 }
@@ -1055,6 +1070,11 @@ static long open_interval(struct interval *v, const char *ckdir)
     if (r < 0 && r != -EEXIST) return r;
     v->keep_fd = (int)own_fd(lz_sc4(SYS_openat, AT_FDCWD, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
     if (v->keep_fd < 0) return v->keep_fd;
+    memcpy(p + l, "/" FJ_DATAFILE, sizeof("/" FJ_DATAFILE));
+    v->data_fd = (int)own_fd(lz_sc4(SYS_openat, AT_FDCWD, p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+    if (v->data_fd < 0) return v->data_fd;
+    struct stat ds;
+    v->data_off = lz_sc2(SYS_fstat, v->data_fd, &ds) == 0 ? ((uint64_t)ds.st_size + 4095) & ~4095ull : 0;
     memcpy(p + l, "/" FJ_LOG, sizeof("/" FJ_LOG));
     v->log_fd = (int)own_fd(lz_sc4(SYS_openat, AT_FDCWD, p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
     if (v->log_fd < 0) return v->log_fd;
