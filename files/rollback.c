@@ -223,27 +223,10 @@ static int spared(int dfd, const char *path, const struct stat *st)
     return 0;
 }
 
-static void remove_tree_at(int dfd, const char *name)
+/* Removes what a directory holds, but spared directories (and what holds them). */
+static void empty_dir_at(int dfd, const char *name)
 {
     int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
-        DIR *d = fdopendir(fd);
-        struct dirent *e;
-        struct stat st;
-        while (d && (e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
-            if (!S_ISDIR(st.st_mode)) unlinkat(fd, e->d_name, 0);
-            else if (!spared(fd, e->d_name, &st)) remove_tree_at(fd, e->d_name);
-        }
-        if (d) closedir(d); else close(fd);
-    }
-    unlinkat(dfd, name, AT_REMOVEDIR);
-}
-
-static void empty_dir(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return;
     DIR *d = fdopendir(fd);
     struct dirent *e;
@@ -252,7 +235,10 @@ static void empty_dir(const char *path)
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
         if (!S_ISDIR(st.st_mode)) unlinkat(fd, e->d_name, 0);
-        else if (!spared(fd, e->d_name, &st)) remove_tree_at(fd, e->d_name);
+        else if (!spared(fd, e->d_name, &st)) {
+            empty_dir_at(fd, e->d_name);
+            unlinkat(fd, e->d_name, AT_REMOVEDIR); /* fails, and stays, if a spared one is inside */
+        }
     }
     if (d) closedir(d); else close(fd);
 }
@@ -264,7 +250,8 @@ static int remove_any(const char *path)
     if (lstat(path, &st) < 0) return errno == ENOENT ? 0 : -1;
     if (!S_ISDIR(st.st_mode)) return unlink(path) < 0 && errno != ENOENT ? -1 : 0;
     if (spared(AT_FDCWD, path, &st)) return 1;
-    remove_tree_at(AT_FDCWD, path);
+    empty_dir_at(AT_FDCWD, path);
+    rmdir(path);
     return lstat(path, &st) == 0 ? (nspare ? 1 : -1) : 0;
 }
 
@@ -293,6 +280,14 @@ static void set_times(const char *path, int64_t at, int64_t mt)
 }
 
 static int same_ino(const struct stat *st, uint64_t dev, uint64_t ino) { return st->st_dev == dev && st->st_ino == ino; }
+
+/* files.keep/<dev>.<ino> of a journal */
+static void keep_path(char *out, size_t len, const struct seg *s, uint64_t dev, uint64_t ino)
+{
+    char name[40];
+    fj_keep_name(name, dev, ino);
+    snprintf(out, len, "%s/" FJ_KEEP "/%s", s->ckdir, name);
+}
 
 static int copy_fd(int in, int out)
 {
@@ -348,7 +343,7 @@ static int restore_file(const struct seg *s, const struct rec *r, char *why, siz
     const char *path = name_path(r);
     char keep[LZ_PATH_MAX + 160], name[40], par[LZ_PATH_MAX], tmp[LZ_PATH_MAX + 64];
     fj_keep_name(name, n->dev, n->ino);
-    snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", s->ckdir, name);
+    keep_path(keep, sizeof keep, s, n->dev, n->ino);
     struct stat st;
     if (lstat(path, &st) == 0 && (same_ino(&st, n->dev, n->ino) || is_copy_of(&st, n->dev, n->ino))) return 0;
     if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && remove_any(path) < 0)
@@ -430,9 +425,7 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
             const struct rec *m = j < s->n ? &s->r[j] : NULL;
             char where[LZ_PATH_MAX * 2];
             if (!m) {
-                char kn[40];
-                fj_keep_name(kn, n->dev, n->ino);
-                snprintf(where, sizeof where, "%s/" FJ_KEEP "/%s", s->ckdir, kn);
+                keep_path(where, sizeof where, s, n->dev, n->ino);
             } else {
                 if (m->type != FJ_MOVED) continue;
                 const struct fj_moved *mv = (const void *)m->p;
@@ -478,7 +471,7 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
             if (have && S_ISDIR(st.st_mode)) {
                 /* the directory of N is gone (it was empty then): one made since
                  * stands in, emptied but for directories of N moved back into it */
-                empty_dir(path);
+                empty_dir_at(AT_FDCWD, path);
                 break;
             }
             if ((have && remove_any(path) != 0) || mkdir(path, n->mode & 07777) < 0)
@@ -516,9 +509,8 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
         for (size_t j = 0; j < i && !dup; j++)
             dup = s->r[j].type == FJ_INODE && INODE(&s->r[j])->dev == in->dev && INODE(&s->r[j])->ino == in->ino;
         if (dup) continue;
-        char name[40], keep[LZ_PATH_MAX + 160];
-        fj_keep_name(name, in->dev, in->ino);
-        snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", s->ckdir, name);
+        char keep[LZ_PATH_MAX + 160];
+        keep_path(keep, sizeof keep, s, in->dev, in->ino);
         struct stat fs;
         const char *at = lstat(keep, &fs) == 0 ? keep : inode_path(r);
         int fd = open(at, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -673,9 +665,8 @@ static void add_list(char **list, size_t *count, const char *path)
  * link if its names changed, else its name at N (if that is still it). */
 static int inode_now(const struct seg *s, const struct rec *r, struct stat *st)
 {
-    char name[40], keep[LZ_PATH_MAX + 160];
-    fj_keep_name(name, INODE(r)->dev, INODE(r)->ino);
-    snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", s->ckdir, name);
+    char keep[LZ_PATH_MAX + 160];
+    keep_path(keep, sizeof keep, s, INODE(r)->dev, INODE(r)->ino);
     if (lstat(keep, st) == 0) return 0;
     if (lstat(inode_path(r), st) == 0 && same_ino(st, INODE(r)->dev, INODE(r)->ino)) return 0;
     return -1;

@@ -96,6 +96,15 @@ int fj_is_own_fd(int fd)
     return 0;
 }
 
+static void fdpath(int fd, char *lp)
+{
+    memcpy(lp, "/proc/self/fd/", 14);
+    char tmp[12]; int k = 0, i = 14;
+    do tmp[k++] = (char)('0' + fd % 10); while ((fd /= 10));
+    while (k) lp[i++] = tmp[--k];
+    lp[i] = 0;
+}
+
 /* Lexical absolute path of (dirfd, path). */
 static int abspath(int dirfd, const char *path, char *out)
 {
@@ -108,12 +117,8 @@ static int abspath(int dirfd, const char *path, char *out)
             if (n < 0) return (int)n;
             bl = slen(base);
         } else {
-            char lp[40] = "/proc/self/fd/";
-            int d = dirfd, i = 14;
-            char tmp[12]; int k = 0;
-            do tmp[k++] = (char)('0' + d % 10); while ((d /= 10));
-            while (k) lp[i++] = tmp[--k];
-            lp[i] = 0;
+            char lp[40];
+            fdpath(dirfd, lp);
             n = lz_sc4(SYS_readlinkat, AT_FDCWD, lp, base, sizeof base - 1);
             if (n < 0) return (int)n;
             base[n] = 0;
@@ -166,14 +171,6 @@ static int excluded(const char *abs)
     return 0;
 }
 
-static void fdpath(int fd, char *lp)
-{
-    memcpy(lp, "/proc/self/fd/", 14);
-    char tmp[12]; int k = 0, i = 14;
-    do tmp[k++] = (char)('0' + fd % 10); while ((fd /= 10));
-    while (k) lp[i++] = tmp[--k];
-    lp[i] = 0;
-}
 
 /* ---------------------------------------------------------------- journal */
 
