@@ -1,9 +1,11 @@
 /* The file undo journal: how the files get back to checkpoint N.
  *
  * Every checkpoint directory ckpt.N/ holds the undo journal of the interval
- * that starts when N commits: `files.log` (records below) and `files.keep/`
- * (hard links to inodes the job later renamed away, unlinked, replaced or
- * changed, named <dev>.<ino> in hex).  Records are written *before* the change
+ * that starts when N commits: `files.log` (records below), `files.data` (the
+ * old bytes DATA records point at) and `files.keep/` (hard links to inodes
+ * whose names the job changed — renamed away, unlinked, replaced, or reached
+ * through a name made since N — and directories it removed, named
+ * <dev>.<ino> in hex).  Records are written *before* the change
  * they undo (write-ahead), each checksummed, so a record torn by a crash is
  * one whose change never happened and is ignored with everything after it.
  *
