@@ -93,6 +93,7 @@ int cmd_restart(int argc, char **argv)
         return 1;
     }
     lz_store_cleanup_tmp(dir);
+    lz_store_drop_spares(dir);
     uint64_t index;
     if (lz_store_pick(dir, o.have_at, o.at, &index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
     char ckpt[LZ_PATH_MAX + 64];

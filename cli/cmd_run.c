@@ -72,6 +72,7 @@ int cmd_run(int argc, char **argv)
         return 1;
     }
     lz_store_cleanup_tmp(dir);
+    lz_store_drop_spares(dir);
     struct lz_job job;
     int have_job = lz_job_read(dir, &job) == 0;
     uint64_t *v;

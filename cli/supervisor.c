@@ -288,6 +288,7 @@ int supervise(struct supervisor *s)
         if (!st.have_status || !WIFEXITED(st.status)) lz_err("restart of checkpoint %" PRIu64 " did not complete", s->restore_index);
         snprintf(job.state, sizeof job.state, "stopped");
         lz_job_write(s->dir, &job);
+        lz_store_drop_spares(s->dir);
         return code ? code : 1;
     }
     /* From now on a change to the job's files is someone else's.  File times
@@ -302,5 +303,6 @@ int supervise(struct supervisor *s)
     snprintf(job.state, sizeof job.state, "%s", st.have_status && WIFEXITED(st.status) ? "finished" : "stopped");
     job.exit_status = code;
     lz_job_write(s->dir, &job);
+    lz_store_drop_spares(s->dir);
     return code;
 }

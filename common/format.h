@@ -18,6 +18,13 @@
 #define LZ_JOBFILE "job"        /* job settings and state (text)       */
 #define LZ_LOCKFILE "lock"      /* flock()ed by the job's supervisor   */
 #define LZ_CTLSOCK "ctl.sock"   /* supervisor's socket for `checkpoint` */
+#define LZ_FILES_DATA "files.data" /* inside a checkpoint: the bytes its file journal saved */
+/* A dropped checkpoint's files.data, overwritten by a later interval instead
+ * of a new file: no page cache to allocate, zero and free per saved page. */
+#define LZ_SPARE_PREFIX "spare."
+#define LZ_SPARE LZ_SPARE_PREFIX "%d"
+#define LZ_SPARES 2 /* at most 10: one digit */
+#define LZ_SPARE_MIN (1u << 20) /* smaller ones are not worth keeping */
 
 #define LZ_EXTENT_MAX (8u << 20) /* bytes of memory one extent covers at most */
 #define LZ_PATH_MAX 4096

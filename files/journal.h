@@ -17,10 +17,12 @@
  * commit, without its FIN bit: the checkpoints > N disappearing is the end). */
 #ifndef LZ_JOURNAL_H
 #define LZ_JOURNAL_H
+#include "format.h"
 #include <stdint.h>
 
 #define FJ_LOG "files.log"
-#define FJ_DATAFILE "files.data" /* saved bytes, in whole 4 KiB pages at aligned offsets */
+#define FJ_DATAFILE LZ_FILES_DATA /* saved bytes, in whole 4 KiB pages at aligned offsets; may be a
+                                   * recycled spare: bytes past the last DATA record mean nothing */
 #define FJ_KEEP "files.keep"
 #define FJ_REC_MAGIC 0x4a465a4cu /* "LZFJ" */
 #define FJ_BLOCK 4096u           /* granule of saved data: each block at most once per interval */

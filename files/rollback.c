@@ -27,6 +27,8 @@ struct seg {
     uint64_t index;
     char ckdir[LZ_PATH_MAX + 64];
     int log_fd, data_fd;
+    uint64_t log_end;  /* end of the valid records (a killed run leaves zeros after them) */
+    uint64_t data_end; /* end of the bytes DATA records use (files.data may be a longer spare) */
     struct rec *r;
     size_t n;
 };
@@ -77,6 +79,8 @@ static int load_seg(struct seg *s)
         if (h.type == FJ_DATA) {
             const struct fj_data *dd = (const void *)buf;
             if (dd->length > FJ_DATA_MAX || dd->data_off + dd->length > data_size) break; /* cannot be: bytes go first */
+            uint64_t end = dd->data_off + ((dd->length + 4095) & ~4095ull);
+            if (end > s->data_end) s->data_end = end;
         }
         if (s->n == cap) { cap = cap ? cap * 2 : 256; s->r = realloc(s->r, cap * sizeof *s->r); }
         struct rec *r = &s->r[s->n++];
@@ -89,6 +93,7 @@ static int load_seg(struct seg *s)
         memcpy(r->p, buf, keep);
         off += sizeof h + h.len;
     }
+    s->log_end = off;
     free(buf);
     return 0;
 }
@@ -768,8 +773,7 @@ static void journal_paths(const char *ckdir, uint64_t **hashes, size_t *n, size_
     *bytes = 0;
     if (load_seg(&s) < 0 || s.log_fd < 0) return;
     struct stat st;
-    if (fstat(s.log_fd, &st) == 0) *bytes = (uint64_t)st.st_size;
-    if (s.data_fd >= 0 && fstat(s.data_fd, &st) == 0) *bytes += (uint64_t)st.st_size;
+    *bytes = s.log_end + s.data_end;
     for (size_t i = 0; i < s.n; i++) {
         const char *path = s.r[i].type == FJ_NAME ? name_path(&s.r[i]) : s.r[i].type == FJ_INODE ? inode_path(&s.r[i]) : NULL;
         if (!path) continue;

@@ -15,7 +15,14 @@
 struct fj_global fj;
 
 #define ARENA_BYTES (1ull << 30) /* reserved per interval, committed as used */
-#define FDT_BYTES ((size_t)FJ_MAXFD * sizeof(struct fj_fdent) + FJ_DATA_MAX)
+#define FDT_BYTES ((((size_t)FJ_MAXFD * sizeof(struct fj_fdent) + FJ_DATA_MAX) + 4095) & ~(size_t)4095)
+/* With process durability records are written through a shared mapping of
+ * files.log, a window of LOG_WIN bytes per interval: a store into it is in
+ * the page cache at once, as a write() would be, without the system call.
+ * (Saved bytes go with pwrite: filling files.data through a mapping costs a
+ * page fault and page_mkwrite per page, more than the write.) */
+#define LOG_WIN (8ull << 20)
+#define ENGINE_BYTES (2 * ARENA_BYTES + FDT_BYTES + 2 * LOG_WIN)
 #define OWN_FD_BASE 960          /* the engine's descriptors live up here */
 #define MAX_EXCL 64
 #define MAX_INOS (1u << 20)      /* inodes changed in one interval */
@@ -36,7 +43,9 @@ struct interval {
     uint32_t *ihash; uint32_t ihash_cap;         /* index + 1, open addressing */
     uint64_t *paths; uint32_t path_cap, path_n; /* XXH3 of paths already recorded */
     int log_fd, keep_fd, data_fd;
-    uint64_t data_off;
+    uint64_t log_off, data_off;     /* where the next record / saved bytes go */
+    char *lwin;                      /* the log window (NULL: records go with pwritev) */
+    uint64_t lbase;                  /* file offset of its first byte */
     int touched;       /* anything recorded (for machine durability) */
     /* directories moved or made this interval: a path below `cur` was
      * `orig` + the rest at N (NULL: nothing there existed at N) */
@@ -172,6 +181,35 @@ static int excluded(const char *abs)
 }
 
 
+/* ---------------------------------------------------------------- windows */
+
+static char *engine_mem; /* [arena 0 | arena 1 | descriptor table + data buffer | log windows], one mapping */
+
+static char *win_area(struct interval *v) { return engine_mem + 2 * ARENA_BYTES + FDT_BYTES + (size_t)(v - E.iv) * LOG_WIN; }
+
+/* Puts anonymous memory back where a window was (the file is let go). */
+static void win_drop(char *at, uint64_t len)
+{
+    lz_sc6(SYS_mmap, (long)at, (long)len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+}
+
+/* Maps the log window at the page of the next record, its blocks allocated
+ * first: a store into it can then not meet a full disk (which would be a
+ * SIGBUS in the program); if allocating fails, records go with pwritev and
+ * report the error themselves. */
+static long log_window(struct interval *v)
+{
+    uint64_t base = v->log_off & ~4095ull;
+    long r = lz_sc4(SYS_fallocate, v->log_fd, 0, base, LOG_WIN);
+    if (r == 0) {
+        long a = lz_sc6(SYS_mmap, (long)v->lwin, LOG_WIN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, v->log_fd, base);
+        r = a < 0 && a > -4096 ? a : 0;
+    }
+    if (r < 0) { win_drop(v->lwin, LOG_WIN); v->lwin = NULL; return r; }
+    v->lbase = base;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- journal */
 
 static long jwrite(struct interval *v, uint16_t type, uint16_t flags, const void *fixed, size_t flen,
@@ -186,12 +224,21 @@ static long jwrite(struct interval *v, uint16_t type, uint16_t flags, const void
     for (int i = 0; i < 5; i++) if (iov[i].iov_len) XXH3_64bits_update(&st, iov[i].iov_base, iov[i].iov_len);
     h.check = (uint32_t)XXH3_64bits_digest(&st);
     size_t total = sizeof h + h.len;
+    if (v->lwin && (v->log_off + total <= v->lbase + LOG_WIN || log_window(v) == 0)) {
+        char *at = v->lwin + (v->log_off - v->lbase);
+        for (int i = 0; i < 5; i++)
+            if (iov[i].iov_len) { memcpy(at, iov[i].iov_base, iov[i].iov_len); at += iov[i].iov_len; }
+        v->log_off += total;
+        v->touched = 1;
+        return 0;
+    }
     int first = 0;
     while (total) {
-        long n = lz_sc3(SYS_writev, v->log_fd, &iov[first], 5 - first);
+        long n = lz_sc4(SYS_pwritev, v->log_fd, &iov[first], 5 - first, v->log_off);
         if (n == -EINTR) continue;
         if (n <= 0) return n ? n : -EIO;
         total -= (size_t)n;
+        v->log_off += (uint64_t)n;
         while (n > 0) {
             if ((size_t)n >= iov[first].iov_len) { n -= (long)iov[first].iov_len; iov[first].iov_len = 0; first++; }
             else { iov[first].iov_base = (char *)iov[first].iov_base + n; iov[first].iov_len -= (size_t)n; n = 0; }
@@ -343,10 +390,11 @@ static long first_touch(struct interval *v, int fd, const struct stat *st, struc
     return 0;
 }
 
-static long read_handle(struct fj_ino *e, int fd)
+/* A descriptor to read the old bytes through: the program's own if it is
+ * open for reading, else one of ours, opened once per inode and interval. */
+static long read_handle(struct fj_ino *e, int fd, int readable)
 {
-    long fl = lz_sc2(SYS_fcntl, fd, F_GETFL);
-    if (fl >= 0 && (fl & O_ACCMODE) != O_WRONLY) return fd;
+    if (readable) return fd;
     if (e->rfd >= 0) return e->rfd;
     char lp[40];
     fdpath(fd, lp);
@@ -356,7 +404,7 @@ static long read_handle(struct fj_ino *e, int fd)
 }
 
 /* Saves the content at N of [off, off+len) not saved yet this interval. */
-static long save_range(struct interval *v, struct fj_ino *e, int fd, uint64_t off, uint64_t len)
+static long save_range(struct interval *v, struct fj_ino *e, int fd, int readable, uint64_t off, uint64_t len)
 {
     if (e->born || off >= e->orig) return 0;
     uint64_t end = len > e->orig - off ? e->orig : off + len;
@@ -368,7 +416,7 @@ static long save_range(struct interval *v, struct fj_ino *e, int fd, uint64_t of
         uint64_t run = b;
         while (run < bend && !(e->bits[run / 64] & (1ull << (run % 64))) && (run - b + 1) * FJ_BLOCK <= FJ_DATA_MAX) run++;
         uint64_t o = b * FJ_BLOCK, n = run * FJ_BLOCK > e->orig ? e->orig - o : (run - b) * FJ_BLOCK;
-        if (rfd < 0) { rfd = read_handle(e, fd); if (rfd < 0) return rfd; }
+        if (rfd < 0) { rfd = read_handle(e, fd, readable); if (rfd < 0) return rfd; }
         uint64_t got = 0;
         while (got < n) {
             long k = lz_sc4(SYS_pread64, rfd, databuf + got, n - got, o + got);
@@ -402,11 +450,10 @@ static long save_range(struct interval *v, struct fj_ino *e, int fd, uint64_t of
 
 /* The engine's memory is left out of checkpoints (a restart starts a fresh
  * interval) and mapped anew after one. */
-static char *engine_mem; /* [arena 0 | arena 1 | descriptor table + data buffer], one mapping */
 
 static int map_memory(void)
 {
-    long a = lz_sc6(SYS_mmap, 0, 2 * ARENA_BYTES + FDT_BYTES, PROT_READ | PROT_WRITE,
+    long a = lz_sc6(SYS_mmap, 0, ENGINE_BYTES, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (a < 0 && a > -4096) return -1;
     engine_mem = (char *)a;
@@ -416,7 +463,8 @@ static int map_memory(void)
         E.iv[i].inos = NULL; E.iv[i].ino_n = 0; E.iv[i].ihash = NULL; E.iv[i].ihash_cap = 0;
         E.iv[i].paths = NULL; E.iv[i].path_cap = E.iv[i].path_n = 0;
         E.iv[i].log_fd = E.iv[i].keep_fd = E.iv[i].data_fd = -1;
-        E.iv[i].data_off = 0;
+        E.iv[i].log_off = E.iv[i].data_off = 0;
+        E.iv[i].lwin = NULL;
         E.iv[i].touched = 0;
         E.iv[i].mv = NULL; E.iv[i].nmv = E.iv[i].capmv = 0;
     }
@@ -427,7 +475,7 @@ static int map_memory(void)
 
 int fj_owns(uint64_t start, uint64_t end)
 {
-    return engine_mem && start >= (uint64_t)engine_mem && end <= (uint64_t)engine_mem + 2 * ARENA_BYTES + FDT_BYTES;
+    return engine_mem && start >= (uint64_t)engine_mem && end <= (uint64_t)engine_mem + ENGINE_BYTES;
 }
 
 int fj_setup(const char *store, int machine, const char *excludes)
@@ -452,6 +500,11 @@ int fj_setup(const char *store, int machine, const char *excludes)
 
 static void iv_reset(struct interval *v)
 {
+    if (v->lwin) {
+        win_drop(v->lwin, LOG_WIN);
+        lz_sc2(SYS_ftruncate, v->log_fd, v->log_off); /* the window's unused tail */
+    }
+    v->lwin = NULL;
     if (v->log_fd >= 0) lz_sc1(SYS_close, v->log_fd);
     if (v->keep_fd >= 0) lz_sc1(SYS_close, v->keep_fd);
     if (v->data_fd >= 0) lz_sc1(SYS_close, v->data_fd);
@@ -463,7 +516,7 @@ static void iv_reset(struct interval *v)
     v->ihash = NULL; v->ihash_cap = 0;
     v->paths = NULL; v->path_cap = v->path_n = 0;
     v->log_fd = v->keep_fd = v->data_fd = -1;
-    v->data_off = 0;
+    v->log_off = v->data_off = 0;
     v->touched = 0;
     v->mv = NULL; v->nmv = v->capmv = 0;
 }
@@ -478,7 +531,7 @@ static long classify(struct interval *v, int fd, struct fj_fdent *ent, struct fj
         if (ent->slot >= 0) *out = &v->inos[ent->slot];
         return 0;
     }
-    struct fj_fdent e = {fj.gen, 0, 1, 0, -1};
+    struct fj_fdent e = {fj.gen, 0, 1, 0, 0, -1};
     struct stat st;
     long r = lz_sc2(SYS_fstat, fd, &st);
     char lp[40], path[LZ_PATH_MAX];
@@ -501,7 +554,9 @@ static long classify(struct interval *v, int fd, struct fj_fdent *ent, struct fj
         r = first_touch(v, fd, &st, &ino);
         if (r < 0) return r;
     }
-    e.all = ino->born || (lz_sc2(SYS_fcntl, fd, F_GETFL) & O_APPEND);
+    long fl = lz_sc2(SYS_fcntl, fd, F_GETFL);
+    e.all = ino->born || (fl >= 0 && (fl & O_APPEND));
+    e.rd = fl >= 0 && (fl & O_ACCMODE) != O_WRONLY;
     e.slot = (int32_t)(ino - v->inos);
     *out = ino;
     *ent = e;
@@ -525,7 +580,7 @@ int fj_before_write(int fd, int64_t off, uint64_t len)
         int64_t pos = off;
         if (pos < 0) pos = lz_sc3(SYS_lseek, fd, 0, SEEK_CUR);
         if (pos >= 0) {
-            r = save_range(v, ino, fd, (uint64_t)pos, len);
+            r = save_range(v, ino, fd, ent->rd, (uint64_t)pos, len);
             if (r == 0 && off < 0 && (uint64_t)pos >= ino->orig) ent->pass = 1;
         }
     }
@@ -546,7 +601,7 @@ int fj_before_truncate_fd(int fd, int64_t size)
     struct fj_fdent tmp = {0}, *ent = entry_of(fd, &tmp);
     struct fj_ino *ino;
     long r = classify(v, fd, ent, &ino);
-    if (r == 0 && ino) r = save_range(v, ino, fd, (uint64_t)size, ~0ull >> 1);
+    if (r == 0 && ino) r = save_range(v, ino, fd, ent->rd, (uint64_t)size, ~0ull >> 1);
     unlock();
     return (int)r;
 }
@@ -901,7 +956,7 @@ int fj_before_open(int dirfd, const char *path, int flags, int *created)
             long fd = open_for_path(AT_FDCWD, abs, 0);
             if (fd >= 0) {
                 r = first_touch(v, (int)fd, &st, &ino);
-                if (r == 0) r = save_range(v, ino, (int)fd, 0, ~0ull >> 1);
+                if (r == 0) r = save_range(v, ino, (int)fd, 1, 0, ~0ull >> 1);
                 lz_sc1(SYS_close, fd);
             } else {
                 r = fd; /* cannot read what O_TRUNC would destroy */
@@ -1011,7 +1066,7 @@ static long save_blind(struct interval *v)
         struct fj_fdent tmp = {0};
         r = classify(v, f->_fileno, &tmp, &ino); /* records its size at N, appending or not */
         int64_t low = stream_low(f, f->_fileno);
-        if (r == 0 && ino && !tmp.all && low >= 0) r = save_range(v, ino, f->_fileno, (uint64_t)low, ~0ull >> 1);
+        if (r == 0 && ino && !tmp.all && low >= 0) r = save_range(v, ino, f->_fileno, tmp.rd, (uint64_t)low, ~0ull >> 1);
     }
     /* writable shared file mappings, from /proc/self/maps */
     static char maps[1 << 18];
@@ -1039,13 +1094,13 @@ static long save_blind(struct interval *v)
         while (*p && *p != ' ') { off = off * 16 + (uint64_t)(*p <= '9' ? *p - '0' : (*p | 32) - 'a' + 10); p++; }
         char *path = p;
         while (*path && *path != '/') path++;
-        if (shared_w && *path == '/') {
+        if (shared_w && *path == '/' && !fj_owns(s, e)) { /* not our own log window */
             long mfd = lz_sc4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
             if (mfd >= 0) {
                 struct fj_ino *ino;
                 struct fj_fdent tmp = {0};
                 r = classify(v, (int)mfd, &tmp, &ino);
-                if (r == 0 && ino && !ino->born) r = save_range(v, ino, (int)mfd, off, e - s);
+                if (r == 0 && ino && !ino->born) r = save_range(v, ino, (int)mfd, 1, off, e - s);
                 lz_sc1(SYS_close, mfd);
             }
         }
@@ -1057,7 +1112,25 @@ static long save_blind(struct interval *v)
 
 /* ---------------------------------------------------------------- intervals */
 
-static long open_interval(struct interval *v, const char *ckdir)
+/* A spare left by a dropped checkpoint becomes this interval's files.data:
+ * overwriting its pages costs what a native overwrite does, while a new file
+ * costs a fresh page per saved page (and the supervisor freeing them later). */
+static int adopt_spare(const char *data_path)
+{
+    char sp[LZ_PATH_MAX + 32];
+    size_t l = E.store_len;
+    memcpy(sp, E.store, l);
+    for (int i = 0; i < LZ_SPARES; i++) {
+        const size_t pl = sizeof("/" LZ_SPARE_PREFIX) - 1;
+        memcpy(sp + l, "/" LZ_SPARE_PREFIX, pl);
+        sp[l + pl] = (char)('0' + i);
+        sp[l + pl + 1] = 0;
+        if (lz_sc5(SYS_renameat2, AT_FDCWD, sp, AT_FDCWD, data_path, RENAME_NOREPLACE) == 0) return 1;
+    }
+    return 0;
+}
+
+static long open_interval(struct interval *v, const char *ckdir, int fresh)
 {
     char p[LZ_PATH_MAX + 64];
     size_t l = slen(ckdir);
@@ -1068,13 +1141,23 @@ static long open_interval(struct interval *v, const char *ckdir)
     v->keep_fd = (int)own_fd(lz_sc4(SYS_openat, AT_FDCWD, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
     if (v->keep_fd < 0) return v->keep_fd;
     memcpy(p + l, "/" FJ_DATAFILE, sizeof("/" FJ_DATAFILE));
+    /* a spare keeps its size (cutting it would stall the program while the
+     * kernel drops the pages): only what DATA records point at counts */
+    int recycled = fresh && adopt_spare(p);
     v->data_fd = (int)own_fd(lz_sc4(SYS_openat, AT_FDCWD, p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
     if (v->data_fd < 0) return v->data_fd;
     struct stat ds;
-    v->data_off = lz_sc2(SYS_fstat, v->data_fd, &ds) == 0 ? ((uint64_t)ds.st_size + 4095) & ~4095ull : 0;
+    if (lz_sc2(SYS_fstat, v->data_fd, &ds) < 0) ds.st_size = 0;
+    v->data_off = recycled ? 0 : ((uint64_t)ds.st_size + 4095) & ~4095ull;
     memcpy(p + l, "/" FJ_LOG, sizeof("/" FJ_LOG));
-    v->log_fd = (int)own_fd(lz_sc4(SYS_openat, AT_FDCWD, p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
+    v->log_fd = (int)own_fd(lz_sc4(SYS_openat, AT_FDCWD, p, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
     if (v->log_fd < 0) return v->log_fd;
+    v->log_off = lz_sc2(SYS_fstat, v->log_fd, &ds) == 0 ? (uint64_t)ds.st_size : 0;
+    if (!E.machine) {
+        /* machine durability syncs each record: no window */
+        v->lwin = win_area(v);
+        log_window(v);
+    }
     return 0;
 }
 
@@ -1097,7 +1180,7 @@ int fj_prepare(const char *tmpdir, char *err, size_t errlen)
     iv_reset(v);
     /* --durability machine: the state of N itself must be on disk */
     if (E.machine && old->touched) lz_sc0(SYS_sync);
-    long r = open_interval(v, tmpdir);
+    long r = open_interval(v, tmpdir, 1);
     if (r < 0) { set_err(err, errlen, "cannot create the file journal", r); iv_reset(v); unlock(); return -1; }
     /* save_blind classifies with the new interval's numbers */
     uint32_t oldgen = fj.gen;
@@ -1152,7 +1235,7 @@ int fj_restarted(uint64_t index, char *err, size_t errlen)
     while (k < 6) digits[k++] = '0';
     while (k) ck[l++] = digits[--k];
     ck[l] = 0;
-    long r = open_interval(&E.iv[0], ck);
+    long r = open_interval(&E.iv[0], ck, 0);
     if (r == 0) r = save_blind(&E.iv[0]);
     if (r < 0) { set_err(err, errlen, "cannot reopen the file journal", r); fj.live = 0; return -1; }
     fj.live = 1;

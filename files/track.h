@@ -22,7 +22,8 @@ struct fj_fdent {
     uint32_t gen;   /* interval this entry belongs to (stale otherwise) */
     uint8_t pass;   /* writes at the descriptor's position need no undo */
     uint8_t all;    /* no write through it needs undo (untracked, appended, born) */
-    uint16_t pad;
+    uint8_t rd;     /* open for reading: undo can be read through it */
+    uint8_t pad;
     int32_t slot;   /* inode table slot, -1 untracked */
 };
 

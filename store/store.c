@@ -102,6 +102,32 @@ void lz_store_cleanup_tmp(const char *dir)
     close(dfd);
 }
 
+/* Hands the saved-bytes file of a checkpoint being removed to the next
+ * interval (LZ_SPARE), if a slot is free and it is worth it. */
+static void recycle_data(int dfd, const char *ckname)
+{
+    char from[300], to[32];
+    struct stat st;
+    snprintf(from, sizeof from, "%s/" LZ_FILES_DATA, ckname);
+    if (fstatat(dfd, from, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) || st.st_size < LZ_SPARE_MIN) return;
+    for (int i = 0; i < LZ_SPARES; i++) {
+        snprintf(to, sizeof to, LZ_SPARE, i);
+        if (renameat2(dfd, from, dfd, to, RENAME_NOREPLACE) == 0 || errno != EEXIST) return;
+    }
+}
+
+void lz_store_drop_spares(const char *dir)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return;
+    char name[32];
+    for (int i = 0; i < LZ_SPARES; i++) {
+        snprintf(name, sizeof name, LZ_SPARE, i);
+        unlinkat(dfd, name, 0);
+    }
+    close(dfd);
+}
+
 int lz_store_remove(const char *dir, uint64_t index)
 {
     char from[LZ_PATH_MAX + 64], to[LZ_PATH_MAX + 64];
@@ -110,7 +136,11 @@ int lz_store_remove(const char *dir, uint64_t index)
     if (rename(from, to) < 0) return -1;
     lz_fsync_dir(dir);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) { remove_tree(dfd, strrchr(to, '/') + 1); close(dfd); }
+    if (dfd >= 0) {
+        recycle_data(dfd, strrchr(to, '/') + 1);
+        remove_tree(dfd, strrchr(to, '/') + 1);
+        close(dfd);
+    }
     return 0;
 }
 

@@ -27,8 +27,11 @@ void lz_ckpt_path(char *buf, size_t len, const char *dir, uint64_t index);
 /* Sorted ascending; returns count, -1 on error (errno). *out is malloc'ed. */
 int lz_store_list(const char *dir, uint64_t **out);
 void lz_store_cleanup_tmp(const char *dir);
-/* Makes checkpoint `index` invisible at once (rename), then deletes it. */
+/* Makes checkpoint `index` invisible at once (rename), then deletes it; its
+ * files.data becomes a spare (LZ_SPARE) if a slot is free. */
 int lz_store_remove(const char *dir, uint64_t index);
+/* Deletes the spares (when the job stops: the space is the user's). */
+void lz_store_drop_spares(const char *dir);
 /* Newest-first retention: keeps `keep` checkpoints; also drops checkpoints of
  * an abandoned branch (index > parent of `newest`, < run_first, the first
  * index this run of the job could take). */
