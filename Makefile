@@ -10,7 +10,7 @@ COMMON_SRC  := common/util.c store/manifest.c store/store.c
 RT_SRC      := runtime/rt_init.c runtime/rt_signals.c runtime/rt_capture.c \
                runtime/rt_regions.c runtime/rt_fds.c runtime/rt_writer.c \
                runtime/rt_checkpoint.c runtime/rt_resume.c runtime/rt_files.c runtime/context.S \
-               files/track.c
+               runtime/rt_dirty.c files/track.c
 RESTORE_SRC := restorer/restore_main.c restorer/restore_memory.c restorer/restore_fds.c \
                restorer/restore_process.c restorer/final_jump.S
 CLI_SRC     := cli/main.c cli/cmd_run.c cli/cmd_restart.c cli/supervisor.c cli/cmd_list.c \

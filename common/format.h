@@ -165,7 +165,14 @@ struct lz_region {
     uint64_t reserved[2];
 };
 
-enum lz_codec { LZ_CODEC_NONE = 0 };
+/* How an extent's bytes are stored (common/codec.h compresses and expands).
+ * Version 1 writes only NONE; the ids are on-disk values: never renumber. */
+enum lz_codec {
+    LZ_CODEC_NONE = 0, /* raw */
+    LZ_CODEC_ZERO = 1, /* all-zero data: nothing stored, stored_length 0 */
+    LZ_CODEC_LZ4 = 2,  /* one LZ4 block (no frame), decompressed length = extent length */
+    LZ_CODEC_ZSTD = 3, /* one zstd frame with its content size, no checksum */
+};
 
 struct lz_extent {
     uint64_t addr;        /* where the data goes in memory */
