@@ -43,6 +43,8 @@ import subprocess
 import sys
 import time
 
+from ckpt_restart import descendants  # {pid: comm} of a process' live descendants
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MiB = 1 << 20
 GiB = 1 << 30
@@ -107,28 +109,6 @@ def read_file(path):
     with open(path, "rb", buffering=0) as f:
         while f.read(4 * MiB):
             pass
-
-
-def descendants(root_pid):
-    """Pids of every live descendant of root_pid, from /proc."""
-    parent = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            parent[int(d)] = int(stat[stat.rindex(")") + 2:].split()[1])
-    found, grew = {root_pid}, True
-    while grew:
-        grew = False
-        for pid, ppid in parent.items():
-            if pid not in found and ppid in found:
-                found.add(pid)
-                grew = True
-    found.discard(root_pid)
-    return sorted(found)
 
 
 def rm(path):

@@ -245,14 +245,9 @@ def do_step(i: int, s: dict, out: list) -> None:
         out.append({"pread": sha(b), "len": len(b), "head": b[:32].hex()})
     elif op == "lseek":
         out.append({"lseek": os.lseek(fds[s["fd"]], s["off"], s.get("whence", 0))})
-    elif op == "append":
-        fd = os.open(s["path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, s.get("mode", 0o644))
-        try:
-            os.write(fd, mkdata(s["data"]))
-        finally:
-            os.close(fd)
-    elif op == "put":
-        fd = os.open(s["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, s.get("mode", 0o644))
+    elif op in ("append", "put"):
+        how = os.O_APPEND if op == "append" else os.O_TRUNC
+        fd = os.open(s["path"], os.O_WRONLY | os.O_CREAT | how, s.get("mode", 0o644))
         try:
             os.write(fd, mkdata(s["data"]))
         finally:
