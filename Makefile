@@ -5,16 +5,20 @@ WARN    := -std=gnu17 -Wall -Wextra -Werror -D_GNU_SOURCE
 INC     := -Iinclude -Icommon -Istore -Ifiles
 B       := build
 OBJ     := $(B)/obj
+# zstd and lz4 go inside the runtime (its symbols stay hidden: the program may
+# link its own versions) and the static restorer.
+STATIC_CODECS := -l:libzstd.a -l:liblz4.a
 
-COMMON_SRC  := common/util.c store/manifest.c store/store.c
+COMMON_SRC  := common/util.c common/codec.c store/manifest.c store/store.c store/gc.c
 RT_SRC      := runtime/rt_init.c runtime/rt_signals.c runtime/rt_capture.c \
                runtime/rt_regions.c runtime/rt_fds.c runtime/rt_writer.c \
                runtime/rt_checkpoint.c runtime/rt_resume.c runtime/rt_files.c runtime/context.S \
-               runtime/rt_dirty.c files/track.c
+               runtime/rt_dirty.c runtime/rt_map.c runtime/rt_pages.c runtime/rt_fork.c \
+               common/codec.c files/track.c
 RESTORE_SRC := restorer/restore_main.c restorer/restore_memory.c restorer/restore_fds.c \
                restorer/restore_process.c restorer/final_jump.S
 CLI_SRC     := cli/main.c cli/cmd_run.c cli/cmd_restart.c cli/supervisor.c cli/cmd_list.c \
-               cli/cmd_verify.c cli/cmd_checkpoint.c cli/pidns.c cli/identity.c cli/job.c cli/cmd_diff.c files/rollback.c
+               cli/cmd_verify.c cli/cmd_checkpoint.c cli/cmd_gc.c cli/pidns.c cli/identity.c cli/job.c cli/cmd_diff.c files/rollback.c
 
 all: $(B)/bin/lazarus $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so
 
@@ -38,18 +42,18 @@ $(OBJ)/cli/%.o: %.c $(wildcard common/*.h store/*.h cli/*.h files/*.h include/*.
 # signal handler never enters the lazy binder.
 $(B)/lib/liblazarus-rt.so: $(patsubst %,$(OBJ)/pic/%.o,$(basename $(RT_SRC)))
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-z,now -Wl,-z,nodelete -o $@ $^
+	$(CC) -shared -Wl,-z,now -Wl,-z,nodelete -o $@ $^ -Wl,--exclude-libs,ALL $(STATIC_CODECS)
 
 # The restorer is a static PIE; `lazarus restart` starts it without address
 # randomization, which puts it just below the stack top, above where a
 # randomized program's libraries live (ARCHITECTURE.md).
 $(B)/bin/lazarus-restore: $(patsubst %,$(OBJ)/static/%.o,$(basename $(RESTORE_SRC) $(COMMON_SRC)))
 	@mkdir -p $(dir $@)
-	$(CC) -static-pie -o $@ $^ -lpthread
+	$(CC) -static-pie -o $@ $^ $(STATIC_CODECS) -lpthread
 
 $(B)/bin/lazarus: $(patsubst %,$(OBJ)/cli/%.o,$(basename $(CLI_SRC) $(COMMON_SRC)))
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^
+	$(CC) -o $@ $^ -lzstd -llz4
 
 $(B)/lib/liblazarus.so: $(OBJ)/pic/api/lazarus_api.o
 	@mkdir -p $(dir $@)

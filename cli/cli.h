@@ -12,6 +12,7 @@ int cmd_checkpoint(int argc, char **argv);
 int cmd_list(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
 
 /* Common option parsing: -d DIR, --at N; returns index of first operand or
  * -1 after printing a usage error.  `help` is printed for --help (exit 0). */
@@ -24,8 +25,11 @@ struct cli_opts {
     int durability;        /* -1 not given, 0 process, 1 machine */
     char excludes[4096];   /* --exclude DIR..., absolute, '\n'-separated */
     int force;
+    char compress[32];     /* --compress SPEC, checked with lz_codec_parse ("" = not given) */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
+/* "1.2 GiB" */
+void human_bytes(char *buf, size_t len, uint64_t bytes);
 /* Absolute path of DIR (which may not exist yet). */
 char *abs_dir(const char *dir);
 /* bin/ and lib/ next to the running `lazarus` */
@@ -49,6 +53,7 @@ struct supervisor {
     uint64_t first_index;  /* the first index this run can take */
     int durability;
     char excludes[4096];
+    char compress[32];   /* the job's --compress, "" = the runtime's default */
 };
 /* Fills `s` for the job in `dir` (shown to the user as `shown`), opens the
  * control sockets and makes us a subreaper; returns the program's end of the

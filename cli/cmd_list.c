@@ -1,5 +1,6 @@
 /* lazarus list [-d DIR] [--json] */
 #include "cli.h"
+#include "codec.h"
 #include "util.h"
 #include "rollback.h"
 #include <inttypes.h>
@@ -10,18 +11,21 @@
 
 static const char help[] =
     "usage: lazarus list [-d DIR] [--json]\n"
-    "One row per checkpoint: index, time, trigger, memory size, bytes stored, pause,\n"
-    "and the files changed since it with the bytes kept to roll them back.\n\n"
+    "One row per checkpoint: index, time, trigger; MEMORY the address space captured,\n"
+    "CHANGED the memory written since the checkpoint before, STORED the bytes it\n"
+    "added to the packs (after reuse and compression); PAUSE how long the program was\n"
+    "stopped, DURABLE how long until the checkpoint was on disk; FILES the paths\n"
+    "changed since it and UNDO the bytes kept to roll them back.  A checkpoint that\n"
+    "failed after the newest one is named below the table.\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
     "  --json    a JSON array of objects instead of a table\n";
 
-static void human(char *buf, size_t len, uint64_t b)
+static void utc(char *buf, size_t len, uint64_t ns)
 {
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    int i = 0;
-    while (v >= 1024 && i < 4) { v /= 1024; i++; }
-    snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+    time_t t = (time_t)(ns / 1000000000ull);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
 int cmd_list(int argc, char **argv)
@@ -37,11 +41,11 @@ int cmd_list(int argc, char **argv)
     uint64_t *fstat_files = calloc((size_t)n + 1, sizeof *fstat_files), *fstat_bytes = calloc((size_t)n + 1, sizeof *fstat_bytes);
     fj_store_stats(dir, v, n, fstat_files, fstat_bytes);
     if (o.json) printf("[");
-    else printf("%6s  %-20s  %-9s  %10s  %10s  %9s  %6s  %10s\n", "INDEX", "TIME (UTC)", "TRIGGER", "MEMORY", "STORED", "PAUSE",
-                "FILES", "UNDO");
+    else printf("%6s  %-20s  %-9s  %10s  %10s  %10s  %9s  %9s  %6s  %10s\n", "INDEX", "TIME (UTC)", "TRIGGER", "MEMORY",
+                "CHANGED", "STORED", "PAUSE", "DURABLE", "FILES", "UNDO");
     int bad = 0, shown = 0;
     for (int i = 0; i < n; i++) {
-        char ck[LZ_PATH_MAX + 64], why[1024], when[32], mem[32], stored[32];
+        char ck[LZ_PATH_MAX + 64], why[1024], when[32], mem[32], changed[32], stored[32], ub[32];
         lz_ckpt_path(ck, sizeof ck, dir, v[i]);
         struct lz_image img;
         if (lz_manifest_load(ck, &img, why, sizeof why) < 0) {
@@ -50,32 +54,40 @@ int cmd_list(int argc, char **argv)
             continue;
         }
         const struct lz_header *h = img.hdr;
-        time_t t = (time_t)(h->created_ns / 1000000000ull);
-        struct tm tm;
-        gmtime_r(&t, &tm);
         uint64_t files = fstat_files[i], undo = fstat_bytes[i];
-        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        utc(when, sizeof when, h->created_ns);
         if (o.json) {
             printf("%s\n  {\"index\": %" PRIu64 ", \"time\": \"%s\", \"created_ns\": %" PRIu64 ", \"trigger\": \"%s\", "
-                   "\"memory_bytes\": %" PRIu64 ", \"data_bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64
-                   ", \"pause_ms\": %.3f, \"parent\": %" PRIu64 ", \"pid\": %d, \"files\": %" PRIu64
-                   ", \"undo_bytes\": %" PRIu64 "}",
+                   "\"memory_bytes\": %" PRIu64 ", \"data_bytes\": %" PRIu64 ", \"changed_bytes\": %" PRIu64
+                   ", \"stored_bytes\": %" PRIu64 ", \"codec\": \"%s\", \"pause_ms\": %.3f, \"durable_ms\": %.3f"
+                   ", \"parent\": %" PRIu64 ", \"pid\": %d, \"files\": %" PRIu64 ", \"undo_bytes\": %" PRIu64 "}",
                    shown ? "," : "", h->index, when, h->created_ns, lz_trigger_name(h->trigger), h->mem_bytes,
-                   h->data_bytes, h->stored_bytes, (double)h->pause_ns / 1e6, h->parent, img.proc->pid, files, undo);
+                   h->data_bytes, h->changed_bytes, h->stored_bytes, lz_codec_name((int)h->codec),
+                   (double)h->pause_ns / 1e6, (double)h->durable_ns / 1e6, h->parent, img.proc->pid, files, undo);
         } else {
-            human(mem, sizeof mem, h->mem_bytes);
-            human(stored, sizeof stored, h->stored_bytes);
-            char ub[32];
-            human(ub, sizeof ub, undo);
-            printf("%6" PRIu64 "  %-20s  %-9s  %10s  %10s  %7.1fms  %6" PRIu64 "  %10s\n", h->index, when,
-                   lz_trigger_name(h->trigger), mem, stored, (double)h->pause_ns / 1e6, files, ub);
+            human_bytes(mem, sizeof mem, h->mem_bytes);
+            human_bytes(changed, sizeof changed, h->changed_bytes);
+            human_bytes(stored, sizeof stored, h->stored_bytes);
+            human_bytes(ub, sizeof ub, undo);
+            printf("%6" PRIu64 "  %-20s  %-9s  %10s  %10s  %10s  %7.1fms  %7.1fms  %6" PRIu64 "  %10s\n", h->index, when,
+                   lz_trigger_name(h->trigger), mem, changed, stored, (double)h->pause_ns / 1e6,
+                   (double)h->durable_ns / 1e6, files, ub);
         }
         shown++;
         lz_image_free(&img);
     }
     if (o.json) printf("%s]\n", shown ? "\n" : "");
+    /* a failure is news only while no later checkpoint succeeded */
+    struct lz_job job;
+    if (!o.json && lz_job_read(dir, &job) == 0 && job.failed_index > (n > 0 ? v[n - 1] : 0)) {
+        char when[32];
+        utc(when, sizeof when, (uint64_t)job.failed_ns);
+        printf("checkpoint %" PRIu64 " failed at %s: %s\n", job.failed_index, when,
+               *job.failed_why ? job.failed_why : "no reason recorded");
+    }
     free(v);
     free(fstat_files);
     free(fstat_bytes);
+    free(dir);
     return bad;
 }

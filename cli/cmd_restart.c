@@ -1,8 +1,10 @@
-/* lazarus restart [-d DIR] [--at N] */
+/* lazarus restart [-d DIR] [--at N] [--force] [--compress SPEC] */
 #include "cli.h"
+#include "store_admin.h"
 #include "util.h"
 #include "rollback.h"
 #include <sys/stat.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -12,7 +14,7 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus restart [-d DIR] [--at N] [--force]\n"
+    "usage: lazarus restart [-d DIR] [--at N] [--force] [--compress SPEC]\n"
     "Resume the job in DIR from checkpoint N (default: the newest) and stay in the\n"
     "foreground as its supervisor, with the settings it was started with.  First\n"
     "every change the job made to files since N is undone (`lazarus diff` shows\n"
@@ -21,7 +23,10 @@ static const char help[] =
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
     "  --at N    the checkpoint to resume from (see `lazarus list`)\n"
     "  --force   roll back files even if something outside the job changed them\n"
-    "            after it stopped (refused otherwise, naming them)\n";
+    "            after it stopped (refused otherwise, naming them)\n"
+    "  --compress SPEC\n"
+    "            compression of the checkpoints from now on: none, lz4, zstd or\n"
+    "            zstd:LEVEL (default: what the job had)\n";
 
 /* Undoes every change to files since checkpoint `index` (files/rollback.h). */
 static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, int force, uint64_t next)
@@ -66,21 +71,42 @@ static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, i
         return -1;
     }
     fj_plan_free(plan);
-    /* the files are at N: later checkpoints describe files that are gone */
+    /* the files are at N: later checkpoints describe files that are gone, and
+     * later journals (of failed checkpoints too) were just applied */
     uint64_t *v;
-    int n = lz_store_list(dir, &v);
-    for (int i = n - 1; i >= 0; i--) if (v[i] > index) lz_store_remove(dir, v[i]);
-    if (n > 0) free(v);
+    int *jr;
+    int n = lz_store_list_journals(dir, &v, &jr);
+    for (int i = n - 1; i >= 0; i--)
+        if (v[i] > index) { if (jr[i]) lz_jrnl_remove(dir, v[i]); else lz_store_remove(dir, v[i]); }
+    if (n >= 0) { free(v); free(jr); }
     char ck[LZ_PATH_MAX + 64];
     lz_ckpt_path(ck, sizeof ck, dir, index);
     fj_journal_reset(ck);
     return 0;
 }
 
+/* Highest N of DIR/packs/pack.N, 0 if none. */
+static uint64_t newest_pack(const char *dir)
+{
+    char path[LZ_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/" LZ_PACKS_DIR, dir);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    uint64_t max = 0, id;
+    size_t l = strlen(LZ_PACK_PREFIX);
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, LZ_PACK_PREFIX, l) && e->d_name[l] &&
+            strspn(e->d_name + l, "0123456789") == strlen(e->d_name + l) && lz_parse_u64(e->d_name + l, &id) == 0 &&
+            id > max)
+            max = id;
+    if (d) closedir(d);
+    return max;
+}
+
 int cmd_restart(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "restart", "daf", help, &o);
+    int first = parse_opts(argc, argv, "restart", "dafc", help, &o);
     if (first < 0) return 2;
     if (first < argc) { lz_err("restart: unexpected argument '%s'", argv[first]); return 2; }
     char *dir = abs_dir(o.dir);
@@ -107,12 +133,18 @@ int cmd_restart(int argc, char **argv)
     if (check_identity(&img, why, sizeof why) < 0) { lz_err("cannot restart from checkpoint %" PRIu64 ": %s", index, why); return 1; }
     struct lz_job job;
     lz_job_read(dir, &job);
-    /* indices are never reused, also of checkpoints the rollback drops */
+    /* indices are never reused, also of checkpoints the rollback drops and of
+     * failed ones (their jrnl.N and packs/pack.N may remain) */
     uint64_t *v;
-    int n = lz_store_list(dir, &v);
-    uint64_t next = (n > 0 ? v[n - 1] : index) + 1;
-    if (n > 0) free(v);
+    int *jr;
+    int n = lz_store_list_journals(dir, &v, &jr);
+    uint64_t next = (n > 0 && v[n - 1] > index ? v[n - 1] : index) + 1;
+    if (n >= 0) { free(v); free(jr); }
+    if (job.failed_index >= next) next = job.failed_index + 1;
+    uint64_t pack = newest_pack(dir);
+    if (pack >= next) next = pack + 1;
     if (job.next_index > next) next = job.next_index;
+    if (*o.compress) snprintf(job.compress, sizeof job.compress, "%s", o.compress);
     if (rollback_files(dir, index, &job, o.force, next) < 0) return 1;
     snprintf(job.state, sizeof job.state, "running");
     job.rolling_to = -1;

@@ -1,5 +1,6 @@
-/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--] PROGRAM [ARG...] */
+/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...] */
 #include "cli.h"
+#include "store_admin.h"
 #include "util.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -12,13 +13,16 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--] PROGRAM [ARG...]\n"
+    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...]\n"
     "Run PROGRAM (an unmodified, dynamically linked program) under Lazarus and stay\n"
     "in the foreground as its supervisor; exit with its status (128+signal if killed).\n\n"
     "  -d DIR      checkpoint store (default ./lazarus.ckpt); refused if it holds an\n"
     "              unfinished job (resume that with `lazarus restart -d DIR`)\n"
     "  -i SECONDS  checkpoint every SECONDS (default 600, 0 = only on request)\n"
     "  -k N        keep the N newest checkpoints (default 3)\n"
+    "  --compress SPEC\n"
+    "              how page data is compressed: none, lz4, zstd or zstd:LEVEL (1..19,\n"
+    "              or -7..-1 for faster); a later `restart --compress` changes it\n"
     "  --durability process|machine\n"
     "              process (default): files roll back after the loss of the program\n"
     "              (SIGKILL, OOM killer, time limit); machine: also after the loss of\n"
@@ -38,6 +42,7 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     const char *rt = install_path("lib/liblazarus-rt.so");
     const char *old = getenv("LD_PRELOAD");
     char *pre = malloc(strlen(rt) + (old ? strlen(old) : 0) + 2);
+    if (!pre) _exit(127);
     sprintf(pre, "%s%s%s", rt, old && *old ? ":" : "", old && *old ? old : "");
     char num[32];
     setenv("LD_PRELOAD", pre, 1);
@@ -49,6 +54,7 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     unsetenv("LAZARUS_PARENT");
     setenv("LAZARUS_DURABILITY", s->durability ? "machine" : "process", 1);
     setenv("LAZARUS_EXCLUDE", s->excludes, 1);
+    setenv("LAZARUS_COMPRESS", s->compress, 1);
     execvp(argv[0], argv);
     lz_err("cannot run %s: %s", argv[0], strerror(errno));
     _exit(127);
@@ -57,9 +63,9 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDx", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxc", help, &o);
     if (first < 0) return 2;
-    if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--] PROGRAM [ARG...])"); return 2; }
+    if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
     char why[1024];
     char *dir = abs_dir(o.dir);
     if (lz_store_prepare(dir, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
@@ -82,15 +88,18 @@ int cmd_run(int argc, char **argv)
                "or start anew with another directory (-d DIR)", o.dir, v[n - 1], o.dir);
         return 1;
     }
-    /* a finished job's checkpoints are of no further use: a new job starts clean */
+    /* a finished job's checkpoints, packs and journals are of no further use:
+     * a new job starts clean */
     for (int i = 0; i < n; i++) lz_store_remove(dir, v[i]);
     free(v);
+    lz_store_clear_data(dir);
     memset(&job, 0, sizeof job);
     job.interval = o.have_interval ? o.interval : 600;
     job.keep = o.have_keep ? o.keep : 3;
     job.durability = o.durability > 0;
     job.rolling_to = -1;
     snprintf(job.excludes, sizeof job.excludes, "%s", o.excludes);
+    snprintf(job.compress, sizeof job.compress, "%s", o.compress);
     snprintf(job.state, sizeof job.state, "running");
     if (lz_job_write(dir, &job) < 0) { lz_err("cannot write %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
 

@@ -65,6 +65,7 @@ int supervisor_prepare(struct supervisor *s, const char *dir, const char *shown,
     s->keep = job->keep ? job->keep : 3;
     s->durability = job->durability;
     snprintf(s->excludes, sizeof s->excludes, "%s", job->excludes);
+    snprintf(s->compress, sizeof s->compress, "%s", job->compress);
     s->next_index = next_index;
     s->first_index = next_index;
     s->listen_fd = ctl_listen(dir);

@@ -1,4 +1,5 @@
 #include "cli.h"
+#include "codec.h"
 #include "util.h"
 #include <errno.h>
 #include <getopt.h>
@@ -11,15 +12,26 @@
 static const char usage[] =
     "usage: lazarus COMMAND [OPTIONS]\n"
     "Checkpoint and restart a Linux program.\n\n"
-    "  run [-d DIR] [-i SECONDS] [-k N] [--durability process|machine] [--exclude DIR]... [--] PROGRAM [ARG...]\n"
+    "  run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--durability process|machine] [--exclude DIR]...\n"
+    "      [--] PROGRAM [ARG...]\n"
     "                           run PROGRAM under Lazarus\n"
     "  checkpoint [-d DIR]      checkpoint the running job now; prints its index once durable\n"
-    "  restart [-d DIR] [--at N] [--force]\n"
+    "  restart [-d DIR] [--at N] [--force] [--compress SPEC]\n"
     "                           resume from checkpoint N (default: the newest), its files rolled back to N\n"
     "  diff [-d DIR] [--at N]   what a restart to N would change in the files\n"
     "  list [-d DIR] [--json]   one row per checkpoint\n"
-    "  verify [-d DIR] [--at N] re-read every checksum; exit 0 only if all is intact\n\n"
+    "  verify [-d DIR] [--at N] re-read every checksum; exit 0 only if all is intact\n"
+    "  gc [-d DIR]              free the page data and file journals no retained checkpoint needs\n\n"
     "DIR is the job's checkpoint store (default ./lazarus.ckpt). `lazarus COMMAND --help` for more.\n";
+
+void human_bytes(char *buf, size_t len, uint64_t b)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int i = 0;
+    while (v >= 1024 && i < 4) { v /= 1024; i++; }
+    snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+}
 
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o)
 {
@@ -27,7 +39,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"dir", required_argument, 0, 'd'}, {"at", required_argument, 0, 'a'}, {"interval", required_argument, 0, 'i'},
         {"keep", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
         {"durability", required_argument, 0, 'D'}, {"exclude", required_argument, 0, 'x'}, {"force", no_argument, 0, 'f'},
-        {0, 0, 0, 0}};
+        {"compress", required_argument, 0, 'c'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -43,8 +55,10 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             else lz_err("%s: unknown option %s (see `lazarus %s --help`)", cmd, opt, cmd);
             return -1;
         }
+        /* the option as typed: its value may be the next word ("-k 3") or not ("-k3", "--keep=3") */
+        const char *name = optarg && optind >= 2 && optarg == argv[optind - 1] ? argv[optind - 2] : argv[optind - 1];
         if (!strchr(allowed, c)) {
-            lz_err("%s: option %s does not apply to this command (see `lazarus %s --help`)", cmd, argv[optind - 1], cmd);
+            lz_err("%s: option %s does not apply to this command (see `lazarus %s --help`)", cmd, name, cmd);
             return -1;
         }
         if (c == 'D') {
@@ -68,9 +82,17 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             continue;
         }
         if (c == 'f') { o->force = 1; continue; }
+        if (c == 'c') {
+            char err[256];
+            int codec, level;
+            if (lz_codec_parse(optarg, &codec, &level, err, sizeof err) < 0) { lz_err("%s: %s", cmd, err); return -1; }
+            if (strlen(optarg) >= sizeof o->compress) { lz_err("%s: compression \"%s\" is too long", cmd, optarg); return -1; }
+            snprintf(o->compress, sizeof o->compress, "%s", optarg);
+            continue;
+        }
         uint64_t v = 0;
         if (c != 'd' && c != 'j' && lz_parse_u64(optarg, &v) < 0) {
-            lz_err("%s: %s needs a whole number, not '%s'", cmd, argv[optind - 2 >= 0 ? optind - 2 : 0], optarg);
+            lz_err("%s: %s needs a whole number, not '%s'", cmd, name, optarg);
             return -1;
         }
         switch (c) {
@@ -130,6 +152,7 @@ int main(int argc, char **argv)
     if (!strcmp(c, "list")) return cmd_list(argc - 1, argv + 1);
     if (!strcmp(c, "verify")) return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(c, "diff")) return cmd_diff(argc - 1, argv + 1);
-    lz_err("unknown command '%s' (commands: run, checkpoint, restart, list, verify, diff; see `lazarus --help`)", c);
+    if (!strcmp(c, "gc")) return cmd_gc(argc - 1, argv + 1);
+    lz_err("unknown command '%s' (commands: run, checkpoint, restart, list, verify, diff, gc; see `lazarus --help`)", c);
     return 2;
 }

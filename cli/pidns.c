@@ -33,7 +33,7 @@ static pid_t clone3_pid(uint64_t flags, pid_t want)
     return (pid_t)syscall(SYS_clone3, &a, sizeof a);
 }
 
-static _Noreturn void exec_restorer(int ctl, const char *ckpt_dir, const char *store, uint64_t index)
+static _Noreturn void exec_restorer(int ctl, const char *ckpt_dir, const char *store, uint64_t index, const char *compress)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     char idx[32], fd[16];
@@ -43,7 +43,9 @@ static _Noreturn void exec_restorer(int ctl, const char *ckpt_dir, const char *s
     const char *bin = install_path("bin/lazarus-restore");
     char *args[] = {(char *)bin, (char *)ckpt_dir, (char *)store, idx, fd, NULL};
     /* rseq off in the restorer: the program's registration is installed at the end */
-    char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", getenv("LAZARUS_TRACE") ? "LAZARUS_TRACE=1" : NULL, NULL};
+    char cz[64];
+    snprintf(cz, sizeof cz, "LAZARUS_COMPRESS=%s", compress);
+    char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", cz, getenv("LAZARUS_TRACE") ? "LAZARUS_TRACE=1" : NULL, NULL};
     /* no randomization: the restorer then sits just below the stack top */
     personality(ADDR_NO_RANDOMIZE);
     execve(bin, args, env);
@@ -67,7 +69,7 @@ pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image 
     pid_t want = img->proc->pid;
     if (geteuid() == 0) {
         pid_t p = clone3_pid(0, want);
-        if (p == 0) exec_restorer(child_ctl, ckpt_dir, s->dir, index);
+        if (p == 0) exec_restorer(child_ctl, ckpt_dir, s->dir, index, s->compress);
         if (p > 0) { s->prog = p; return p; }
     }
     int sync[2], status[2];
@@ -78,7 +80,7 @@ pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image 
         lz_warn("cannot create a PID namespace (%s): the program gets a new PID, not %d", strerror(errno), want);
         close(sync[0]); close(sync[1]); close(status[0]); close(status[1]);
         pid_t p = fork();
-        if (p == 0) exec_restorer(child_ctl, ckpt_dir, s->dir, index);
+        if (p == 0) exec_restorer(child_ctl, ckpt_dir, s->dir, index, s->compress);
         s->prog = p;
         return p;
     }
@@ -95,7 +97,7 @@ pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image 
             lz_warn("cannot restore PID %d (%s): the program gets a new one", want, strerror(errno));
             p = fork();
         }
-        if (p == 0) { close(status[1]); exec_restorer(child_ctl, ckpt_dir, s->dir, index); }
+        if (p == 0) { close(status[1]); exec_restorer(child_ctl, ckpt_dir, s->dir, index, s->compress); }
         close(child_ctl);
         for (;;) {
             int st;

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <fcntl.h>
 
 #define LZ_SIGCKPT SIGURG
 #define MAX_CLIENTS 32
@@ -45,6 +46,9 @@ struct sv_state {
     uint64_t restore_started_ns;
     int restore_msg_shown;
     uint64_t beat_ns;
+    int writer_fd;        /* the forked writer's report pipe, -1 = none */
+    char writer_msg[1200];
+    size_t writer_len;
 };
 
 static void reply(int fd, const char *msg)
@@ -127,6 +131,8 @@ static void on_runtime_message(struct sv_state *st, char *msg)
             st->deferred = 0;
             request(st, LZ_TRIG_REQUEST, -1); /* for the clients already waiting */
         }
+    } else if (!strncmp(msg, "FORKED", 6)) {
+        /* the writer's pipe came with it (recv_message) */
     } else if (!strncmp(msg, "BEGIN", 5)) {
         st->begun = 1;
     } else if (!strncmp(msg, "API", 3)) {
@@ -142,7 +148,14 @@ static void on_runtime_message(struct sv_state *st, char *msg)
         uint64_t idx = strtoull(p, &p, 10);
         while (*p == ' ') p++;
         st->in_progress = 0;
-        lz_store_cleanup_tmp(s->dir);
+        lz_store_cleanup_tmp(s->dir); /* its file journal is kept as jrnl.N */
+        struct lz_job job;
+        if (lz_job_read(s->dir, &job) == 0) {
+            job.failed_index = idx;
+            job.failed_ns = (int64_t)lz_now_ns(CLOCK_REALTIME);
+            snprintf(job.failed_why, sizeof job.failed_why, "%s", p);
+            lz_job_write(s->dir, &job);
+        }
         lz_err("checkpoint %" PRIu64 " failed: %s; the program keeps running", idx, p);
         snprintf(out, sizeof out, "ERR checkpoint %" PRIu64 " failed: %s", idx, p);
         finish_clients(st, out);
@@ -151,6 +164,61 @@ static void on_runtime_message(struct sv_state *st, char *msg)
         st->api_queued = 0;
         request(st, LZ_TRIG_API, -1);
     }
+}
+
+/* One datagram from the runtime; a FORKED one carries the writer's pipe. */
+static ssize_t recv_message(struct sv_state *st, char *msg, size_t cap)
+{
+    struct iovec iov = {msg, cap - 1};
+    union { struct cmsghdr h; char buf[CMSG_SPACE(sizeof(int))]; } c;
+    struct msghdr mh;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = c.buf;
+    mh.msg_controllen = sizeof c.buf;
+    ssize_t m = recvmsg(st->s->ctl_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (m <= 0) return m;
+    msg[m] = 0;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+        int fd;
+        memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+        if (!strncmp(msg, "FORKED", 6) && st->writer_fd < 0) {
+            st->writer_fd = fd;
+            st->writer_len = 0;
+            fcntl(fd, F_SETFL, O_NONBLOCK);
+        } else {
+            close(fd);
+        }
+    }
+    return m;
+}
+
+/* The writer said how it ended, or ended without saying (killed): then the
+ * checkpoint counts if its rename happened, and is torn otherwise. */
+static void on_writer(struct sv_state *st)
+{
+    for (;;) {
+        ssize_t r = read(st->writer_fd, st->writer_msg + st->writer_len, sizeof st->writer_msg - 1 - st->writer_len);
+        if (r > 0) { st->writer_len += (size_t)r; continue; }
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EAGAIN) return;
+        break; /* end of file: the writer is gone */
+    }
+    close(st->writer_fd);
+    st->writer_fd = -1;
+    st->writer_msg[st->writer_len] = 0;
+    if (st->writer_len) { on_runtime_message(st, st->writer_msg); return; }
+    char ck[LZ_PATH_MAX + 64], msg[200];
+    lz_ckpt_path(ck, sizeof ck, st->s->dir, st->index);
+    if (access(ck, F_OK) == 0) {
+        lz_fsync_dir(st->s->dir);
+        snprintf(msg, sizeof msg, "OK %" PRIu64, st->index);
+    } else {
+        snprintf(msg, sizeof msg, "ERR %" PRIu64 " the checkpoint writer ended before the checkpoint was durable (killed?)", st->index);
+    }
+    on_runtime_message(st, msg);
 }
 
 static int exit_code_of(int status)
@@ -165,6 +233,7 @@ int supervise(struct supervisor *s)
     struct sv_state st;
     memset(&st, 0, sizeof st);
     st.s = s;
+    st.writer_fd = -1;
     st.restore_started_ns = lz_now_ns(CLOCK_MONOTONIC);
     sigset_t mask;
     sigemptyset(&mask);
@@ -181,13 +250,14 @@ int supervise(struct supervisor *s)
     }
     int program_done = 0, code = 0;
     while (!program_done) {
-        struct pollfd pf[5 + MAX_CLIENTS];
+        struct pollfd pf[6 + MAX_CLIENTS];
         int n = 0;
         pf[n++] = (struct pollfd){sfd, POLLIN, 0};
         pf[n++] = (struct pollfd){s->ctl_fd, POLLIN, 0};
         pf[n++] = (struct pollfd){s->listen_fd, POLLIN, 0};
         pf[n++] = (struct pollfd){tfd, POLLIN, 0};
         pf[n++] = (struct pollfd){s->status_fd, POLLIN, 0};
+        pf[n++] = (struct pollfd){st.writer_fd, POLLIN, 0};
         for (int i = 0; i < st.npending; i++) pf[n++] = (struct pollfd){st.pending[i], POLLIN, 0};
         int r = poll(pf, (nfds_t)n, 250);
         if (r < 0 && errno != EINTR) { lz_err("supervisor: poll: %s", strerror(errno)); break; }
@@ -243,11 +313,9 @@ int supervise(struct supervisor *s)
         if (pf[1].revents & POLLIN) {
             char msg[1200];
             ssize_t m;
-            while ((m = recv(s->ctl_fd, msg, sizeof msg - 1, MSG_DONTWAIT)) > 0) {
-                msg[m] = 0;
-                on_runtime_message(&st, msg);
-            }
+            while ((m = recv_message(&st, msg, sizeof msg)) > 0) on_runtime_message(&st, msg);
         }
+        if (st.writer_fd >= 0 && (pf[5].revents & (POLLIN | POLLHUP | POLLERR))) on_writer(&st);
         if (tfd >= 0 && (pf[3].revents & POLLIN)) {
             uint64_t ticks;
             if (read(tfd, &ticks, sizeof ticks) > 0 && !st.in_progress) request(&st, LZ_TRIG_INTERVAL, -1);
@@ -257,7 +325,7 @@ int supervise(struct supervisor *s)
             if (c >= 0 && st.npending < MAX_CLIENTS) st.pending[st.npending++] = c;
             else if (c >= 0) reply(c, "ERR too many clients");
         }
-        for (int i = 5; i < n; i++) {
+        for (int i = 6; i < n; i++) {
             if (!pf[i].revents) continue;
             int c = pf[i].fd;
             for (int k = 0; k < st.npending; k++) if (st.pending[k] == c) st.pending[k] = st.pending[--st.npending];
@@ -270,9 +338,14 @@ int supervise(struct supervisor *s)
             /* drain what the runtime said last (a checkpoint may have committed) */
             char msg[1200];
             ssize_t m;
-            while ((m = recv(s->ctl_fd, msg, sizeof msg - 1, MSG_DONTWAIT)) > 0) { msg[m] = 0; on_runtime_message(&st, msg); }
+            while ((m = recv_message(&st, msg, sizeof msg)) > 0) on_runtime_message(&st, msg);
             program_done = 1;
         }
+    }
+    /* a checkpoint being written when the program ended still commits or not */
+    if (st.writer_fd >= 0) {
+        fcntl(st.writer_fd, F_SETFL, 0);
+        on_writer(&st);
     }
     if (st.in_progress) lz_store_cleanup_tmp(s->dir);
     finish_clients(&st, "ERR the program ended before the checkpoint was complete");

@@ -1,4 +1,4 @@
-/* On-disk format of a Lazarus checkpoint (version 1).  Shared by the runtime
+/* On-disk format of a Lazarus checkpoint (version 2).  Shared by the runtime
  * (writer), the restorer and the CLI (readers).  Every structure has a fixed
  * size checked at compile time so that an image written by one build is read
  * the same way by another.  See ARCHITECTURE.md, "On-disk format". */
@@ -8,13 +8,17 @@
 #include <stdint.h>
 
 #define LZ_MAGIC "LZRSCKPT"
-#define LZ_VERSION 1u
+#define LZ_VERSION 2u
 
 /* Names inside the store directory. */
 #define LZ_CKPT_PREFIX "ckpt."  /* committed: ckpt.%06llu/            */
 #define LZ_TMP_PREFIX "tmp."    /* being written: tmp.%06llu.%d/       */
 #define LZ_MANIFEST "manifest"  /* inside a checkpoint directory       */
-#define LZ_PAGES "pages"        /* the pack of page data               */
+#define LZ_PACKS_DIR "packs"    /* DIR/packs/pack.%06llu: page data, shared by checkpoints */
+#define LZ_PACK_PREFIX "pack."  /* pack.N is written by checkpoint N (indices are never reused) */
+#define LZ_JRNL_PREFIX "jrnl."  /* jrnl.N: the file journal of an interval whose checkpoint N never
+                                 * committed (a failed or torn write); rolled back like ckpt.N's */
+#define LZ_GC_LOCK "gc.lock"    /* flock()ed by whoever deletes packs */
 #define LZ_JOBFILE "job"        /* job settings and state (text)       */
 #define LZ_LOCKFILE "lock"      /* flock()ed by the job's supervisor   */
 #define LZ_CTLSOCK "ctl.sock"   /* supervisor's socket for `checkpoint` */
@@ -27,6 +31,8 @@
 #define LZ_SPARE_MIN (1u << 20) /* smaller ones are not worth keeping */
 
 #define LZ_EXTENT_MAX (8u << 20) /* bytes of memory one extent covers at most */
+#define LZ_FRAME_MAX (1u << 20)  /* raw bytes of one frame at most */
+#define LZ_FRAME_ZERO 0xffffffffu /* extent.frame of all-zero pages (nothing stored) */
 #define LZ_PATH_MAX 4096
 
 enum lz_trigger { LZ_TRIG_INTERVAL = 1, LZ_TRIG_REQUEST = 2, LZ_TRIG_API = 3 };
@@ -40,6 +46,7 @@ enum lz_section_type {
     LZ_SEC_STRINGS = 5, /* NUL-terminated strings, referenced by offset */
     LZ_SEC_PACKS = 6,   /* struct lz_pack[]                       */
     LZ_SEC_AUXV = 7,    /* the process' auxiliary vector (raw)     */
+    LZ_SEC_FRAMES = 8,  /* struct lz_frame[]                      */
 };
 
 struct lz_header {
@@ -53,10 +60,15 @@ struct lz_header {
     uint32_t trigger;       /* enum lz_trigger */
     uint32_t nsections;
     uint64_t mem_bytes;     /* bytes of address space captured (regions) */
-    uint64_t data_bytes;    /* bytes of page data in extents */
-    uint64_t stored_bytes;  /* bytes written to packs by this checkpoint */
+    uint64_t data_bytes;    /* bytes of memory holding data (all extents) */
+    uint64_t stored_bytes;  /* bytes this checkpoint added to packs (after dedup and compression) */
     uint64_t pause_ns;      /* how long the program was stopped */
-    uint64_t reserved[5];
+    uint64_t changed_bytes; /* bytes of memory written since the previous checkpoint (what had
+                             * to be looked at again: dirty pages, or all when not tracked) */
+    uint64_t durable_ns;    /* from the pause until the page data and manifest were on disk */
+    uint32_t codec;         /* enum lz_codec new frames were compressed with */
+    uint32_t pad;
+    uint64_t reserved[2];
 };
 
 struct lz_section {
@@ -165,30 +177,46 @@ struct lz_region {
     uint64_t reserved[2];
 };
 
-/* How an extent's bytes are stored (common/codec.h compresses and expands).
- * Version 1 writes only NONE; the ids are on-disk values: never renumber. */
+/* How a frame's bytes are stored (common/codec.h compresses and expands).
+ * The ids are on-disk values: never renumber. */
 enum lz_codec {
     LZ_CODEC_NONE = 0, /* raw */
-    LZ_CODEC_ZERO = 1, /* all-zero data: nothing stored, stored_length 0 */
-    LZ_CODEC_LZ4 = 2,  /* one LZ4 block (no frame), decompressed length = extent length */
+    LZ_CODEC_ZERO = 1, /* all-zero data: nothing stored (used by the codec API only) */
+    LZ_CODEC_LZ4 = 2,  /* one LZ4 block (no frame), expands to exactly `raw` bytes */
     LZ_CODEC_ZSTD = 3, /* one zstd frame with its content size, no checksum */
 };
 
+/* Page data is stored in frames: up to LZ_FRAME_MAX bytes of pages (not
+ * necessarily adjacent in memory) compressed as one block into a pack.
+ * A frame is written once and referenced by any later checkpoint whose pages
+ * still hold that data, so an incremental checkpoint stores only what
+ * changed and is still restorable on its own. */
+struct lz_frame {
+    uint32_t pack;   /* index into the PACKS section */
+    uint32_t codec;  /* enum lz_codec */
+    uint64_t offset; /* of the stored bytes in the pack */
+    uint32_t stored; /* bytes in the pack */
+    uint32_t raw;    /* bytes once expanded, a multiple of 4096 */
+    uint64_t xxh3;   /* XXH3-64 of the raw bytes: checked after expanding */
+};
+
+/* Memory [addr, addr+length) holds the frame's raw bytes [skip, skip+length),
+ * or zeros when frame is LZ_FRAME_ZERO (in private file mappings, where a page
+ * not listed reads as the file).  Sorted by addr, page-aligned. */
 struct lz_extent {
-    uint64_t addr;        /* where the data goes in memory */
-    uint64_t length;      /* bytes of memory */
-    uint64_t pack_offset; /* where the stored bytes are */
-    uint64_t stored_length;
-    uint32_t pack;        /* index into the PACKS section */
-    uint32_t codec;       /* enum lz_codec */
-    uint64_t xxh3;        /* of the memory bytes */
+    uint64_t addr;
+    uint32_t length;
+    uint32_t frame;  /* index into the FRAMES section, or LZ_FRAME_ZERO */
+    uint32_t skip;
+    uint32_t pad;
 };
 
 struct lz_pack {
-    uint32_t path; /* string offset, relative to the checkpoint directory */
+    uint32_t path; /* string offset, relative to the checkpoint directory: ../packs/pack.N */
     uint32_t pad;
-    uint64_t size;
-    uint64_t reserved;
+    uint64_t size; /* bytes of the pack file (it never changes once committed; gc may punch
+                    * holes where no kept checkpoint has frames) */
+    uint64_t id;   /* N of pack.N */
 };
 
 enum lz_fd_kind {
@@ -225,6 +253,7 @@ struct lz_resume {
     int32_t ctl_fd;            /* control socket to the new supervisor */
     int32_t exe_fd;            /* the program's executable: the runtime makes it
                                   /proc/PID/exe once the restorer is unmapped */
+    int32_t codec, level;      /* `restart --compress`, codec -1 = keep the program's */
     char dir[LZ_PATH_MAX];     /* store directory (absolute) */
 };
 #define LZ_RESUME_MAGIC 0x454d555345525a4cull /* "LZRESUME" */
@@ -232,7 +261,9 @@ struct lz_resume {
 #define LZ_STATIC_ASSERT(c, m) _Static_assert(c, m)
 LZ_STATIC_ASSERT(sizeof(struct lz_header) == 128, "lz_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_region) == 104, "lz_region size");
-LZ_STATIC_ASSERT(sizeof(struct lz_extent) == 48, "lz_extent size");
+LZ_STATIC_ASSERT(sizeof(struct lz_extent) == 24, "lz_extent size");
+LZ_STATIC_ASSERT(sizeof(struct lz_frame) == 32, "lz_frame size");
+LZ_STATIC_ASSERT(sizeof(struct lz_pack) == 24, "lz_pack size");
 LZ_STATIC_ASSERT(sizeof(struct lz_fd) == 72, "lz_fd size");
 
 #endif

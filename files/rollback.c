@@ -101,24 +101,30 @@ static int load_seg(struct seg *s)
 struct fj_plan *fj_plan_load(const char *dir, uint64_t target, char *why, size_t whylen)
 {
     uint64_t *v;
-    int n = lz_store_list(dir, &v);
+    int *jr;
+    int n = lz_store_list_journals(dir, &v, &jr);
     if (n < 0) { snprintf(why, whylen, "cannot list the checkpoints: %s", strerror(errno)); return NULL; }
     struct fj_plan *p = calloc(1, sizeof *p);
     snprintf(p->dir, sizeof p->dir, "%s", dir);
     p->s = calloc((size_t)n + 1, sizeof *p->s);
+    /* a failed checkpoint's journal (jrnl.N) undoes its interval like ckpt.N's */
     for (int i = n - 1; i >= 0; i--) {
         if (v[i] < target) continue;
         struct seg *s = &p->s[p->n++];
         s->index = v[i];
-        lz_ckpt_path(s->ckdir, sizeof s->ckdir, dir, v[i]);
+        if (jr[i]) lz_jrnl_path(s->ckdir, sizeof s->ckdir, dir, v[i]);
+        else lz_ckpt_path(s->ckdir, sizeof s->ckdir, dir, v[i]);
         if (load_seg(s) < 0) {
-            snprintf(why, whylen, "cannot read the file journal of checkpoint %" PRIu64 ": %s", v[i], strerror(errno));
+            snprintf(why, whylen, "cannot read the file journal of %scheckpoint %" PRIu64 ": %s", jr[i] ? "failed " : "",
+                     v[i], strerror(errno));
             free(v);
+            free(jr);
             fj_plan_free(p);
             return NULL;
         }
     }
     free(v);
+    free(jr);
     return p;
 }
 
@@ -804,14 +810,29 @@ static int u64cmp(const void *a, const void *b)
 
 void fj_store_stats(const char *dir, const uint64_t *idx, int n, uint64_t *files, uint64_t *bytes)
 {
+    /* rolling back to idx[i] also undoes the intervals of failed checkpoints
+     * after it (jrnl.*): their journals count too */
+    uint64_t *v;
+    int *jr;
+    int nj = lz_store_list_journals(dir, &v, &jr);
+    if (nj < 0) { /* then the checkpoints' own journals at least */
+        v = malloc(((size_t)n + 1) * sizeof *v);
+        jr = calloc((size_t)n + 1, sizeof *jr);
+        nj = v && jr ? n : 0;
+        if (nj) memcpy(v, idx, (size_t)n * sizeof *v);
+    }
     uint64_t *h = NULL, total = 0;
     size_t nh = 0, cap = 0;
+    int j = nj - 1;
     for (int i = n - 1; i >= 0; i--) {
-        char ck[LZ_PATH_MAX + 64];
-        uint64_t b;
-        lz_ckpt_path(ck, sizeof ck, dir, idx[i]);
-        journal_paths(ck, &h, &nh, &cap, &b);
-        total += b;
+        for (; j >= 0 && v[j] >= idx[i]; j--) {
+            char ck[LZ_PATH_MAX + 64];
+            uint64_t b;
+            if (jr[j]) lz_jrnl_path(ck, sizeof ck, dir, v[j]);
+            else lz_ckpt_path(ck, sizeof ck, dir, v[j]);
+            journal_paths(ck, &h, &nh, &cap, &b);
+            total += b;
+        }
         qsort(h, nh, sizeof *h, u64cmp);
         size_t m = 0;
         for (size_t k = 0; k < nh; k++) if (m == 0 || h[m - 1] != h[k]) h[m++] = h[k];
@@ -820,4 +841,6 @@ void fj_store_stats(const char *dir, const uint64_t *idx, int n, uint64_t *files
         bytes[i] = total;
     }
     free(h);
+    free(v);
+    free(jr);
 }

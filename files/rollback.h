@@ -8,8 +8,9 @@
 
 struct fj_plan;
 
-/* Reads the journals of every checkpoint >= target in DIR (newest first).
- * A damaged record ends its journal (it is one whose change never happened). */
+/* Reads the journals of every checkpoint >= target in DIR, and those of failed
+ * checkpoints >= target (jrnl.N), newest first.  A damaged record ends its
+ * journal (it is one whose change never happened). */
 struct fj_plan *fj_plan_load(const char *dir, uint64_t target, char *why, size_t whylen);
 void fj_plan_free(struct fj_plan *p);
 /* Whether the journals hold anything at all to undo. */
@@ -32,6 +33,7 @@ int fj_plan_apply(const struct fj_plan *p, int delay_ms, char *why, size_t whyle
 int fj_journal_reset(const char *ckdir);
 
 /* For `lazarus list`, per checkpoint idx[i] (ascending): how many paths
- * changed since it, and the bytes kept to roll back to it. */
+ * changed since it, and the bytes kept to roll back to it (the journals of
+ * later checkpoints, failed ones included). */
 void fj_store_stats(const char *dir, const uint64_t *idx, int n, uint64_t *files, uint64_t *bytes);
 #endif

@@ -5,6 +5,7 @@
 #include "restorer.h"
 #include "lzsys.h"
 #include "util.h"
+#include "codec.h"
 #include <errno.h>
 #include <malloc.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 static char restorer_stack[1 << 20] __attribute__((aligned(64)));
 static struct restore_ctx ctx;
 static int tracing;
+static int compress_codec = -1, compress_level; /* read before the initial stack (environment) goes */
 static uint64_t trace_t0;
 
 /* LAZARUS_TRACE=1: time of each step on stderr (raw clock: the vDSO moves) */
@@ -91,6 +93,8 @@ static _Noreturn void restore_on_own_stack(void *unused)
         if (rc->img.fds[i].kind == LZ_FD_CTL) res.ctl_fd = rc->img.fds[i].fd;
     snprintf(res.dir, sizeof res.dir, "%s", rc->store_dir);
     res.exe_fd = restore_exe_fd(rc);
+    res.codec = compress_codec;
+    res.level = compress_level;
     /* Our mappings, the heap as grown since restore_check_layout() looked. */
     uint64_t brk_end = ((uint64_t)sbrk(0) + 4095) & ~4095ull;
     int heap = -1;
@@ -116,6 +120,8 @@ int main(int argc, char **argv)
         return 2;
     }
     tracing = getenv("LAZARUS_TRACE") != NULL;
+    const char *cz = getenv("LAZARUS_COMPRESS");
+    if (cz && *cz && lz_codec_parse(cz, &compress_codec, &compress_level, NULL, 0) < 0) compress_codec = -1;
     restore_trace("started");
     sigset_t all;
     sigfillset(&all);
@@ -142,7 +148,9 @@ int main(int argc, char **argv)
         if (attempt >= 8) restore_fail("%s, in 8 placements; this image cannot be restored by this build", why);
         char next[48];
         snprintf(next, sizeof next, "LAZARUS_RESTORE_ATTEMPT=%d", attempt + 1);
-        char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, tracing ? "LAZARUS_TRACE=1" : NULL, NULL};
+        char cz[64];
+        snprintf(cz, sizeof cz, "LAZARUS_COMPRESS=%s", getenv("LAZARUS_COMPRESS") ? getenv("LAZARUS_COMPRESS") : "");
+        char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, cz, tracing ? "LAZARUS_TRACE=1" : NULL, NULL};
         personality((unsigned long)personality(0xffffffff) & ~(unsigned long)ADDR_NO_RANDOMIZE);
         execve("/proc/self/exe", argv, env);
         restore_fail("%s, and cannot re-run the restorer elsewhere: %s", why, strerror(errno));

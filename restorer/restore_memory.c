@@ -4,6 +4,7 @@
  * to where the program expects it. */
 #include "restorer.h"
 #include "hash.h"
+#include "codec.h"
 #include "lzsys.h"
 #include "util.h"
 #include <errno.h>
@@ -167,30 +168,58 @@ struct fill_job {
     struct restore_ctx *rc;
     const int *packfds;
     size_t first, last;
+    char *raw, *in, *work; /* a frame expanded, as stored, the decompressor's work area */
+    long cached;           /* frame now in raw, -1 none */
     char err[512];
 };
+
+static int damaged(struct fill_job *j, const struct lz_extent *x, const char *what)
+{
+    const struct lz_image *img = &j->rc->img;
+    snprintf(j->err, sizeof j->err, "checkpoint %llu is damaged: page data at 0x%llx %s (%s/%s)",
+             (unsigned long long)j->rc->index, (unsigned long long)x->addr, what, j->rc->ckpt_dir,
+             lz_str(img, img->packs[img->frames[x->frame].pack].path));
+    return -1;
+}
+
+/* Frames are expanded once and checked against their checksum before any
+ * byte of them reaches the program's memory; extents in address order
+ * mostly use the frame just expanded. */
+static int fill_extent(struct fill_job *j, const struct lz_extent *x)
+{
+    const struct lz_image *img = &j->rc->img;
+    char *dst = (char *)x->addr;
+    if (x->length >= (64u << 10)) madvise(dst, x->length, 23 /* MADV_POPULATE_WRITE: fault the range in one go */);
+    if (x->frame == LZ_FRAME_ZERO) { memset(dst, 0, x->length); return 0; }
+    const struct lz_frame *f = &img->frames[x->frame];
+    int fd = j->packfds[f->pack];
+    if (f->codec == LZ_CODEC_NONE && x->skip == 0 && x->length == f->raw) {
+        /* a whole raw frame: straight into place */
+        if (lz_pread_all(fd, dst, f->raw, (off_t)f->offset) < 0)
+            return damaged(j, x, errno == ENODATA ? "cannot be read: file is truncated" : "cannot be read");
+        return lz_hash(dst, f->raw) == f->xxh3 ? 0 : damaged(j, x, "fails its checksum");
+    }
+    if (j->cached != (long)x->frame) {
+        j->cached = -1;
+        if (f->codec == LZ_CODEC_NONE) {
+            if (lz_pread_all(fd, j->raw, f->raw, (off_t)f->offset) < 0) return damaged(j, x, "cannot be read");
+        } else {
+            if (lz_pread_all(fd, j->in, f->stored, (off_t)f->offset) < 0) return damaged(j, x, "cannot be read");
+            if (lz_decompress((int)f->codec, j->in, f->stored, j->raw, f->raw, j->work, lz_dctx_size()) < 0)
+                return damaged(j, x, "does not decompress");
+        }
+        if (lz_hash(j->raw, f->raw) != f->xxh3) return damaged(j, x, "fails its checksum");
+        j->cached = (long)x->frame;
+    }
+    memcpy(dst, j->raw + x->skip, x->length);
+    return 0;
+}
 
 static void *fill_worker(void *arg)
 {
     struct fill_job *j = arg;
-    const struct lz_image *img = &j->rc->img;
-    for (size_t e = j->first; e < j->last; e++) {
-        const struct lz_extent *x = &img->extents[e];
-        void *dst = (void *)x->addr;
-        madvise(dst, x->length, 23 /* MADV_POPULATE_WRITE: fault the range in one go */);
-        if (lz_pread_all(j->packfds[x->pack], dst, x->stored_length, (off_t)x->pack_offset) < 0) {
-            snprintf(j->err, sizeof j->err, "checkpoint %llu is damaged: cannot read page data at 0x%llx from %s/%s: %s",
-                     (unsigned long long)j->rc->index, (unsigned long long)x->addr, j->rc->ckpt_dir,
-                     lz_str(img, img->packs[x->pack].path), errno == ENODATA ? "file is truncated" : strerror(errno));
-            return NULL;
-        }
-        if (lz_hash(dst, x->length) != x->xxh3) {
-            snprintf(j->err, sizeof j->err, "checkpoint %llu is damaged: page data at 0x%llx fails its checksum (%s/%s)",
-                     (unsigned long long)j->rc->index, (unsigned long long)x->addr, j->rc->ckpt_dir,
-                     lz_str(img, img->packs[x->pack].path));
-            return NULL;
-        }
-    }
+    for (size_t e = j->first; e < j->last; e++)
+        if (fill_extent(j, &j->rc->img.extents[e]) < 0) return NULL;
     return NULL;
 }
 
@@ -221,6 +250,11 @@ void restore_fill_memory(struct restore_ctx *rc)
         memset(&jobs[w], 0, sizeof jobs[w]);
         jobs[w].rc = rc;
         jobs[w].packfds = fds;
+        jobs[w].cached = -1;
+        jobs[w].raw = malloc(LZ_FRAME_MAX);
+        jobs[w].in = malloc(LZ_FRAME_MAX);
+        jobs[w].work = malloc(lz_dctx_size());
+        if (!jobs[w].raw || !jobs[w].in || !jobs[w].work) restore_fail("out of memory");
         jobs[w].first = e;
         while (e < img->nextents && (w == NWORKERS - 1 || acc < total * (uint64_t)(w + 1) / NWORKERS))
             acc += img->extents[e++].length;
@@ -239,6 +273,7 @@ void restore_fill_memory(struct restore_ctx *rc)
     fill_worker(&jobs[0]);
     for (int w = 1; w < NWORKERS; w++) if (started[w]) pthread_join(th[w], NULL);
     for (int w = 0; w < NWORKERS; w++) if (jobs[w].err[0]) restore_fail("%s", jobs[w].err);
+    for (int w = 0; w < NWORKERS; w++) { free(jobs[w].raw); free(jobs[w].in); free(jobs[w].work); }
     for (size_t i = 0; i < img->npacks; i++) close(fds[i]);
     free(fds);
 }

@@ -34,6 +34,9 @@ struct rt_state {
      * checkpoint arriving then is deferred to the call's end (rt_files.c) */
     volatile int fs_busy, fs_deferred;
     volatile uint64_t fs_deferred_value;
+    int codec, level;      /* compression of new frames (--compress) */
+    int nofork;            /* LAZARUS_NO_FORK=1: write checkpoints in the pause (benchmarks) */
+    int nodirty;           /* LAZARUS_NO_DIRTY=1: no dirty tracking, pages compared by digest (tests) */
 };
 extern struct rt_state rt;
 extern struct lz_resume rt_resume_block; /* written by the restorer */
@@ -47,6 +50,16 @@ void *arena_alloc(struct rt_arena *a, size_t n);
 struct rt_strings { char *buf; size_t len, cap; int overflow; };
 uint32_t strings_add(struct rt_strings *s, const char *str);
 
+/* Per region of a checkpoint, beside struct lz_region (not on disk). */
+struct rt_region_dirty {
+    uint32_t first, n;    /* its dirty ranges in rt_ckpt.dirty */
+    uint8_t all;          /* not tracked: every page is looked at */
+    uint8_t from_content; /* a mapped file that is gone, or shared memory: every page is looked at */
+    uint8_t pad[2];
+    int64_t delta;        /* the writer reads the region's pages at address + delta (a copy of
+                           * shared memory taken in the pause: a fork child shares it live) */
+};
+
 /* A checkpoint being captured. */
 struct rt_ckpt {
     struct rt_arena arena;
@@ -57,9 +70,16 @@ struct rt_ckpt {
     struct lz_extent *extents; size_t nextents, extents_cap;
     struct lz_fd *fds; size_t nfds;
     struct rt_strings strings;
-    uint32_t pack_name;     /* "pages", added first so it always fits */
+    struct rt_region_dirty *rdirty;  /* one per region */
+    void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
+    int tracking;                    /* the dirty tracker works in this process */
+    uint32_t *ritems;                /* writer: per region, its first page run */
+    int codec, level;                /* for new frames */
     char *auxv; size_t auxv_len;
-    uint64_t mem_bytes, data_bytes, stored_bytes;
+    char tmpdir[LZ_PATH_MAX + 64];
+    uint64_t t0, pause_ns;
+    int in_child;                    /* this is the forked writer */
+    uint64_t mem_bytes, data_bytes, stored_bytes, changed_bytes, durable_ns;
     char err[512];          /* why the checkpoint failed */
 };
 
@@ -68,7 +88,19 @@ int lz_save_context(struct lz_jmpctx *c) __attribute__((returns_twice));
 int rt_capture_proc(struct rt_ckpt *ck, void *ucontext);
 int rt_capture_fds(struct rt_ckpt *ck);
 int rt_capture_regions(struct rt_ckpt *ck);
-int rt_write_checkpoint(struct rt_ckpt *ck, uint64_t pause_start);
+/* In the pause: the checkpoint's directory, open deleted files, the file
+ * journal of the next interval (which starts now). */
+int rt_begin_checkpoint(struct rt_ckpt *ck);
+int rt_scan_dirty(struct rt_ckpt *ck);
+/* The writer: page data, manifest, commit. */
+int rt_store_pages(struct rt_ckpt *ck);
+int rt_finish_checkpoint(struct rt_ckpt *ck);
+/* Starts rt_finish_checkpoint in a copy-on-write child; 1 if started (the
+ * child reports to the supervisor), 0 if the caller must write itself. */
+int rt_fork_writer(struct rt_ckpt *ck);
+/* Tracks every private mapping (at start and after a restart); 1 if tracking works. */
+int rt_track_all(void);
+uint64_t rt_pause_ns(struct rt_ckpt *ck);
 void rt_resume(struct rt_ckpt *ck);
 void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc);
 void rt_install_handler(void);

@@ -1,6 +1,7 @@
 /* The checkpoint signal handler: capture, save the resume point, write,
  * commit, report.  A restart comes back out of lz_save_context() here. */
 #include "rt.h"
+#include "rt_map.h"
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -17,11 +18,16 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     memset(ck, 0, sizeof *ck);
     ck->index = index;
     ck->trigger = trigger;
+    ck->t0 = t0;
+    ck->codec = rt.codec;
+    ck->level = rt.level;
     long a = lz_sc6(SYS_mmap, 0, ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (a < 0 && a > -4096) {
+    if ((a < 0 && a > -4096) || rt_map_init() < 0) {
         rt_notify("ERR %llu cannot reserve scratch memory for the checkpoint", (unsigned long long)index);
+        if (!(a < 0 && a > -4096)) lz_sc2(SYS_munmap, a, ARENA_BYTES);
         return;
     }
+    rt_map_settle(rt.dir); /* learn how the previous write ended */
     ck->arena.base = (char *)a;
     ck->arena.cap = ARENA_BYTES;
     ck->proc = arena_alloc(&ck->arena, sizeof *ck->proc);
@@ -29,7 +35,6 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     ck->strings.buf = arena_alloc(&ck->arena, ck->strings.cap);
     ck->strings.buf[0] = 0;
     ck->strings.len = 1;
-    ck->pack_name = strings_add(&ck->strings, LZ_PAGES);
     int rc = rt_capture_proc(ck, uc);
     if (rc == 0) rc = rt_capture_fds(ck);
     if (rc == 0) rc = rt_capture_regions(ck);
@@ -37,13 +42,25 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
         rt_fmt(ck->err, sizeof ck->err, "the program's paths (files, mappings) exceed the checkpoint's string table");
         rc = -1;
     }
+    if (rc == 0) rc = rt_begin_checkpoint(ck);
+    int forked = 0;
     if (rc == 0) {
         if (lz_save_context(&ck->proc->ctx) != 0) {
             /* We are the restored program: `ck` and the arena are gone. */
             rt_resume(NULL);
             return;
         }
-        rc = rt_write_checkpoint(ck, t0);
+        /* last, so that nothing the program wrote before the copy is missed */
+        rc = rt_scan_dirty(ck);
+        if (rc == 0) {
+            rt_map_started(index);
+            /* the C API's caller waits for the result anyway: no child */
+            forked = trigger != LZ_TRIG_API && rt_fork_writer(ck);
+            if (!forked) {
+                ck->pause_ns = 0;
+                rc = rt_finish_checkpoint(ck);
+            }
+        }
     }
     uint64_t pause = rt_now_ns(1) - t0;
     if (trigger == LZ_TRIG_API) {
@@ -51,11 +68,15 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
         rt.api_result = rc == 0 ? 1 : -1;
         rt.api_done = 1;
     }
-    if (rc == 0)
-        rt_notify("OK %llu %llu %llu %llu", (unsigned long long)index, (unsigned long long)pause,
-                  (unsigned long long)ck->mem_bytes, (unsigned long long)ck->stored_bytes);
-    else
+    if (forked) {
+        /* the writer reports */
+    } else if (rc == 0) {
+        rt_notify("OK %llu %llu %llu %llu %llu %llu", (unsigned long long)index, (unsigned long long)pause,
+                  (unsigned long long)ck->mem_bytes, (unsigned long long)ck->changed_bytes,
+                  (unsigned long long)ck->stored_bytes, (unsigned long long)ck->durable_ns);
+    } else {
         rt_notify("ERR %llu %s", (unsigned long long)index, ck->err);
+    }
     lz_sc2(SYS_munmap, ck->arena.base, ck->arena.cap);
 }
 

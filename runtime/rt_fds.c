@@ -3,6 +3,7 @@
  * restarter's; a few character devices are reopened.  Anything else makes
  * the checkpoint fail with a message naming the descriptor. */
 #include "rt.h"
+#include "rt_dirty.h"
 #include "track.h"
 #include <dirent.h>
 #include <errno.h>
@@ -32,6 +33,7 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
     out->mtime_ns = st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
     if (fd == rt.ctl_fd) { out->kind = LZ_FD_CTL; return 0; }
     if (fj_is_own_fd(fd)) return 1; /* the file journal's: reopened by the runtime */
+    if (rt_dirty_owns_fd(fd)) return 1; /* the dirty tracker's: opened anew after a restart */
     int deleted = n > 10 && !strcmp(path + n - 10, " (deleted)");
     if (path[0] == '/' && !deleted && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
         out->kind = S_ISREG(st.st_mode) ? LZ_FD_FILE : LZ_FD_DIR;

@@ -1,6 +1,8 @@
 /* Runtime start-up, shared helpers and the C API entry point. */
 #include "rt.h"
 #include "track.h"
+#include "codec.h"
+#include "rt_dirty.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -125,6 +127,18 @@ __attribute__((constructor)) static void rt_init(void)
     const char *dur = getenv("LAZARUS_DURABILITY");
     if (fj_setup(rt.dir, dur && !strcmp(dur, "machine"), getenv("LAZARUS_EXCLUDE")) < 0)
         fprintf(stderr, "lazarus: cannot set up file tracking; files will not be rolled back\n");
+    const char *cz = getenv("LAZARUS_COMPRESS");
+    char cerr[160];
+    rt.codec = LZ_CODEC_LZ4; /* nearly zstd's ratio on checkpoint data, and restores several times faster (bench/) */
+    if (cz && *cz && lz_codec_parse(cz, &rt.codec, &rt.level, cerr, sizeof cerr) < 0) {
+        fprintf(stderr, "lazarus: %s; using lz4\n", cerr);
+        rt.codec = LZ_CODEC_LZ4;
+    }
+    const char *nf = getenv("LAZARUS_NO_FORK");
+    rt.nofork = nf && *nf == '1';
+    const char *nd = getenv("LAZARUS_NO_DIRTY");
+    rt.nodirty = nd && *nd == '1';
+    rt_track_all(); /* what the program maps later is tracked from its first checkpoint on */
     pthread_atfork(NULL, NULL, rt_atfork_child);
     rt_install_handler();
     rt_notify("HELLO %d", getpid());

@@ -1,10 +1,11 @@
-/* The address space: /proc/self/smaps gives the mappings and their flags,
- * /proc/self/pagemap which pages hold data.  Stored: every present or swapped
- * page of anonymous memory, and the copied-on-write pages of private file
- * mappings; the rest of a file mapping is identified by a hash of the file
- * range it maps, checked again at restart. */
+/* The address space: /proc/self/smaps gives the mappings and their flags.
+ * Which pages hold data is the writer's business (rt_pages.c): every present
+ * or swapped page of anonymous memory, and the copied-on-write pages of
+ * private file mappings; the rest of a file mapping is identified by a hash
+ * of the file range it maps, checked again at restart. */
 #include "rt.h"
 #include "track.h"
+#include "rt_map.h"
 #include "hash.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -13,10 +14,6 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
-#define PM_PRESENT (1ull << 63)
-#define PM_SWAPPED (1ull << 62)
-#define PM_FILE (1ull << 61)
-#define PAGE 4096ull
 
 /* Hashes of mapped file ranges, kept between checkpoints (libraries don't change). */
 struct hash_cache_ent { uint64_t dev, ino, size, off, len; int64_t mtime; uint64_t hash; };
@@ -110,60 +107,6 @@ static int file_range_hash(struct rt_ckpt *ck, struct lz_region *r, const char *
     return 0;
 }
 
-static int add_extent(struct rt_ckpt *ck, uint64_t addr, uint64_t len)
-{
-    while (len) {
-        uint64_t n = len < LZ_EXTENT_MAX ? len : LZ_EXTENT_MAX;
-        if (ck->nextents == ck->extents_cap) {
-            rt_fmt(ck->err, sizeof ck->err, "too many memory extents");
-            return -1;
-        }
-        struct lz_extent *x = &ck->extents[ck->nextents++];
-        memset(x, 0, sizeof *x);
-        x->addr = addr; x->length = n; x->stored_length = n;
-        ck->data_bytes += n;
-        addr += n; len -= n;
-    }
-    return 0;
-}
-
-/* Walks pagemap over a region and records runs of pages to store.
- * all=1 stores every page (content of a file that is gone). */
-static int scan_pages(struct rt_ckpt *ck, int pm_fd, struct lz_region *r, int skip_file_pages, int all)
-{
-    r->first_extent = (uint32_t)ck->nextents;
-    if (all) {
-        int rc = add_extent(ck, r->start, r->end - r->start);
-        r->nextents = (uint32_t)(ck->nextents - r->first_extent);
-        return rc;
-    }
-    enum { BATCH = 8192 };
-    uint64_t ents[BATCH];
-    uint64_t run_start = 0, run_len = 0;
-    for (uint64_t a = r->start; a < r->end;) {
-        uint64_t npages = (r->end - a) / PAGE;
-        if (npages > BATCH) npages = BATCH;
-        long got = lz_sc4(SYS_pread64, pm_fd, ents, npages * 8, (a / PAGE) * 8);
-        if (got == -EINTR) continue;
-        if (got <= 0) { rt_fmt(ck->err, sizeof ck->err, "cannot read /proc/self/pagemap (errno %ld)", -got); return -1; }
-        npages = (uint64_t)got / 8;
-        for (uint64_t i = 0; i < npages; i++, a += PAGE) {
-            uint64_t e = ents[i];
-            int keep = (e & (PM_PRESENT | PM_SWAPPED)) && !(skip_file_pages && (e & PM_FILE) && !(e & PM_SWAPPED));
-            if (keep) {
-                if (!run_len) run_start = a;
-                run_len += PAGE;
-            } else if (run_len) {
-                if (add_extent(ck, run_start, run_len) < 0) return -1;
-                run_len = 0;
-            }
-        }
-    }
-    if (run_len && add_extent(ck, run_start, run_len) < 0) return -1;
-    r->nextents = (uint32_t)(ck->nextents - r->first_extent);
-    return 0;
-}
-
 int rt_capture_regions(struct rt_ckpt *ck)
 {
     size_t cap = 64u << 20;
@@ -175,11 +118,8 @@ int rt_capture_regions(struct rt_ckpt *ck)
     size_t maxr = 1;
     for (const char *s = text; *s; s++) if (*s == '\n' && is_header(s + 1)) maxr++;
     ck->regions = arena_alloc(&ck->arena, maxr * sizeof *ck->regions);
-    ck->extents_cap = 1u << 20;
-    ck->extents = arena_alloc(&ck->arena, ck->extents_cap * sizeof *ck->extents);
-    if (!ck->regions || !ck->extents) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
-    long pm_fd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
-    if (pm_fd < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot open /proc/self/pagemap"); return -1; }
+    ck->rdirty = arena_alloc(&ck->arena, maxr * sizeof *ck->rdirty);
+    if (!ck->regions || !ck->rdirty) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     uint64_t arena_lo = (uint64_t)ck->arena.base, arena_hi = arena_lo + ck->arena.cap;
     struct lz_proc *p = ck->proc;
     uint64_t vd_lo = ~0ull, vd_hi = 0;
@@ -210,7 +150,7 @@ int rt_capture_regions(struct rt_ckpt *ck)
             if (*t) t++;
         }
         if (start >= arena_lo && end <= arena_hi) continue;
-        if (fj_owns(start, end)) continue;
+        if (fj_owns(start, end) || rt_map_owns(start, end)) continue;
         if (!strcmp(path, "[vsyscall]")) continue;
         if (!strcmp(path, "[vvar]") || !strcmp(path, "[vvar_vclock]") || !strcmp(path, "[vdso]")) {
             if (start < vd_lo) vd_lo = start;
@@ -218,6 +158,7 @@ int rt_capture_regions(struct rt_ckpt *ck)
             if (!strcmp(path, "[vdso]")) { p->vdso_offset = start; p->vdso_hash = lz_hash((void *)start, end - start); }
             continue;
         }
+        memset(&ck->rdirty[ck->nregions], 0, sizeof ck->rdirty[0]);
         struct lz_region *r = &ck->regions[ck->nregions++];
         memset(r, 0, sizeof *r);
         r->start = start; r->end = end;
@@ -230,7 +171,6 @@ int rt_capture_regions(struct rt_ckpt *ck)
         if (ino == 0 || path[0] != '/' || !strncmp(path, "/dev/zero", 9) || !strncmp(path, "/SYSV", 5)) {
             /* anonymous memory, shared (MAP_SHARED|MAP_ANONYMOUS shows as /dev/zero) or not */
             r->kind = shared ? LZ_R_SHARED_ANON : LZ_R_ANON;
-            rc = scan_pages(ck, (int)pm_fd, r, 0, 0);
             continue;
         }
         /* a file mapping */
@@ -256,17 +196,13 @@ int rt_capture_regions(struct rt_ckpt *ck)
             r->path = strings_add(&ck->strings, path);
             r->file_dev = st.st_dev; r->file_ino = st.st_ino; r->file_size = (uint64_t)st.st_size;
             r->file_mtime_ns = st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
-            if (file_range_hash(ck, r, path, &r->file_hash) == 0) {
-                rc = scan_pages(ck, (int)pm_fd, r, 1, 0);
-                continue;
-            }
+            if (file_range_hash(ck, r, path, &r->file_hash) == 0) continue;
         }
         /* The mapped file is gone or changed on disk: keep the mapping by content. */
         r->kind = LZ_R_ANON;
         r->path = 0;
-        rc = scan_pages(ck, (int)pm_fd, r, 0, 1);
+        ck->rdirty[ck->nregions - 1].from_content = 1;
     }
-    lz_sc1(SYS_close, pm_fd);
     if (rc == 0 && vd_hi) {
         p->vdso_block_start = vd_lo;
         p->vdso_block_end = vd_hi;

@@ -5,6 +5,8 @@
  * the signal mask from the signal frame (rt_sigreturn). */
 #include "rt.h"
 #include "track.h"
+#include "rt_dirty.h"
+#include "rt_map.h"
 #include <string.h>
 #include <sys/prctl.h>
 
@@ -24,12 +26,16 @@ void rt_resume(struct rt_ckpt *unused)
     rt.ctl_fd = r->ctl_fd;
     rt.parent = r->index;
     rt.active = 1;
+    if (r->codec >= 0) { rt.codec = r->codec; rt.level = r->level; }
     if (rt.api_waiting) {
         rt.api_index = r->index;
         rt.api_result = 2;
         rt.api_done = 1;
     }
     r->magic = 0;
+    /* the next checkpoint stores only what changes from here on */
+    rt_dirty_forget();
+    rt_map_seed(rt.dir, r->index, rt_track_all());
     char err[256];
     if (fj_restarted(r->index, err, sizeof err) < 0) {
         char msg[320];

@@ -24,6 +24,11 @@ static int str_ok(const struct lz_image *img, uint32_t off)
     return off < img->strings_len && memchr(img->strings + off, 0, img->strings_len - off) != NULL;
 }
 
+static int codec_ok(uint32_t c)
+{
+    return c == LZ_CODEC_NONE || c == LZ_CODEC_LZ4 || c == LZ_CODEC_ZSTD;
+}
+
 static int check_contents(struct lz_image *img, char *why, size_t whylen)
 {
     if (!img->proc) FAIL("manifest has no process record");
@@ -33,7 +38,15 @@ static int check_contents(struct lz_image *img, char *why, size_t whylen)
     if (!str_ok(img, p->cwd) || !str_ok(img, p->exe)) FAIL("manifest process record is malformed");
     if (p->npending > LZ_MAX_PENDING) FAIL("manifest process record is malformed");
     for (size_t i = 0; i < img->npacks; i++)
-        if (!str_ok(img, img->packs[i].path) || img->packs[i].path == 0) FAIL("manifest pack list is malformed");
+        if (img->packs[i].path == 0 || !str_ok(img, img->packs[i].path) || !*lz_str(img, img->packs[i].path))
+            FAIL("manifest pack list is malformed");
+    for (size_t i = 0; i < img->nframes; i++) {
+        const struct lz_frame *f = &img->frames[i];
+        if (f->pack >= img->npacks || !codec_ok(f->codec) || f->raw == 0 || f->raw % 4096 || f->raw > LZ_FRAME_MAX ||
+            f->stored == 0 || (f->codec == LZ_CODEC_NONE && f->stored != f->raw) ||
+            f->stored > img->packs[f->pack].size || f->offset > img->packs[f->pack].size - f->stored)
+            FAIL("manifest frame %zu is malformed", i);
+    }
     uint64_t prev_end = 0;
     for (size_t i = 0; i < img->nregions; i++) {
         const struct lz_region *r = &img->regions[i];
@@ -42,12 +55,16 @@ static int check_contents(struct lz_image *img, char *why, size_t whylen)
         prev_end = r->end;
         if (!str_ok(img, r->path)) FAIL("manifest region %zu is malformed", i);
         if ((uint64_t)r->first_extent + r->nextents > img->nextents) FAIL("manifest region %zu is malformed", i);
+        uint64_t at = r->start; /* extents ascend without overlapping */
         for (uint32_t e = r->first_extent; e < r->first_extent + r->nextents; e++) {
             const struct lz_extent *x = &img->extents[e];
-            if (x->addr < r->start || x->length > r->end - x->addr || x->length == 0 ||
-                x->pack >= img->npacks || x->codec != LZ_CODEC_NONE || x->stored_length != x->length ||
-                x->pack_offset + x->stored_length > img->packs[x->pack].size)
+            if (x->addr < at || x->addr >= r->end || (x->addr & 4095) || x->length == 0 || (x->length & 4095) ||
+                x->length > r->end - x->addr)
                 FAIL("manifest extent %u is malformed", e);
+            if (x->frame != LZ_FRAME_ZERO &&
+                (x->frame >= img->nframes || (x->skip & 4095) || (uint64_t)x->skip + x->length > img->frames[x->frame].raw))
+                FAIL("manifest extent %u is malformed", e);
+            at = x->addr + x->length;
         }
     }
     for (size_t i = 0; i < img->nfds; i++)
@@ -92,6 +109,9 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
         case LZ_SEC_EXTENTS:
             if (n % sizeof(struct lz_extent)) FAIL("manifest extents are malformed");
             img->extents = p; img->nextents = n / sizeof(struct lz_extent); break;
+        case LZ_SEC_FRAMES:
+            if (n % sizeof(struct lz_frame)) FAIL("manifest frames are malformed");
+            img->frames = p; img->nframes = n / sizeof(struct lz_frame); break;
         case LZ_SEC_FDS:
             if (n % sizeof(struct lz_fd)) FAIL("manifest descriptors are malformed");
             img->fds = p; img->nfds = n / sizeof(struct lz_fd); break;

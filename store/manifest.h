@@ -12,6 +12,7 @@ struct lz_image {
     const struct lz_proc *proc;
     const struct lz_region *regions; size_t nregions;
     const struct lz_extent *extents; size_t nextents;
+    const struct lz_frame *frames;   size_t nframes;
     const struct lz_fd *fds;         size_t nfds;
     const struct lz_pack *packs;     size_t npacks;
     const char *strings;             size_t strings_len;

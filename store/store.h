@@ -1,8 +1,11 @@
 /* The checkpoint store: a directory (mode 0700) holding the job's settings,
- * its lock, and one directory per committed checkpoint.  A checkpoint exists
- * only once its directory has been renamed from tmp.* to ckpt.* (the commit
- * point, ftIO's FIN bit); anything named tmp.* is garbage from an interrupted
- * write or removal and is deleted on sight. */
+ * its lock, one directory per committed checkpoint (manifest and the file
+ * journal of the interval after it) and packs/ with the page data all
+ * checkpoints share.  A checkpoint exists only once its directory has been
+ * renamed from tmp.* to ckpt.* (the commit point, ftIO's FIN bit).  A tmp.N.*
+ * left by a failed or torn write still holds the file journal of the
+ * interval that began at its pause: it becomes jrnl.N (rolled back like a
+ * checkpoint's journal); the rest of it, and tmp.*.removing, is garbage. */
 #ifndef LZ_STORE_H
 #define LZ_STORE_H
 #include "manifest.h"
@@ -19,6 +22,11 @@ struct lz_job {
     int64_t stopped_ns;  /* CLOCK_REALTIME when the program was seen gone, 0 = not seen */
     int64_t rolling_to;  /* a file rollback to this checkpoint is under way, -1 = none */
     uint64_t next_index; /* no checkpoint index below it may be given again */
+    char compress[32];   /* --compress: "none", "lz4", "zstd", "zstd:LEVEL" ("" = default) */
+    /* the last checkpoint that failed (shown by `list` while no later one succeeded) */
+    uint64_t failed_index;
+    int64_t failed_ns;   /* CLOCK_REALTIME */
+    char failed_why[512];
 };
 
 /* Creates DIR (0700) if needed; fails with a message if it is not usable. */
@@ -26,7 +34,21 @@ int lz_store_prepare(const char *dir, char *why, size_t whylen);
 void lz_ckpt_path(char *buf, size_t len, const char *dir, uint64_t index);
 /* Sorted ascending; returns count, -1 on error (errno). *out is malloc'ed. */
 int lz_store_list(const char *dir, uint64_t **out);
+/* tmp.N.<pid> (a write that failed or was torn) -> jrnl.N; other tmp.* deleted.
+ * Call only while no checkpoint is being written. */
 void lz_store_cleanup_tmp(const char *dir);
+/* Indices of ckpt.* and jrnl.* together, ascending, with is_jrnl[i] telling
+ * which (both malloc'ed); the file journals a rollback applies.  -1 on error. */
+int lz_store_list_journals(const char *dir, uint64_t **idx, int **is_jrnl);
+void lz_jrnl_path(char *buf, size_t len, const char *dir, uint64_t index);
+
+/* Deletes what no retained checkpoint references: packs/pack.N (N at most
+ * the newest checkpoint's index: newer ones may be being written), holes
+ * punched where a kept pack holds no referenced frame, jrnl.N no kept
+ * checkpoint older than N needs.  Holds DIR/gc.lock meanwhile.  Returns 0
+ * and what it freed, or -1 with a one-line reason (nothing then deleted). */
+struct lz_gc_stats { uint64_t packs_removed, bytes_removed, bytes_punched, journals_removed; };
+int lz_store_gc(const char *dir, struct lz_gc_stats *st, char *why, size_t whylen);
 /* Makes checkpoint `index` invisible at once (rename), then deletes it; its
  * files.data becomes a spare (LZ_SPARE) if a slot is free. */
 int lz_store_remove(const char *dir, uint64_t index);

@@ -1,0 +1,128 @@
+/* Forked checkpoints: the program pauses only to capture its state and
+ * fork; a copy-on-write child writes the checkpoint while the program runs.
+ *
+ * The child is made with CLONE_PARENT: it is the supervisor's child (or the
+ * PID-namespace init's), never the program's, so the program's wait() never
+ * sees it.  It reports on a pipe whose read end the program hands to the
+ * supervisor (SCM_RIGHTS): one line "OK ..." or "ERR ...", and end-of-file
+ * when it is gone, so a writer killed half-way is noticed at once.  The
+ * supervisor starts no other checkpoint until then. */
+#include "rt.h"
+#include "rt_dirty.h"
+#include "rt_map.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+
+#ifndef MADV_KEEPONFORK
+#define MADV_KEEPONFORK 19
+#endif
+
+uint64_t rt_pause_ns(struct rt_ckpt *ck)
+{
+    if (!ck->in_child) return rt_now_ns(1) - ck->t0; /* written in the pause: all of it is pause */
+    /* the program tells its pause right after the fork returns */
+    for (int i = 0; i < 100000; i++) {
+        uint64_t p = rt_map_pause();
+        if (p) return p;
+        lz_sc0(SYS_sched_yield);
+    }
+    return 0;
+}
+
+/* Memory the child would not get (MADV_DONTFORK) or would see as zeros
+ * (MADV_WIPEONFORK) is inherited normally for the duration of the fork. */
+static void fork_advice(struct rt_ckpt *ck, int before)
+{
+    for (size_t i = 0; i < ck->nregions; i++) {
+        const struct lz_region *r = &ck->regions[i];
+        uint64_t len = r->end - r->start;
+        if (r->flags & LZ_RF_DONTFORK) lz_sc3(SYS_madvise, r->start, len, before ? MADV_DOFORK : MADV_DONTFORK);
+        if (r->flags & LZ_RF_WIPEONFORK) lz_sc3(SYS_madvise, r->start, len, before ? MADV_KEEPONFORK : MADV_WIPEONFORK);
+    }
+}
+
+static long send_fd(int sock, int fd, const char *msg, size_t len)
+{
+    struct iovec iov = {(void *)msg, len};
+    union { struct cmsghdr h; char buf[CMSG_SPACE(sizeof(int))]; } c;
+    memset(&c, 0, sizeof c);
+    struct msghdr mh;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = c.buf;
+    mh.msg_controllen = sizeof c.buf;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    long r;
+    do r = lz_sc3(SYS_sendmsg, sock, &mh, MSG_NOSIGNAL);
+    while (r == -EINTR);
+    return r;
+}
+
+static _Noreturn void writer_main(struct rt_ckpt *ck, int out)
+{
+    uint64_t all = ~0ull;
+    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &all, NULL, 8);
+    lz_sc2(SYS_prctl, PR_SET_NAME, "lazarus-writer");
+    /* keep nothing of the program's open: a pipe it writes must see its
+     * reader's end-of-file when the program closes it, not when we are done */
+    int hi = (int)lz_sc3(SYS_fcntl, out, F_DUPFD_CLOEXEC, 1000);
+    if (hi >= 0) {
+        lz_sc3(SYS_close_range, 0, (unsigned)hi - 1, 0);
+        lz_sc3(SYS_close_range, (unsigned)hi + 1, ~0u, 0);
+        out = hi;
+    }
+    rt_dirty_forget(); /* its descriptors were the parent's, and are closed */
+    ck->in_child = 1;
+    int rc = rt_finish_checkpoint(ck);
+    char msg[700];
+    int n = rc == 0 ? rt_fmt(msg, sizeof msg, "OK %llu %llu %llu %llu %llu %llu", (unsigned long long)ck->index,
+                             (unsigned long long)rt_pause_ns(ck), (unsigned long long)ck->mem_bytes,
+                             (unsigned long long)ck->changed_bytes, (unsigned long long)ck->stored_bytes,
+                             (unsigned long long)ck->durable_ns)
+                    : rt_fmt(msg, sizeof msg, "ERR %llu %s", (unsigned long long)ck->index, ck->err);
+    if (n > (int)sizeof msg - 1) n = sizeof msg - 1;
+    lz_sc3(SYS_write, out, msg, n);
+    lz_sc1(SYS_exit_group, 0);
+    __builtin_unreachable();
+}
+
+int rt_fork_writer(struct rt_ckpt *ck)
+{
+    if (rt.nofork) return 0;
+    int p[2];
+    if (lz_sc2(SYS_pipe2, p, O_CLOEXEC) < 0) return 0;
+    fork_advice(ck, 1);
+    long pid = lz_sc5(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
+    if (pid == 0) {
+        lz_sc1(SYS_close, p[0]);
+        writer_main(ck, p[1]);
+    }
+    fork_advice(ck, 0);
+    lz_sc1(SYS_close, p[1]);
+    if (pid < 0) { lz_sc1(SYS_close, p[0]); return 0; }
+    ck->pause_ns = rt_now_ns(1) - ck->t0;
+    rt_map_set_pause(ck->pause_ns);
+    char msg[64];
+    int n = rt_fmt(msg, sizeof msg, "FORKED %llu %llu", (unsigned long long)ck->index, (unsigned long long)ck->pause_ns);
+    if (send_fd(rt.ctl_fd, p[0], msg, (size_t)n) < 0) {
+        /* the supervisor will not hear from the writer: wait for it here */
+        char buf[700];
+        long r;
+        do r = lz_sc3(SYS_read, p[0], buf, sizeof buf - 1);
+        while (r == -EINTR);
+        if (r > 0) { buf[r] = 0; rt_notify("%s", buf); }
+    }
+    lz_sc1(SYS_close, p[0]);
+    return 1;
+}

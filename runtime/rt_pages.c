@@ -1,0 +1,535 @@
+/* Which pages a checkpoint stores, and storing them.
+ *
+ * In the pause (rt_scan_dirty): the dirty tracker reports, per region, the
+ * pages written since the previous checkpoint and re-arms itself.
+ *
+ * In the writer (rt_store_pages, normally a forked child): every page with
+ * data is either
+ *  - clean and held by a frame of the previous checkpoint: referenced there
+ *    (nothing read, nothing written);
+ *  - all zeros: nothing stored;
+ *  - a page whose content some referenced frame already holds (its XXH3-128
+ *    digest is in the dedup table): referenced there;
+ *  - new: copied into a frame of up to LZ_FRAME_MAX bytes, compressed, and
+ *    appended to this checkpoint's pack, packs/pack.N.
+ * Coalescing (libckpt's): a frame of which less than half is still
+ * referenced has its live pages stored again, so old frames and packs stop
+ * being needed and `gc` can delete them; restarts never expand more than
+ * twice the data they need. */
+#include "rt.h"
+#include "rt_map.h"
+#include "rt_dirty.h"
+#include "codec.h"
+#include "hash.h"
+#include "track.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define PAGE 4096ull
+#define PM_PRESENT (1ull << 63)
+#define PM_SWAPPED (1ull << 62)
+#define PM_FILE (1ull << 61)
+#define DIRTY_CAP (4u << 20)
+#define ITEMS_CAP (8u << 20)
+#define OUT_BYTES (8u << 20)
+#define PENDING_SLOTS 512 /* > pages per frame */
+
+static int region_stored(const struct lz_region *r)
+{
+    return r->kind == LZ_R_ANON || r->kind == LZ_R_FILE_PRIVATE || r->kind == LZ_R_SHARED_ANON;
+}
+
+static int contains(const struct lz_region *r, const void *p)
+{
+    return (uint64_t)p >= r->start && (uint64_t)p < r->end;
+}
+
+int rt_scan_dirty(struct rt_ckpt *ck)
+{
+    ck->dirty = arena_alloc(&ck->arena, DIRTY_CAP * sizeof *ck->dirty);
+    if (!ck->dirty) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
+    char err[200];
+    int ok = !rt.nodirty && (rt_dirty_active() || rt_dirty_init(980, err, sizeof err) == 0);
+    ck->tracking = ok;
+    size_t n = 0;
+    for (size_t i = 0; i < ck->nregions; i++) {
+        const struct lz_region *r = &ck->regions[i];
+        struct rt_region_dirty *rd = &ck->rdirty[i];
+        if (r->kind == LZ_R_SHARED_ANON) {
+            /* the writer must see it as it is now, not as the program goes on changing it */
+            char *copy = arena_alloc(&ck->arena, r->end - r->start);
+            if (!copy) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory (shared memory copy)"); return -1; }
+            if (!(r->prot & PROT_READ)) lz_sc3(SYS_mprotect, r->start, r->end - r->start, r->prot | PROT_READ);
+            memcpy(copy, (void *)r->start, r->end - r->start);
+            if (!(r->prot & PROT_READ)) lz_sc3(SYS_mprotect, r->start, r->end - r->start, r->prot);
+            rd->delta = (int64_t)((uint64_t)copy - r->start);
+            rd->from_content = 1;
+        }
+        rd->first = (uint32_t)n;
+        rd->n = 0;
+        rd->all = 1;
+        /* shared memory may be written by others, unseen; the runtime's own
+         * data changes after the scan: both are compared by digest */
+        if (!ok || !region_stored(r) || r->kind == LZ_R_SHARED_ANON || rd->from_content || contains(r, &rt) || contains(r, &fj))
+            continue;
+        uint64_t at = r->start;
+        int failed = 0;
+        while (at < r->end) {
+            if (n == DIRTY_CAP) { failed = 1; break; }
+            long k = rt_dirty_scan(at, r->end, (struct rt_dirty_range *)ck->dirty + n, DIRTY_CAP - n, &at);
+            if (k < 0) { failed = 1; break; }
+            n += (size_t)k;
+        }
+        if (failed) {
+            /* never tracked (a new mapping) or moved: all of it, and track it from now on */
+            n = rd->first;
+            rt_dirty_track(r->start, r->end);
+            continue;
+        }
+        rd->n = (uint32_t)(n - rd->first);
+        rd->all = 0;
+    }
+    ck->ndirty = n;
+    return 0;
+}
+
+/* ------------------------------------------------------------ the writer */
+
+struct item {
+    uint64_t addr;
+    uint32_t len;
+    uint8_t kind, region_file; /* IT_* */
+    uint16_t pad;
+    uint32_t pframe; /* previous map's frame (REF) */
+    uint32_t skip;
+};
+enum { IT_REF = 1, IT_NEW = 2, IT_ZERO = 3 };
+
+struct pend { uint64_t d0, d1; uint32_t skip, used; };
+
+struct writer {
+    struct rt_ckpt *ck;
+    const struct rt_map *pm;
+    struct rt_map *nm;
+    struct item *items; size_t nitems;
+    uint32_t *newidx;  /* previous frame -> index in the new map, ~0 = not yet */
+    uint64_t *live;    /* previous frame -> bytes the new checkpoint references */
+    uint8_t *sparse;
+    uint32_t *psorted; /* previous frames sorted by (pack id, offset) */
+    uint32_t *nf_idx;  /* new frames of this checkpoint, in pack order */
+    uint64_t *nf_off;
+    size_t n_new;
+    struct lz_cctx *cctx;
+    int codec;
+    char *stage; uint32_t spos; uint32_t sframe;
+    struct pend pend[PENDING_SLOTS];
+    char *out; size_t out_used;
+    long fd;
+    uint64_t written, synced;
+    uint32_t packidx; /* this pack in nm->packs */
+    char pack_path[LZ_PATH_MAX + 64];
+    uint64_t changed;
+};
+
+static int werr(struct writer *w, const char *what, long e)
+{
+    const char *why = e == -ENOSPC ? "no space left on device" : e == -EDQUOT ? "disk quota exceeded" : e == -EIO ? "I/O error"
+                    : e == -EACCES ? "permission denied" : e == -EROFS ? "read-only file system" : NULL;
+    if (why) rt_fmt(w->ck->err, sizeof w->ck->err, "%s: %s", what, why);
+    else if (e) rt_fmt(w->ck->err, sizeof w->ck->err, "%s: errno %ld", what, -e);
+    else rt_fmt(w->ck->err, sizeof w->ck->err, "%s", what);
+    return -1;
+}
+
+static int push(struct writer *w, uint64_t addr, uint64_t len, int kind, uint32_t pframe, uint32_t skip, int file)
+{
+    if (!len) return 0;
+    if (w->nitems == ITEMS_CAP) return werr(w, "the program's memory is too fragmented to checkpoint", 0);
+    w->items[w->nitems++] = (struct item){addr, (uint32_t)len, (uint8_t)kind, (uint8_t)file, 0, pframe, skip};
+    return 0;
+}
+
+/* A clean run [a,b): what the previous map says it holds. */
+static int close_clean(struct writer *w, size_t *pe, uint64_t a, uint64_t b, int file)
+{
+    const struct rt_map *pm = w->pm;
+    while (*pe < pm->nextents && pm->extents[*pe].addr + pm->extents[*pe].length <= a) (*pe)++;
+    uint64_t cur = a;
+    for (size_t k = *pe; k < pm->nextents && pm->extents[k].addr < b; k++) {
+        const struct lz_extent *x = &pm->extents[k];
+        uint64_t lo = x->addr > cur ? x->addr : cur, hi = x->addr + x->length < b ? x->addr + x->length : b;
+        if (lo > cur && push(w, cur, lo - cur, IT_NEW, 0, 0, file) < 0) return -1;
+        if (x->frame == LZ_FRAME_ZERO) {
+            if (push(w, lo, hi - lo, IT_ZERO, 0, 0, file) < 0) return -1;
+        } else {
+            if (push(w, lo, hi - lo, IT_REF, x->frame, x->skip + (uint32_t)(lo - x->addr), file) < 0) return -1;
+            w->live[x->frame] += hi - lo;
+        }
+        cur = hi;
+    }
+    return push(w, cur, b - cur, IT_NEW, 0, 0, file);
+}
+
+static int classify(struct writer *w)
+{
+    struct rt_ckpt *ck = w->ck;
+    int use_clean = w->pm->index && w->pm->tracked && ck->tracking;
+    long pm_fd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
+    if (pm_fd < 0) return werr(w, "cannot open /proc/self/pagemap", pm_fd);
+    enum { BATCH = 8192 };
+    uint64_t *ents = arena_alloc(&ck->arena, BATCH * 8);
+    size_t pe = 0;
+    int rc = ents ? 0 : werr(w, "out of checkpoint scratch memory", 0);
+    for (size_t i = 0; i < ck->nregions && rc == 0; i++) {
+        struct lz_region *r = &ck->regions[i];
+        const struct rt_region_dirty *rd = &ck->rdirty[i];
+        ck->ritems[i] = (uint32_t)w->nitems;
+        if (!region_stored(r)) continue;
+        int file = r->kind == LZ_R_FILE_PRIVATE;
+        const struct rt_dirty_range *dr = (const struct rt_dirty_range *)ck->dirty + rd->first, *dend = dr + rd->n;
+        uint64_t run = 0, run_len = 0;
+        int run_clean = 0;
+        for (uint64_t a = r->start; a < r->end && rc == 0;) {
+            uint64_t npages = (r->end - a) / PAGE;
+            if (npages > BATCH) npages = BATCH;
+            long got = rd->from_content ? (long)(npages * 8) : lz_sc4(SYS_pread64, pm_fd, ents, npages * 8, (a / PAGE) * 8);
+            if (got == -EINTR) continue;
+            if (got <= 0) { rc = werr(w, "cannot read /proc/self/pagemap", got); break; }
+            npages = (uint64_t)got / 8;
+            for (uint64_t k = 0; k < npages && rc == 0; k++, a += PAGE) {
+                uint64_t e = rd->from_content ? PM_PRESENT : ents[k];
+                int has = (e & (PM_PRESENT | PM_SWAPPED)) && !(file && (e & PM_FILE) && !(e & PM_SWAPPED));
+                if (!has) {
+                    if (run_len) rc = run_clean ? close_clean(w, &pe, run, run + run_len, file) : push(w, run, run_len, IT_NEW, 0, 0, file);
+                    run_len = 0;
+                    continue;
+                }
+                int clean = use_clean && !rd->all;
+                if (clean) {
+                    while (dr < dend && dr->end <= a) dr++;
+                    if (dr < dend && dr->start <= a) clean = 0;
+                }
+                if (run_len && run_clean == clean) { run_len += PAGE; continue; }
+                if (run_len) rc = run_clean ? close_clean(w, &pe, run, run + run_len, file) : push(w, run, run_len, IT_NEW, 0, 0, file);
+                run = a; run_len = PAGE; run_clean = clean;
+            }
+        }
+        if (run_len && rc == 0) rc = run_clean ? close_clean(w, &pe, run, run + run_len, file) : push(w, run, run_len, IT_NEW, 0, 0, file);
+    }
+    ck->ritems[ck->nregions] = (uint32_t)w->nitems;
+    lz_sc1(SYS_close, pm_fd);
+    return rc;
+}
+
+/* heap sort of previous frames by (pack id, offset): no libc in here */
+static int pf_less(const struct rt_map *pm, uint32_t a, uint32_t b)
+{
+    uint64_t pa = pm->packs[pm->frames[a].pack].id, pb = pm->packs[pm->frames[b].pack].id;
+    return pa != pb ? pa < pb : pm->frames[a].offset < pm->frames[b].offset;
+}
+
+static void sift(const struct rt_map *pm, uint32_t *v, size_t i, size_t n)
+{
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) return;
+        if (c + 1 < n && pf_less(pm, v[c], v[c + 1])) c++;
+        if (!pf_less(pm, v[i], v[c])) return;
+        uint32_t t = v[i]; v[i] = v[c]; v[c] = t;
+        i = c;
+    }
+}
+
+static void sort_prev_frames(const struct rt_map *pm, uint32_t *v)
+{
+    size_t n = pm->nframes;
+    for (size_t i = 0; i < n; i++) v[i] = (uint32_t)i;
+    for (size_t i = n / 2; i-- > 0;) sift(pm, v, i, n);
+    for (size_t end = n; end > 1; end--) {
+        uint32_t t = v[0]; v[0] = v[end - 1]; v[end - 1] = t;
+        sift(pm, v, 0, end - 1);
+    }
+}
+
+static long find_prev_frame(const struct writer *w, uint64_t pack, uint64_t offset)
+{
+    const struct rt_map *pm = w->pm;
+    size_t lo = 0, hi = pm->nframes;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        const struct lz_frame *f = &pm->frames[w->psorted[mid]];
+        uint64_t id = pm->packs[f->pack].id & 0xffffffffu;
+        if (id < pack || (id == pack && f->offset < offset)) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo < pm->nframes) {
+        const struct lz_frame *f = &pm->frames[w->psorted[lo]];
+        if ((pm->packs[f->pack].id & 0xffffffffu) == pack && f->offset == offset) return w->psorted[lo];
+    }
+    return -1;
+}
+
+static long pack_index(struct writer *w, uint64_t id, uint64_t size)
+{
+    struct rt_map *nm = w->nm;
+    for (size_t i = 0; i < nm->npacks; i++) if (nm->packs[i].id == id) return (long)i;
+    if (nm->npacks == nm->packs_cap) return werr(w, "too many packs referenced", 0);
+    nm->packs[nm->npacks] = (struct rt_map_pack){id, size};
+    return (long)nm->npacks++;
+}
+
+/* The new map's index of previous frame f (copied on first use). */
+static long use_prev_frame(struct writer *w, uint32_t f)
+{
+    if (w->newidx[f] != ~0u) return w->newidx[f];
+    struct rt_map *nm = w->nm;
+    if (nm->nframes == nm->frames_cap) return werr(w, "too many frames referenced", 0);
+    const struct rt_map_pack *p = &w->pm->packs[w->pm->frames[f].pack];
+    long pi = pack_index(w, p->id, p->size);
+    if (pi < 0) return -1;
+    nm->frames[nm->nframes] = w->pm->frames[f];
+    nm->frames[nm->nframes].pack = (uint32_t)pi;
+    w->newidx[f] = (uint32_t)nm->nframes;
+    return (long)nm->nframes++;
+}
+
+static int emit(struct writer *w, size_t region_first, uint64_t addr, uint64_t len, uint32_t frame, uint32_t skip)
+{
+    struct rt_map *nm = w->nm;
+    if (nm->nextents > region_first) {
+        struct lz_extent *x = &nm->extents[nm->nextents - 1];
+        if (x->frame == frame && x->addr + x->length == addr && (frame == LZ_FRAME_ZERO || x->skip + x->length == skip) &&
+            (uint64_t)x->length + len <= LZ_EXTENT_MAX) {
+            x->length += (uint32_t)len;
+            return 0;
+        }
+    }
+    if (nm->nextents == nm->extents_cap) return werr(w, "the program's memory is too fragmented to checkpoint", 0);
+    nm->extents[nm->nextents++] = (struct lz_extent){addr, (uint32_t)len, frame, skip, 0};
+    return 0;
+}
+
+static long out_write(struct writer *w)
+{
+    size_t done = 0;
+    while (done < w->out_used) {
+        long n = lz_sc3(SYS_write, w->fd, w->out + done, w->out_used - done);
+        if (n == -EINTR) continue;
+        if (n <= 0) return n ? n : -EIO;
+        done += (size_t)n;
+    }
+    w->written += w->out_used;
+    w->out_used = 0;
+    /* start writeback now: the disk works while the next frames are made */
+    lz_sc4(SYS_sync_file_range, w->fd, w->synced, w->written - w->synced, 2 /* SYNC_FILE_RANGE_WRITE */);
+    w->synced = w->written;
+    return 0;
+}
+
+static int open_pack(struct writer *w)
+{
+    char dir[LZ_PATH_MAX + 16];
+    rt_fmt(dir, sizeof dir, "%s/" LZ_PACKS_DIR, rt.dir);
+    lz_sc3(SYS_mkdirat, AT_FDCWD, dir, 0700);
+    rt_fmt(w->pack_path, sizeof w->pack_path, "%s/" LZ_PACK_PREFIX "%06llu", dir, (unsigned long long)w->ck->index);
+    w->fd = lz_sc4(SYS_openat, AT_FDCWD, w->pack_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (w->fd < 0) return werr(w, "cannot create the checkpoint's pack", w->fd);
+    long pi = pack_index(w, w->ck->index, 0);
+    if (pi < 0) return -1;
+    w->packidx = (uint32_t)pi;
+    return 0;
+}
+
+static uint32_t pend_slot(uint64_t d0) { return (uint32_t)(d0 % PENDING_SLOTS); }
+
+static int flush_frame(struct writer *w)
+{
+    if (!w->spos) return 0;
+    if (w->fd < 0 && open_pack(w) < 0) return -1;
+    if (w->out_used + w->spos > OUT_BYTES) {
+        long e = out_write(w);
+        if (e < 0) return werr(w, "cannot write the checkpoint's page data", e);
+    }
+    struct lz_frame *f = &w->nm->frames[w->sframe];
+    f->raw = w->spos;
+    f->xxh3 = lz_hash(w->stage, w->spos);
+    size_t n = w->codec != LZ_CODEC_NONE ? lz_compress(w->cctx, w->stage, w->spos, w->out + w->out_used, w->spos) : 0;
+    if (n == (size_t)-1) return werr(w, "cannot compress page data", 0);
+    if (n == 0) { memcpy(w->out + w->out_used, w->stage, w->spos); n = w->spos; f->codec = LZ_CODEC_NONE; }
+    else f->codec = (uint32_t)w->codec;
+    f->pack = w->packidx;
+    f->offset = w->written + w->out_used;
+    f->stored = (uint32_t)n;
+    w->out_used += n;
+    w->nf_idx[w->n_new] = w->sframe;
+    w->nf_off[w->n_new++] = f->offset;
+    /* the frame's pages become findable by digest */
+    uint64_t nslots;
+    struct rt_dedup_ent *tab = rt_map_dedup(&nslots);
+    for (uint32_t i = 0; i < PENDING_SLOTS; i++) {
+        struct pend *p = &w->pend[i];
+        if (!p->used) continue;
+        struct rt_dedup_ent *e = &tab[p->d0 & (nslots - 1)];
+        e->check = 0;
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        e->d0 = p->d0; e->d1 = p->d1; e->offset = f->offset; e->pack = (uint32_t)w->ck->index; e->skip = p->skip;
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        e->check = rt_dedup_check(e);
+        p->used = 0;
+    }
+    w->spos = 0;
+    return 0;
+}
+
+/* Where an identical page is held, as (frame in the new map, skip); -1 if nowhere usable. */
+static long dedup_find(struct writer *w, uint64_t d0, uint64_t d1, uint32_t *skip)
+{
+    for (uint32_t i = pend_slot(d0), k = 0; k < PENDING_SLOTS && w->pend[i].used; k++, i = (i + 1) % PENDING_SLOTS)
+        if (w->pend[i].d0 == d0 && w->pend[i].d1 == d1) { *skip = w->pend[i].skip; return w->sframe; }
+    uint64_t nslots;
+    const struct rt_dedup_ent *e = &rt_map_dedup(&nslots)[d0 & (nslots - 1)];
+    if (e->d0 != d0 || e->d1 != d1 || e->check != rt_dedup_check(e)) return -1;
+    *skip = e->skip;
+    if (e->pack == (uint32_t)w->ck->index) {
+        size_t lo = 0, hi = w->n_new;
+        while (lo < hi) { size_t m = (lo + hi) / 2; if (w->nf_off[m] < e->offset) lo = m + 1; else hi = m; }
+        if (lo < w->n_new && w->nf_off[lo] == e->offset && e->skip + PAGE <= w->nm->frames[w->nf_idx[lo]].raw) return w->nf_idx[lo];
+        return -1;
+    }
+    long f = find_prev_frame(w, e->pack, e->offset);
+    if (f < 0 || w->sparse[f] || e->skip + PAGE > w->pm->frames[f].raw) return -1;
+    f = use_prev_frame(w, (uint32_t)f);
+    return f < 0 ? -2 : f;
+}
+
+static int store_page(struct writer *w, size_t rfirst, uint64_t a, int file, int64_t delta)
+{
+    const void *p = (const void *)(a + (uint64_t)delta);
+    if (lz_is_zero(p, PAGE)) return file ? emit(w, rfirst, a, PAGE, LZ_FRAME_ZERO, 0) : 0;
+    XXH128_hash_t d = XXH3_128bits(p, PAGE);
+    uint32_t skip;
+    long f = dedup_find(w, d.low64, d.high64, &skip);
+    if (f == -2) return -1;
+    if (f >= 0) return emit(w, rfirst, a, PAGE, (uint32_t)f, skip);
+    if (!w->spos) {
+        if (w->nm->nframes == w->nm->frames_cap) return werr(w, "too many frames", 0);
+        w->sframe = (uint32_t)w->nm->nframes++;
+        w->nm->frames[w->sframe] = (struct lz_frame){0};
+    }
+    memcpy(w->stage + w->spos, p, PAGE);
+    uint32_t i = pend_slot(d.low64);
+    while (w->pend[i].used) i = (i + 1) % PENDING_SLOTS;
+    w->pend[i] = (struct pend){d.low64, d.high64, w->spos, 1};
+    int rc = emit(w, rfirst, a, PAGE, w->sframe, w->spos);
+    w->spos += PAGE;
+    if (rc == 0 && w->spos == LZ_FRAME_MAX) rc = flush_frame(w);
+    return rc;
+}
+
+int rt_store_pages(struct rt_ckpt *ck)
+{
+    struct writer *w = arena_alloc(&ck->arena, sizeof *w);
+    if (!w) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
+    memset(w, 0, sizeof *w);
+    w->ck = ck;
+    w->fd = -1;
+    w->pm = rt_map_current();
+    w->nm = rt_map_next();
+    w->nm->nextents = w->nm->nframes = w->nm->npacks = 0;
+    w->nm->index = 0;
+    size_t pf = w->pm->nframes;
+    w->codec = ck->codec;
+    size_t csz = w->codec != LZ_CODEC_NONE ? lz_cctx_size(w->codec, ck->level, LZ_FRAME_MAX) : 0;
+    void *cmem = csz ? arena_alloc(&ck->arena, csz) : NULL;
+    w->items = arena_alloc(&ck->arena, (size_t)ITEMS_CAP * sizeof *w->items);
+    w->newidx = arena_alloc(&ck->arena, (pf + 1) * 4);
+    w->live = arena_alloc(&ck->arena, (pf + 1) * 8);
+    w->sparse = arena_alloc(&ck->arena, pf + 1);
+    w->psorted = arena_alloc(&ck->arena, (pf + 1) * 4);
+    w->nf_idx = arena_alloc(&ck->arena, (size_t)w->nm->frames_cap * 4);
+    w->nf_off = arena_alloc(&ck->arena, (size_t)w->nm->frames_cap * 8);
+    w->stage = arena_alloc(&ck->arena, LZ_FRAME_MAX);
+    w->out = arena_alloc(&ck->arena, OUT_BYTES);
+    ck->ritems = arena_alloc(&ck->arena, (ck->nregions + 1) * 4);
+    if (!w->items || !w->newidx || !w->live || !w->sparse || !w->psorted || !w->nf_idx || !w->nf_off || !w->stage ||
+        !w->out || !ck->ritems || (csz && !cmem)) {
+        rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory");
+        return -1;
+    }
+    if (csz && !(w->cctx = lz_cctx_init(cmem, csz, w->codec, ck->level, LZ_FRAME_MAX))) {
+        rt_fmt(ck->err, sizeof ck->err, "cannot set up compression");
+        return -1;
+    }
+    memset(w->newidx, 0xff, (pf + 1) * 4);
+    memset(w->live, 0, (pf + 1) * 8);
+    sort_prev_frames(w->pm, w->psorted);
+
+    /* readable while we copy (a PROT_NONE region that holds data, say) */
+    for (size_t i = 0; i < ck->nregions; i++)
+        if (region_stored(&ck->regions[i]) && !(ck->regions[i].prot & PROT_READ))
+            lz_sc3(SYS_mprotect, ck->regions[i].start, ck->regions[i].end - ck->regions[i].start, ck->regions[i].prot | PROT_READ);
+
+    int rc = classify(w);
+    for (size_t f = 0; f < pf; f++) w->sparse[f] = w->live[f] * 2 < w->pm->frames[f].raw;
+    for (size_t i = 0; i < ck->nregions && rc == 0; i++) {
+        struct lz_region *r = &ck->regions[i];
+        size_t rfirst = w->nm->nextents;
+        r->first_extent = (uint32_t)rfirst;
+        for (uint32_t k = ck->ritems[i]; k < ck->ritems[i + 1] && rc == 0; k++) {
+            const struct item *it = &w->items[k];
+            if (it->kind == IT_ZERO) { rc = emit(w, rfirst, it->addr, it->len, LZ_FRAME_ZERO, 0); continue; }
+            if (it->kind == IT_REF && !w->sparse[it->pframe]) {
+                long f = use_prev_frame(w, it->pframe);
+                rc = f < 0 ? -1 : emit(w, rfirst, it->addr, it->len, (uint32_t)f, it->skip);
+                continue;
+            }
+            if (it->kind == IT_NEW) w->changed += it->len;
+            for (uint64_t a = it->addr; a < it->addr + it->len && rc == 0; a += PAGE) rc = store_page(w, rfirst, a, it->region_file, ck->rdirty[i].delta);
+        }
+        r->nextents = (uint32_t)(w->nm->nextents - rfirst);
+    }
+    if (rc == 0) rc = flush_frame(w);
+    if (rc == 0 && w->out_used) { long e = out_write(w); if (e < 0) rc = werr(w, "cannot write the checkpoint's page data", e); }
+    if (rc == 0 && w->fd >= 0) { long e = lz_sc1(SYS_fsync, w->fd); if (e < 0) rc = werr(w, "cannot write the checkpoint's page data", e); }
+    if (w->fd >= 0) lz_sc1(SYS_close, w->fd);
+    if (rc < 0) {
+        if (w->fd >= 0) lz_sc1(SYS_unlink, w->pack_path);
+        return -1;
+    }
+    if (w->fd >= 0) w->nm->packs[w->packidx].size = w->written;
+    ck->stored_bytes = w->written;
+    ck->changed_bytes = w->changed;
+    ck->data_bytes = 0;
+    for (size_t i = 0; i < w->nm->nextents; i++)
+        if (w->nm->extents[i].frame != LZ_FRAME_ZERO) ck->data_bytes += w->nm->extents[i].length;
+    w->nm->index = ck->index;
+    w->nm->tracked = (uint32_t)ck->tracking;
+    return 0;
+}
+
+int rt_track_all(void)
+{
+    char err[200];
+    if (rt.nodirty || (!rt_dirty_active() && rt_dirty_init(980, err, sizeof err) < 0)) return 0;
+    static char maps[1 << 18];
+    long n = rt_read_file("/proc/self/maps", maps, sizeof maps - 1);
+    if (n <= 0) return 0;
+    maps[n] = 0;
+    for (char *l = maps; *l;) {
+        char *eol = l;
+        while (*eol && *eol != '\n') eol++;
+        uint64_t s = 0, e = 0;
+        char *p = l;
+        while (*p && *p != '-') { s = s * 16 + (uint64_t)(*p <= '9' ? *p - '0' : (*p | 32) - 'a' + 10); p++; }
+        if (*p) p++;
+        while (*p && *p != ' ') { e = e * 16 + (uint64_t)(*p <= '9' ? *p - '0' : (*p | 32) - 'a' + 10); p++; }
+        int priv = p[0] == ' ' && p[4] == 'p';
+        int special = 0;
+        for (char *q = p; q < eol; q++) if (*q == '[' && q[1] == 'v') special = 1; /* [vvar] [vdso] [vsyscall] */
+        if (priv && !special && !fj_owns(s, e) && !rt_map_owns(s, e)) rt_dirty_track(s, e);
+        l = *eol ? eol + 1 : eol;
+    }
+    return 1;
+}

@@ -1,0 +1,22 @@
+/* Store maintenance shared by store.c, gc.c and the commands that drop data
+ * (`run`, `restart`); the runtime and the restorer need none of it. */
+#ifndef LZ_STORE_ADMIN_H
+#define LZ_STORE_ADMIN_H
+#include "store.h"
+
+/* Waits for and holds DIR/gc.lock (created 0600).  Whoever deletes a
+ * checkpoint or pack data holds it, so a gc never sees a checkpoint vanish
+ * between reading what it references and deleting what it does not.
+ * Returns the descriptor to close, or -1 (errno). */
+int lz_gc_lock(const char *dir);
+/* lz_store_gc() for a caller already holding gc.lock. */
+int lz_store_gc_locked(const char *dir, struct lz_gc_stats *st, char *why, size_t whylen);
+/* Deletes `name` in directory dirfd and everything below it (no symlink is followed). */
+void lz_remove_tree(int dirfd, const char *name);
+/* Makes jrnl.N invisible at once (renamed to tmp.*), then deletes it: a
+ * journal is never seen half deleted by a rollback. */
+int lz_jrnl_remove(const char *dir, uint64_t index);
+/* Deletes every pack and every jrnl.* under gc.lock: a new job has no use for
+ * a finished one's data. */
+void lz_store_clear_data(const char *dir);
+#endif
