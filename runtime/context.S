@@ -22,3 +22,34 @@ lz_save_context:
     ret
     .size lz_save_context, .-lz_save_context
     .section .note.GNU-stack,"",@progbits
+
+/* long rt_clone_call(unsigned long flags, void *stack_top, void (*fn)(void *), void *arg)
+ * clone(2) onto a new stack, the child calling fn(arg) and then _exit(0);
+ * returns the child's pid (or -errno) in the caller.  For a writer sharing
+ * the program's memory (CLONE_VM): it needs a stack of its own. */
+	.text
+	.globl rt_clone_call
+	.hidden rt_clone_call
+	.type rt_clone_call, @function
+rt_clone_call:
+	and $-16, %rsi
+	sub $16, %rsi
+	mov %rdx, (%rsi)
+	mov %rcx, 8(%rsi)
+	mov $56, %eax           /* SYS_clone: flags, newsp, parent_tid, child_tid, tls */
+	xor %edx, %edx
+	xor %r10d, %r10d
+	xor %r8d, %r8d
+	syscall
+	test %rax, %rax
+	jnz 1f
+	pop %rax                /* the child, on its own stack */
+	pop %rdi
+	xor %ebp, %ebp
+	call *%rax
+	mov $60, %eax           /* SYS_exit */
+	xor %edi, %edi
+	syscall
+	hlt
+1:	ret
+	.size rt_clone_call, .-rt_clone_call

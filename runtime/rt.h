@@ -36,6 +36,7 @@ struct rt_state {
     volatile uint64_t fs_deferred_value;
     int codec, level;      /* compression of new frames (--compress) */
     int nofork;            /* LAZARUS_NO_FORK=1: write checkpoints in the pause (benchmarks) */
+    int tracing;           /* LAZARUS_TRACE=1 */
     int nodirty;           /* LAZARUS_NO_DIRTY=1: no dirty tracking, pages compared by digest (tests) */
 };
 extern struct rt_state rt;
@@ -60,6 +61,8 @@ struct rt_region_dirty {
                            * shared memory taken in the pause: a fork child shares it live) */
 };
 
+struct rt_item;
+
 /* A checkpoint being captured. */
 struct rt_ckpt {
     struct rt_arena arena;
@@ -73,12 +76,15 @@ struct rt_ckpt {
     struct rt_region_dirty *rdirty;  /* one per region */
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
     int tracking;                    /* the dirty tracker works in this process */
-    uint32_t *ritems;                /* writer: per region, its first page run */
+    struct rt_item *items; size_t nitems; /* runs of pages and what becomes of them (rt_pages.c) */
+    uint32_t *ritems;                /* per region, its first run */
+    int planned;                     /* items made in the pause (copy mode) */
     int codec, level;                /* for new frames */
     char *auxv; size_t auxv_len;
     char tmpdir[LZ_PATH_MAX + 64];
     uint64_t t0, pause_ns;
     int in_child;                    /* this is the forked writer */
+    int writer_fd;                   /* copy mode: the writer's end of its report pipe */
     uint64_t mem_bytes, data_bytes, stored_bytes, changed_bytes, durable_ns;
     char err[512];          /* why the checkpoint failed */
 };
@@ -88,10 +94,12 @@ int lz_save_context(struct lz_jmpctx *c) __attribute__((returns_twice));
 int rt_capture_proc(struct rt_ckpt *ck, void *ucontext);
 int rt_capture_fds(struct rt_ckpt *ck);
 int rt_capture_regions(struct rt_ckpt *ck);
+void rt_regions_forget(void); /* after a restart: the mappings' flags are read anew */
 /* In the pause: the checkpoint's directory, open deleted files, the file
  * journal of the next interval (which starts now). */
 int rt_begin_checkpoint(struct rt_ckpt *ck);
 int rt_scan_dirty(struct rt_ckpt *ck);
+int rt_plan_copy(struct rt_ckpt *ck);
 /* The writer: page data, manifest, commit. */
 int rt_store_pages(struct rt_ckpt *ck);
 int rt_finish_checkpoint(struct rt_ckpt *ck);

@@ -10,17 +10,19 @@
 
 void rt_chain_program_signal(int sig, siginfo_t *si, void *uc);
 
+/* LAZARUS_TRACE=1: the pause's steps on stderr */
+static void trace(uint64_t t0, const char *step)
+{
+    if (!rt.tracing) return;
+    char buf[96];
+    int n = rt_fmt(buf, sizeof buf, "lazarus: checkpoint %8.3f ms %s\n", (double)(rt_now_ns(1) - t0) / 1e6, step);
+    lz_sc3(SYS_write, 2, buf, n);
+}
+
 static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
 {
     uint64_t t0 = rt_now_ns(1);
     rt_notify("BEGIN %llu", (unsigned long long)index);
-    struct rt_ckpt ckst, *ck = &ckst;
-    memset(ck, 0, sizeof *ck);
-    ck->index = index;
-    ck->trigger = trigger;
-    ck->t0 = t0;
-    ck->codec = rt.codec;
-    ck->level = rt.level;
     long a = lz_sc6(SYS_mmap, 0, ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if ((a < 0 && a > -4096) || rt_map_init() < 0) {
         rt_notify("ERR %llu cannot reserve scratch memory for the checkpoint", (unsigned long long)index);
@@ -28,8 +30,16 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
         return;
     }
     rt_map_settle(rt.dir); /* learn how the previous write ended */
-    ck->arena.base = (char *)a;
-    ck->arena.cap = ARENA_BYTES;
+    /* in the arena: a writer sharing our memory reads it after we return */
+    struct rt_arena arena = {(char *)a, ARENA_BYTES, 0};
+    struct rt_ckpt *ck = arena_alloc(&arena, sizeof *ck);
+    memset(ck, 0, sizeof *ck);
+    ck->arena = arena;
+    ck->index = index;
+    ck->trigger = trigger;
+    ck->t0 = t0;
+    ck->codec = rt.codec;
+    ck->level = rt.level;
     ck->proc = arena_alloc(&ck->arena, sizeof *ck->proc);
     ck->strings.cap = 1u << 20;
     ck->strings.buf = arena_alloc(&ck->arena, ck->strings.cap);
@@ -37,12 +47,15 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     ck->strings.len = 1;
     int rc = rt_capture_proc(ck, uc);
     if (rc == 0) rc = rt_capture_fds(ck);
+    trace(t0, "process and descriptors");
     if (rc == 0) rc = rt_capture_regions(ck);
+    trace(t0, "regions");
     if (rc == 0 && ck->strings.overflow) {
         rt_fmt(ck->err, sizeof ck->err, "the program's paths (files, mappings) exceed the checkpoint's string table");
         rc = -1;
     }
     if (rc == 0) rc = rt_begin_checkpoint(ck);
+    trace(t0, "directory and file journal");
     int forked = 0;
     if (rc == 0) {
         if (lz_save_context(&ck->proc->ctx) != 0) {
@@ -52,6 +65,10 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
         }
         /* last, so that nothing the program wrote before the copy is missed */
         rc = rt_scan_dirty(ck);
+        trace(t0, "dirty pages");
+        /* little changed: copy it rather than fork (C API checkpoints write in the pause anyway) */
+        if (rc == 0 && trigger != LZ_TRIG_API && !rt.nofork && rt_plan_copy(ck) < 0) rc = -1;
+        if (ck->planned) trace(t0, "changed pages copied");
         if (rc == 0) {
             rt_map_started(index);
             /* the C API's caller waits for the result anyway: no child */
@@ -63,6 +80,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
         }
     }
     uint64_t pause = rt_now_ns(1) - t0;
+    trace(t0, forked ? "forked" : "written");
     if (trigger == LZ_TRIG_API) {
         rt.api_index = index;
         rt.api_result = rc == 0 ? 1 : -1;
@@ -77,7 +95,8 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     } else {
         rt_notify("ERR %llu %s", (unsigned long long)index, ck->err);
     }
-    lz_sc2(SYS_munmap, ck->arena.base, ck->arena.cap);
+    if (forked && ck->planned) rt_map_keep_arena(ck->arena.base, ck->arena.cap);
+    else lz_sc2(SYS_munmap, ck->arena.base, ck->arena.cap);
 }
 
 /* The checkpoint asked for during a file call, now that it is done. */

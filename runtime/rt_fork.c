@@ -69,20 +69,21 @@ static long send_fd(int sock, int fd, const char *msg, size_t len)
     return r;
 }
 
-static _Noreturn void writer_main(struct rt_ckpt *ck, int out)
+long rt_clone_call(unsigned long flags, void *stack_top, void (*fn)(void *), void *arg);
+
+static void writer_main(struct rt_ckpt *ck, int out)
 {
-    uint64_t all = ~0ull;
-    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &all, NULL, 8);
     lz_sc2(SYS_prctl, PR_SET_NAME, "lazarus-writer");
     /* keep nothing of the program's open: a pipe it writes must see its
      * reader's end-of-file when the program closes it, not when we are done */
-    int hi = (int)lz_sc3(SYS_fcntl, out, F_DUPFD_CLOEXEC, 1000);
+    int hi = (int)lz_sc3(SYS_fcntl, out, F_DUPFD_CLOEXEC, 1000); /* (its own descriptor table: a copy) */
     if (hi >= 0) {
         lz_sc3(SYS_close_range, 0, (unsigned)hi - 1, 0);
         lz_sc3(SYS_close_range, (unsigned)hi + 1, ~0u, 0);
         out = hi;
     }
-    rt_dirty_forget(); /* its descriptors were the parent's, and are closed */
+    if (!ck->planned) rt_dirty_forget(); /* its descriptors were the parent's, and are closed (a
+                                          * copy-mode writer shares the parent's memory: hands off) */
     ck->in_child = 1;
     int rc = rt_finish_checkpoint(ck);
     char msg[700];
@@ -93,8 +94,14 @@ static _Noreturn void writer_main(struct rt_ckpt *ck, int out)
                     : rt_fmt(msg, sizeof msg, "ERR %llu %s", (unsigned long long)ck->index, ck->err);
     if (n > (int)sizeof msg - 1) n = sizeof msg - 1;
     lz_sc3(SYS_write, out, msg, n);
-    lz_sc1(SYS_exit_group, 0);
-    __builtin_unreachable();
+}
+
+/* The copy-mode writer shares the program's memory: it reads only what the
+ * pause copied into the arena, and the shared map. */
+static void shared_writer(void *arg)
+{
+    struct rt_ckpt *ck = arg;
+    writer_main(ck, ck->writer_fd);
 }
 
 int rt_fork_writer(struct rt_ckpt *ck)
@@ -102,13 +109,25 @@ int rt_fork_writer(struct rt_ckpt *ck)
     if (rt.nofork) return 0;
     int p[2];
     if (lz_sc2(SYS_pipe2, p, O_CLOEXEC) < 0) return 0;
-    fork_advice(ck, 1);
-    long pid = lz_sc5(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
-    if (pid == 0) {
-        lz_sc1(SYS_close, p[0]);
-        writer_main(ck, p[1]);
+    /* the writer starts with every signal blocked: it runs none of the program's handlers */
+    uint64_t all = ~0ull, old;
+    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, 8);
+    long pid;
+    if (ck->planned) {
+        char *stack = arena_alloc(&ck->arena, 256u << 10);
+        ck->writer_fd = p[1];
+        pid = stack ? rt_clone_call(CLONE_VM | CLONE_PARENT | SIGCHLD, stack + (256u << 10), shared_writer, ck) : -ENOMEM;
+    } else {
+        fork_advice(ck, 1);
+        pid = lz_sc5(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
+        if (pid == 0) {
+            lz_sc1(SYS_close, p[0]);
+            writer_main(ck, p[1]);
+            lz_sc1(SYS_exit_group, 0);
+        }
+        fork_advice(ck, 0);
     }
-    fork_advice(ck, 0);
+    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, 8);
     lz_sc1(SYS_close, p[1]);
     if (pid < 0) { lz_sc1(SYS_close, p[0]); return 0; }
     ck->pause_ns = rt_now_ns(1) - ck->t0;

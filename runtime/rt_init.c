@@ -136,6 +136,7 @@ __attribute__((constructor)) static void rt_init(void)
     }
     const char *nf = getenv("LAZARUS_NO_FORK");
     rt.nofork = nf && *nf == '1';
+    rt.tracing = getenv("LAZARUS_TRACE") != NULL;
     const char *nd = getenv("LAZARUS_NO_DIRTY");
     rt.nodirty = nd && *nd == '1';
     rt_track_all(); /* what the program maps later is tracked from its first checkpoint on */

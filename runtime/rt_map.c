@@ -18,6 +18,7 @@ struct shared {
     uint32_t cur;     /* slot of the current map */
     uint32_t pad;
     uint64_t pause_ns; /* the program's pause for the checkpoint being written, once known */
+    uint64_t arena, arena_len; /* a copy-mode writer's scratch memory, freed once it is done */
     struct rt_map slot[2];
 };
 
@@ -82,8 +83,12 @@ static int ckpt_exists(const char *dir, uint64_t index)
     return lz_sc4(SYS_newfstatat, AT_FDCWD, p, &st, 0) == 0;
 }
 
+void rt_map_keep_arena(void *base, uint64_t len) { sh->arena = (uint64_t)base; sh->arena_len = len; }
+
 void rt_map_settle(const char *dir)
 {
+    if (sh->arena) lz_sc2(SYS_munmap, sh->arena, sh->arena_len);
+    sh->arena = 0;
     if (!sh->pending) return;
     if (sh->filled == sh->pending && ckpt_exists(dir, sh->filled)) {
         sh->cur = !sh->cur;

@@ -58,6 +58,9 @@ uint64_t rt_dedup_check(const struct rt_dedup_ent *e);
 void rt_map_settle(const char *dir);
 /* The program started a writer for checkpoint `index` (forked or not). */
 void rt_map_started(uint64_t index);
+/* Scratch memory a writer sharing the program's memory still reads: freed at
+ * the next rt_map_settle(), when that writer is done. */
+void rt_map_keep_arena(void *base, uint64_t len);
 /* The program's pause, told by the program to its forked writer. */
 void rt_map_set_pause(uint64_t ns);
 uint64_t rt_map_pause(void);

@@ -35,6 +35,7 @@
 #define ITEMS_CAP (8u << 20)
 #define OUT_BYTES (8u << 20)
 #define PENDING_SLOTS 512 /* > pages per frame */
+#define COPY_MAX (256ull << 20) /* changed bytes copied in the pause rather than forking */
 
 static int region_stored(const struct lz_region *r)
 {
@@ -95,10 +96,13 @@ int rt_scan_dirty(struct rt_ckpt *ck)
     return 0;
 }
 
-/* ------------------------------------------------------------ the writer */
+/* ------------------------------------------------------- page runs (items) */
 
-struct item {
-    uint64_t addr;
+/* A run of pages and what becomes of it.  NEW pages are read at `src`: the
+ * program's memory (a forked writer's copy of it), or a copy taken in the
+ * pause (copy mode). */
+struct rt_item {
+    uint64_t addr, src;
     uint32_t len;
     uint8_t kind, region_file; /* IT_* */
     uint16_t pad;
@@ -107,13 +111,226 @@ struct item {
 };
 enum { IT_REF = 1, IT_NEW = 2, IT_ZERO = 3 };
 
+struct planner {
+    struct rt_ckpt *ck;
+    const struct rt_map *pm;
+    size_t pe; /* cursor in pm->extents */
+};
+
+static int perr(struct rt_ckpt *ck, const char *what, long e)
+{
+    if (e) rt_fmt(ck->err, sizeof ck->err, "%s: errno %ld", what, -e);
+    else rt_fmt(ck->err, sizeof ck->err, "%s", what);
+    return -1;
+}
+
+static int push(struct planner *pl, uint64_t addr, uint64_t len, int kind, uint32_t pframe, uint32_t skip, int file, int64_t delta)
+{
+    struct rt_ckpt *ck = pl->ck;
+    if (!len) return 0;
+    if (ck->nitems == ITEMS_CAP) return perr(ck, "the program's memory is too fragmented to checkpoint", 0);
+    ck->items[ck->nitems++] = (struct rt_item){addr, addr + (uint64_t)delta, (uint32_t)len, (uint8_t)kind, (uint8_t)file, 0, pframe, skip};
+    return 0;
+}
+
+/* A clean run [a,b): what the previous map says it holds. */
+static int close_clean(struct planner *pl, uint64_t a, uint64_t b, int file, int64_t delta)
+{
+    const struct rt_map *pm = pl->pm;
+    while (pl->pe < pm->nextents && pm->extents[pl->pe].addr + pm->extents[pl->pe].length <= a) pl->pe++;
+    uint64_t cur = a;
+    for (size_t k = pl->pe; k < pm->nextents && pm->extents[k].addr < b; k++) {
+        const struct lz_extent *x = &pm->extents[k];
+        uint64_t lo = x->addr > cur ? x->addr : cur, hi = x->addr + x->length < b ? x->addr + x->length : b;
+        if (lo > cur && push(pl, cur, lo - cur, IT_NEW, 0, 0, file, delta) < 0) return -1;
+        int rc = x->frame == LZ_FRAME_ZERO ? push(pl, lo, hi - lo, IT_ZERO, 0, 0, file, 0)
+                                           : push(pl, lo, hi - lo, IT_REF, x->frame, x->skip + (uint32_t)(lo - x->addr), file, 0);
+        if (rc < 0) return -1;
+        cur = hi;
+    }
+    return push(pl, cur, b - cur, IT_NEW, 0, 0, file, delta);
+}
+
+/* One region from /proc/self/pagemap: which pages hold data (present or
+ * swapped; in a private file mapping, copied on write), clean or not. */
+static int plan_region_pagemap(struct planner *pl, size_t i, long pm_fd, uint64_t *ents, size_t batch)
+{
+    struct rt_ckpt *ck = pl->ck;
+    const struct lz_region *r = &ck->regions[i];
+    const struct rt_region_dirty *rd = &ck->rdirty[i];
+    int use_clean = pl->pm->index && pl->pm->tracked && ck->tracking && !rd->all;
+    int file = r->kind == LZ_R_FILE_PRIVATE;
+    const struct rt_dirty_range *dr = (const struct rt_dirty_range *)ck->dirty + rd->first, *dend = dr + rd->n;
+    uint64_t run = 0, run_len = 0;
+    int run_clean = 0, rc = 0;
+#define CLOSE_RUN() (run_clean ? close_clean(pl, run, run + run_len, file, rd->delta) \
+                               : push(pl, run, run_len, IT_NEW, 0, 0, file, rd->delta))
+    for (uint64_t a = r->start; a < r->end && rc == 0;) {
+        uint64_t npages = (r->end - a) / PAGE;
+        if (npages > batch) npages = batch;
+        long got = rd->from_content ? (long)(npages * 8) : lz_sc4(SYS_pread64, pm_fd, ents, npages * 8, (a / PAGE) * 8);
+        if (got == -EINTR) continue;
+        if (got <= 0) return perr(ck, "cannot read /proc/self/pagemap", got);
+        npages = (uint64_t)got / 8;
+        for (uint64_t k = 0; k < npages && rc == 0; k++, a += PAGE) {
+            uint64_t e = rd->from_content ? PM_PRESENT : ents[k];
+            int has = (e & (PM_PRESENT | PM_SWAPPED)) && !(file && (e & PM_FILE) && !(e & PM_SWAPPED));
+            if (!has) {
+                if (run_len) rc = CLOSE_RUN();
+                run_len = 0;
+                continue;
+            }
+            int clean = use_clean;
+            if (clean) {
+                while (dr < dend && dr->end <= a) dr++;
+                if (dr < dend && dr->start <= a) clean = 0;
+            }
+            if (run_len && run_clean == clean) { run_len += PAGE; continue; }
+            if (run_len) rc = CLOSE_RUN();
+            run = a; run_len = PAGE; run_clean = clean;
+        }
+    }
+    if (run_len && rc == 0) rc = CLOSE_RUN();
+#undef CLOSE_RUN
+    return rc;
+}
+
+/* One anonymous region without reading pagemap (copy mode, in the pause):
+ * its pages with data are those the previous checkpoint held, clean, and
+ * those written since (a page dropped since reads as zeros and is skipped
+ * as such). */
+static int plan_region_tracked(struct planner *pl, size_t i)
+{
+    struct rt_ckpt *ck = pl->ck;
+    const struct lz_region *r = &ck->regions[i];
+    const struct rt_region_dirty *rd = &ck->rdirty[i];
+    const struct rt_map *pm = pl->pm;
+    const struct rt_dirty_range *dr = (const struct rt_dirty_range *)ck->dirty + rd->first, *dend = dr + rd->n;
+    uint64_t cur = r->start;
+    while (pl->pe < pm->nextents && pm->extents[pl->pe].addr + pm->extents[pl->pe].length <= cur) pl->pe++;
+    while (cur < r->end) {
+        while (dr < dend && dr->end <= cur) dr++;
+        while (pl->pe < pm->nextents && pm->extents[pl->pe].addr + pm->extents[pl->pe].length <= cur) pl->pe++;
+        const struct lz_extent *x = pl->pe < pm->nextents ? &pm->extents[pl->pe] : NULL;
+        uint64_t nd = dr < dend ? dr->start : r->end, nx = x ? x->addr : r->end;
+        if (nd > r->end) nd = r->end;
+        if (nx > r->end) nx = r->end;
+        if (dr < dend && dr->start <= cur) {
+            uint64_t end = dr->end < r->end ? dr->end : r->end;
+            if (push(pl, cur, end - cur, IT_NEW, 0, 0, 0, 0) < 0) return -1;
+            cur = end;
+        } else if (x && x->addr <= cur) {
+            uint64_t end = x->addr + x->length;
+            if (end > nd) end = nd;
+            int rc = x->frame == LZ_FRAME_ZERO ? push(pl, cur, end - cur, IT_ZERO, 0, 0, 0, 0)
+                                               : push(pl, cur, end - cur, IT_REF, x->frame, x->skip + (uint32_t)(cur - x->addr), 0, 0);
+            if (rc < 0) return -1;
+            cur = end;
+        } else {
+            cur = nd < nx ? nd : nx; /* no data here */
+        }
+    }
+    return 0;
+}
+
+static int plan_begin(struct rt_ckpt *ck, struct planner *pl)
+{
+    pl->ck = ck;
+    pl->pm = rt_map_current();
+    pl->pe = 0;
+    ck->nitems = 0;
+    ck->items = arena_alloc(&ck->arena, (size_t)ITEMS_CAP * sizeof *ck->items);
+    ck->ritems = arena_alloc(&ck->arena, (ck->nregions + 1) * 4);
+    return ck->items && ck->ritems ? 0 : perr(ck, "out of checkpoint scratch memory", 0);
+}
+
+/* In a forked writer: every region from pagemap. */
+static int plan_all(struct rt_ckpt *ck)
+{
+    struct planner pl;
+    if (plan_begin(ck, &pl) < 0) return -1;
+    long pm_fd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
+    if (pm_fd < 0) return perr(ck, "cannot open /proc/self/pagemap", pm_fd);
+    enum { BATCH = 8192 };
+    uint64_t *ents = arena_alloc(&ck->arena, BATCH * 8);
+    int rc = ents ? 0 : perr(ck, "out of checkpoint scratch memory", 0);
+    for (size_t i = 0; i < ck->nregions && rc == 0; i++) {
+        ck->ritems[i] = (uint32_t)ck->nitems;
+        if (region_stored(&ck->regions[i])) rc = plan_region_pagemap(&pl, i, pm_fd, ents, BATCH);
+    }
+    ck->ritems[ck->nregions] = (uint32_t)ck->nitems;
+    lz_sc1(SYS_close, pm_fd);
+    return rc;
+}
+
+/* Copy mode: when dirty tracking covers all but a little memory, the pause
+ * copies the changed pages (and the few untracked ones) instead of forking:
+ * fork copies the page tables of all memory (20 ms per GiB of 4 KiB pages),
+ * this costs about what changed.  Returns 1 when planned, 0 when the
+ * checkpoint must fork instead, -1 on error. */
+int rt_plan_copy(struct rt_ckpt *ck)
+{
+    const struct rt_map *pm = rt_map_current();
+    if (!pm->index || !pm->tracked || !ck->tracking) return 0;
+    uint64_t budget = 0;
+    for (size_t i = 0; i < ck->nregions; i++) {
+        const struct lz_region *r = &ck->regions[i];
+        const struct rt_region_dirty *rd = &ck->rdirty[i];
+        if (!region_stored(r)) continue;
+        if (rd->all && !rd->delta) budget += r->end - r->start;
+        for (uint32_t k = 0; k < rd->n; k++) {
+            const struct rt_dirty_range *d = (const struct rt_dirty_range *)ck->dirty + rd->first + k;
+            budget += d->end - d->start;
+        }
+    }
+    if (budget > COPY_MAX) return 0;
+    struct planner pl;
+    if (plan_begin(ck, &pl) < 0) return -1;
+    long pm_fd = -1;
+    enum { BATCH = 512 };
+    uint64_t *ents = arena_alloc(&ck->arena, BATCH * 8);
+    if (!ents) return perr(ck, "out of checkpoint scratch memory", 0);
+    int rc = 0;
+    for (size_t i = 0; i < ck->nregions && rc == 0; i++) {
+        const struct lz_region *r = &ck->regions[i];
+        const struct rt_region_dirty *rd = &ck->rdirty[i];
+        size_t first = ck->nitems;
+        ck->ritems[i] = (uint32_t)first;
+        if (!region_stored(r)) continue;
+        if (rd->all) {
+            rc = push(&pl, r->start, r->end - r->start, IT_NEW, 0, 0, r->kind == LZ_R_FILE_PRIVATE, rd->delta);
+        } else if (r->kind == LZ_R_FILE_PRIVATE) {
+            if (pm_fd < 0) pm_fd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
+            rc = pm_fd < 0 ? perr(ck, "cannot open /proc/self/pagemap", pm_fd) : plan_region_pagemap(&pl, i, pm_fd, ents, BATCH);
+        } else {
+            rc = plan_region_tracked(&pl, i);
+        }
+        /* the pages to store, copied now: the program changes them as soon as it runs */
+        for (size_t k = first; k < ck->nitems && rc == 0; k++) {
+            struct rt_item *it = &ck->items[k];
+            if (it->kind != IT_NEW || it->src != it->addr) continue; /* shared memory is copied already */
+            char *copy = arena_alloc(&ck->arena, it->len);
+            if (!copy) { rc = perr(ck, "out of checkpoint scratch memory", 0); break; }
+            if (!(r->prot & PROT_READ)) lz_sc3(SYS_mprotect, r->start, r->end - r->start, r->prot | PROT_READ);
+            memcpy(copy, (const void *)it->addr, it->len);
+            if (!(r->prot & PROT_READ)) lz_sc3(SYS_mprotect, r->start, r->end - r->start, r->prot);
+            it->src = (uint64_t)copy;
+        }
+    }
+    ck->ritems[ck->nregions] = (uint32_t)ck->nitems;
+    if (pm_fd >= 0) lz_sc1(SYS_close, pm_fd);
+    if (rc == 0) ck->planned = 1;
+    return rc < 0 ? -1 : 1;
+}
+
+/* ------------------------------------------------------------ the writer */
+
 struct pend { uint64_t d0, d1; uint32_t skip, used; };
 
 struct writer {
     struct rt_ckpt *ck;
     const struct rt_map *pm;
     struct rt_map *nm;
-    struct item *items; size_t nitems;
     uint32_t *newidx;  /* previous frame -> index in the new map, ~0 = not yet */
     uint64_t *live;    /* previous frame -> bytes the new checkpoint references */
     uint8_t *sparse;
@@ -138,89 +355,8 @@ static int werr(struct writer *w, const char *what, long e)
     const char *why = e == -ENOSPC ? "no space left on device" : e == -EDQUOT ? "disk quota exceeded" : e == -EIO ? "I/O error"
                     : e == -EACCES ? "permission denied" : e == -EROFS ? "read-only file system" : NULL;
     if (why) rt_fmt(w->ck->err, sizeof w->ck->err, "%s: %s", what, why);
-    else if (e) rt_fmt(w->ck->err, sizeof w->ck->err, "%s: errno %ld", what, -e);
-    else rt_fmt(w->ck->err, sizeof w->ck->err, "%s", what);
+    else return perr(w->ck, what, e);
     return -1;
-}
-
-static int push(struct writer *w, uint64_t addr, uint64_t len, int kind, uint32_t pframe, uint32_t skip, int file)
-{
-    if (!len) return 0;
-    if (w->nitems == ITEMS_CAP) return werr(w, "the program's memory is too fragmented to checkpoint", 0);
-    w->items[w->nitems++] = (struct item){addr, (uint32_t)len, (uint8_t)kind, (uint8_t)file, 0, pframe, skip};
-    return 0;
-}
-
-/* A clean run [a,b): what the previous map says it holds. */
-static int close_clean(struct writer *w, size_t *pe, uint64_t a, uint64_t b, int file)
-{
-    const struct rt_map *pm = w->pm;
-    while (*pe < pm->nextents && pm->extents[*pe].addr + pm->extents[*pe].length <= a) (*pe)++;
-    uint64_t cur = a;
-    for (size_t k = *pe; k < pm->nextents && pm->extents[k].addr < b; k++) {
-        const struct lz_extent *x = &pm->extents[k];
-        uint64_t lo = x->addr > cur ? x->addr : cur, hi = x->addr + x->length < b ? x->addr + x->length : b;
-        if (lo > cur && push(w, cur, lo - cur, IT_NEW, 0, 0, file) < 0) return -1;
-        if (x->frame == LZ_FRAME_ZERO) {
-            if (push(w, lo, hi - lo, IT_ZERO, 0, 0, file) < 0) return -1;
-        } else {
-            if (push(w, lo, hi - lo, IT_REF, x->frame, x->skip + (uint32_t)(lo - x->addr), file) < 0) return -1;
-            w->live[x->frame] += hi - lo;
-        }
-        cur = hi;
-    }
-    return push(w, cur, b - cur, IT_NEW, 0, 0, file);
-}
-
-static int classify(struct writer *w)
-{
-    struct rt_ckpt *ck = w->ck;
-    int use_clean = w->pm->index && w->pm->tracked && ck->tracking;
-    long pm_fd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
-    if (pm_fd < 0) return werr(w, "cannot open /proc/self/pagemap", pm_fd);
-    enum { BATCH = 8192 };
-    uint64_t *ents = arena_alloc(&ck->arena, BATCH * 8);
-    size_t pe = 0;
-    int rc = ents ? 0 : werr(w, "out of checkpoint scratch memory", 0);
-    for (size_t i = 0; i < ck->nregions && rc == 0; i++) {
-        struct lz_region *r = &ck->regions[i];
-        const struct rt_region_dirty *rd = &ck->rdirty[i];
-        ck->ritems[i] = (uint32_t)w->nitems;
-        if (!region_stored(r)) continue;
-        int file = r->kind == LZ_R_FILE_PRIVATE;
-        const struct rt_dirty_range *dr = (const struct rt_dirty_range *)ck->dirty + rd->first, *dend = dr + rd->n;
-        uint64_t run = 0, run_len = 0;
-        int run_clean = 0;
-        for (uint64_t a = r->start; a < r->end && rc == 0;) {
-            uint64_t npages = (r->end - a) / PAGE;
-            if (npages > BATCH) npages = BATCH;
-            long got = rd->from_content ? (long)(npages * 8) : lz_sc4(SYS_pread64, pm_fd, ents, npages * 8, (a / PAGE) * 8);
-            if (got == -EINTR) continue;
-            if (got <= 0) { rc = werr(w, "cannot read /proc/self/pagemap", got); break; }
-            npages = (uint64_t)got / 8;
-            for (uint64_t k = 0; k < npages && rc == 0; k++, a += PAGE) {
-                uint64_t e = rd->from_content ? PM_PRESENT : ents[k];
-                int has = (e & (PM_PRESENT | PM_SWAPPED)) && !(file && (e & PM_FILE) && !(e & PM_SWAPPED));
-                if (!has) {
-                    if (run_len) rc = run_clean ? close_clean(w, &pe, run, run + run_len, file) : push(w, run, run_len, IT_NEW, 0, 0, file);
-                    run_len = 0;
-                    continue;
-                }
-                int clean = use_clean && !rd->all;
-                if (clean) {
-                    while (dr < dend && dr->end <= a) dr++;
-                    if (dr < dend && dr->start <= a) clean = 0;
-                }
-                if (run_len && run_clean == clean) { run_len += PAGE; continue; }
-                if (run_len) rc = run_clean ? close_clean(w, &pe, run, run + run_len, file) : push(w, run, run_len, IT_NEW, 0, 0, file);
-                run = a; run_len = PAGE; run_clean = clean;
-            }
-        }
-        if (run_len && rc == 0) rc = run_clean ? close_clean(w, &pe, run, run + run_len, file) : push(w, run, run_len, IT_NEW, 0, 0, file);
-    }
-    ck->ritems[ck->nregions] = (uint32_t)w->nitems;
-    lz_sc1(SYS_close, pm_fd);
-    return rc;
 }
 
 /* heap sort of previous frames by (pack id, offset): no libc in here */
@@ -383,35 +519,66 @@ static int flush_frame(struct writer *w)
     return 0;
 }
 
-/* Where an identical page is held, as (frame in the new map, skip); -1 if nowhere usable. */
-static long dedup_find(struct writer *w, uint64_t d0, uint64_t d1, uint32_t *skip)
+/* A page's digest and what the first pass found for it. */
+struct pgref { uint64_t d0, d1; uint32_t frame, skip; };
+#define PG_ZERO 0xfffffffeu
+#define PG_NONE 0xffffffffu
+
+/* A previous frame holding this content: its index there, or -1. */
+static long dedup_prev(const struct writer *w, uint64_t d0, uint64_t d1, uint32_t *skip)
+{
+    uint64_t nslots;
+    const struct rt_dedup_ent *e = &rt_map_dedup(&nslots)[d0 & (nslots - 1)];
+    if (e->d0 != d0 || e->d1 != d1 || e->check != rt_dedup_check(e) || e->pack == (uint32_t)w->ck->index) return -1;
+    long f = find_prev_frame(w, e->pack, e->offset);
+    if (f < 0 || e->skip + PAGE > w->pm->frames[f].raw) return -1;
+    *skip = e->skip;
+    return f;
+}
+
+/* A frame of this checkpoint holding this content (being filled, or
+ * written already): its index in the new map, or -1. */
+static long dedup_new(const struct writer *w, uint64_t d0, uint64_t d1, uint32_t *skip)
 {
     for (uint32_t i = pend_slot(d0), k = 0; k < PENDING_SLOTS && w->pend[i].used; k++, i = (i + 1) % PENDING_SLOTS)
         if (w->pend[i].d0 == d0 && w->pend[i].d1 == d1) { *skip = w->pend[i].skip; return w->sframe; }
     uint64_t nslots;
     const struct rt_dedup_ent *e = &rt_map_dedup(&nslots)[d0 & (nslots - 1)];
-    if (e->d0 != d0 || e->d1 != d1 || e->check != rt_dedup_check(e)) return -1;
-    *skip = e->skip;
-    if (e->pack == (uint32_t)w->ck->index) {
-        size_t lo = 0, hi = w->n_new;
-        while (lo < hi) { size_t m = (lo + hi) / 2; if (w->nf_off[m] < e->offset) lo = m + 1; else hi = m; }
-        if (lo < w->n_new && w->nf_off[lo] == e->offset && e->skip + PAGE <= w->nm->frames[w->nf_idx[lo]].raw) return w->nf_idx[lo];
-        return -1;
+    if (e->d0 != d0 || e->d1 != d1 || e->check != rt_dedup_check(e) || e->pack != (uint32_t)w->ck->index) return -1;
+    size_t lo = 0, hi = w->n_new;
+    while (lo < hi) { size_t m = (lo + hi) / 2; if (w->nf_off[m] < e->offset) lo = m + 1; else hi = m; }
+    if (lo < w->n_new && w->nf_off[lo] == e->offset && e->skip + PAGE <= w->nm->frames[w->nf_idx[lo]].raw) {
+        *skip = e->skip;
+        return w->nf_idx[lo];
     }
-    long f = find_prev_frame(w, e->pack, e->offset);
-    if (f < 0 || w->sparse[f] || e->skip + PAGE > w->pm->frames[f].raw) return -1;
-    f = use_prev_frame(w, (uint32_t)f);
-    return f < 0 ? -2 : f;
+    return -1;
 }
 
-static int store_page(struct writer *w, size_t rfirst, uint64_t a, int file, int64_t delta)
+/* First pass over a page to store: zero, or found in a previous frame
+ * (which then counts as referenced for coalescing). */
+static void examine_page(struct writer *w, const void *p, struct pgref *g)
 {
-    const void *p = (const void *)(a + (uint64_t)delta);
-    if (lz_is_zero(p, PAGE)) return file ? emit(w, rfirst, a, PAGE, LZ_FRAME_ZERO, 0) : 0;
+    if (lz_is_zero(p, PAGE)) { g->frame = PG_ZERO; return; }
     XXH128_hash_t d = XXH3_128bits(p, PAGE);
+    g->d0 = d.low64;
+    g->d1 = d.high64;
+    long f = dedup_prev(w, g->d0, g->d1, &g->skip);
+    g->frame = f < 0 ? PG_NONE : (uint32_t)f;
+    if (f >= 0) w->live[f] += PAGE;
+}
+
+static int store_page(struct writer *w, size_t rfirst, uint64_t a, const void *p, int file, const struct pgref *g)
+{
+    struct pgref mine;
+    if (!g) { examine_page(w, p, &mine); g = &mine; } /* a page of a sparse frame, stored again */
+    if (g->frame == PG_ZERO) return file ? emit(w, rfirst, a, PAGE, LZ_FRAME_ZERO, 0) : 0;
+    if (g->frame != PG_NONE && !w->sparse[g->frame]) {
+        long f = use_prev_frame(w, g->frame);
+        return f < 0 ? -1 : emit(w, rfirst, a, PAGE, (uint32_t)f, g->skip);
+    }
+    struct { uint64_t low64, high64; } d = {g->d0, g->d1};
     uint32_t skip;
-    long f = dedup_find(w, d.low64, d.high64, &skip);
-    if (f == -2) return -1;
+    long f = dedup_new(w, d.low64, d.high64, &skip);
     if (f >= 0) return emit(w, rfirst, a, PAGE, (uint32_t)f, skip);
     if (!w->spos) {
         if (w->nm->nframes == w->nm->frames_cap) return werr(w, "too many frames", 0);
@@ -443,7 +610,6 @@ int rt_store_pages(struct rt_ckpt *ck)
     w->codec = ck->codec;
     size_t csz = w->codec != LZ_CODEC_NONE ? lz_cctx_size(w->codec, ck->level, LZ_FRAME_MAX) : 0;
     void *cmem = csz ? arena_alloc(&ck->arena, csz) : NULL;
-    w->items = arena_alloc(&ck->arena, (size_t)ITEMS_CAP * sizeof *w->items);
     w->newidx = arena_alloc(&ck->arena, (pf + 1) * 4);
     w->live = arena_alloc(&ck->arena, (pf + 1) * 8);
     w->sparse = arena_alloc(&ck->arena, pf + 1);
@@ -452,9 +618,8 @@ int rt_store_pages(struct rt_ckpt *ck)
     w->nf_off = arena_alloc(&ck->arena, (size_t)w->nm->frames_cap * 8);
     w->stage = arena_alloc(&ck->arena, LZ_FRAME_MAX);
     w->out = arena_alloc(&ck->arena, OUT_BYTES);
-    ck->ritems = arena_alloc(&ck->arena, (ck->nregions + 1) * 4);
-    if (!w->items || !w->newidx || !w->live || !w->sparse || !w->psorted || !w->nf_idx || !w->nf_off || !w->stage ||
-        !w->out || !ck->ritems || (csz && !cmem)) {
+    if (!w->newidx || !w->live || !w->sparse || !w->psorted || !w->nf_idx || !w->nf_off || !w->stage ||
+        !w->out || (csz && !cmem)) {
         rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory");
         return -1;
     }
@@ -466,19 +631,37 @@ int rt_store_pages(struct rt_ckpt *ck)
     memset(w->live, 0, (pf + 1) * 8);
     sort_prev_frames(w->pm, w->psorted);
 
-    /* readable while we copy (a PROT_NONE region that holds data, say) */
-    for (size_t i = 0; i < ck->nregions; i++)
-        if (region_stored(&ck->regions[i]) && !(ck->regions[i].prot & PROT_READ))
-            lz_sc3(SYS_mprotect, ck->regions[i].start, ck->regions[i].end - ck->regions[i].start, ck->regions[i].prot | PROT_READ);
-
-    int rc = classify(w);
+    int rc = 0;
+    if (!ck->planned) {
+        /* a forked writer reads the memory itself: readable while it copies
+         * (a PROT_NONE region that holds data, say) */
+        for (size_t i = 0; i < ck->nregions; i++)
+            if (region_stored(&ck->regions[i]) && !(ck->regions[i].prot & PROT_READ))
+                lz_sc3(SYS_mprotect, ck->regions[i].start, ck->regions[i].end - ck->regions[i].start, ck->regions[i].prot | PROT_READ);
+        rc = plan_all(ck);
+    }
+    /* what the new checkpoint references of each previous frame: clean runs,
+     * and changed pages whose content a previous frame holds (dedup) */
+    uint64_t nnew = 0;
+    for (size_t k = 0; k < ck->nitems && rc == 0; k++) {
+        if (ck->items[k].kind == IT_REF) w->live[ck->items[k].pframe] += ck->items[k].len;
+        if (ck->items[k].kind == IT_NEW) nnew += ck->items[k].len / PAGE;
+    }
+    struct pgref *pg = rc == 0 ? arena_alloc(&ck->arena, (nnew + 1) * sizeof *pg) : NULL;
+    if (rc == 0 && !pg) rc = werr(w, "out of checkpoint scratch memory", 0);
+    for (size_t k = 0, n = 0; k < ck->nitems && rc == 0; k++) {
+        const struct rt_item *it = &ck->items[k];
+        if (it->kind == IT_NEW)
+            for (uint64_t o = 0; o < it->len; o += PAGE) examine_page(w, (const void *)(it->src + o), &pg[n++]);
+    }
     for (size_t f = 0; f < pf; f++) w->sparse[f] = w->live[f] * 2 < w->pm->frames[f].raw;
+    size_t npg = 0;
     for (size_t i = 0; i < ck->nregions && rc == 0; i++) {
         struct lz_region *r = &ck->regions[i];
         size_t rfirst = w->nm->nextents;
         r->first_extent = (uint32_t)rfirst;
         for (uint32_t k = ck->ritems[i]; k < ck->ritems[i + 1] && rc == 0; k++) {
-            const struct item *it = &w->items[k];
+            const struct rt_item *it = &ck->items[k];
             if (it->kind == IT_ZERO) { rc = emit(w, rfirst, it->addr, it->len, LZ_FRAME_ZERO, 0); continue; }
             if (it->kind == IT_REF && !w->sparse[it->pframe]) {
                 long f = use_prev_frame(w, it->pframe);
@@ -486,7 +669,9 @@ int rt_store_pages(struct rt_ckpt *ck)
                 continue;
             }
             if (it->kind == IT_NEW) w->changed += it->len;
-            for (uint64_t a = it->addr; a < it->addr + it->len && rc == 0; a += PAGE) rc = store_page(w, rfirst, a, it->region_file, ck->rdirty[i].delta);
+            for (uint64_t o = 0; o < it->len && rc == 0; o += PAGE)
+                rc = store_page(w, rfirst, it->addr + o, (const void *)(it->src + o), it->region_file,
+                                it->kind == IT_NEW ? &pg[npg++] : NULL);
         }
         r->nextents = (uint32_t)(w->nm->nextents - rfirst);
     }

@@ -107,20 +107,67 @@ static int file_range_hash(struct rt_ckpt *ck, struct lz_region *r, const char *
     return 0;
 }
 
+/* VmFlags of each mapping as of the last read of /proc/self/smaps, which
+ * walks every page of every mapping (14 ms per GiB, in the pause) while
+ * /proc/self/maps does not.  The flags change only through madvise, which
+ * nearly always splits or merges the mapping: smaps is read again whenever
+ * a mapping's bounds are not in the cache. */
+struct vmf { uint64_t start, end; uint32_t flags; };
+static struct vmf vmf_cache[4096];
+static size_t vmf_n;
+
+void rt_regions_forget(void) { vmf_n = 0; }
+
+static struct vmf *vmf_find(uint64_t start, uint64_t end)
+{
+    size_t lo = 0, hi = vmf_n;
+    while (lo < hi) { size_t m = (lo + hi) / 2; if (vmf_cache[m].start < start) lo = m + 1; else hi = m; }
+    return lo < vmf_n && vmf_cache[lo].start == start && vmf_cache[lo].end == end ? &vmf_cache[lo] : NULL;
+}
+
+static int skipped(struct rt_ckpt *ck, uint64_t start, uint64_t end, const char *name)
+{
+    uint64_t arena_lo = (uint64_t)ck->arena.base, arena_hi = arena_lo + ck->arena.cap;
+    return (start >= arena_lo && end <= arena_hi) || fj_owns(start, end) || rt_map_owns(start, end) ||
+           (name[0] == '[' && name[1] == 'v');
+}
+
+/* 1 when every mapping listed in maps text has cached flags */
+static int cache_covers(struct rt_ckpt *ck, const char *s)
+{
+    while (*s) {
+        const char *q = s;
+        uint64_t start = parse_hex(&q); q++;
+        uint64_t end = parse_hex(&q);
+        const char *name = q;
+        while (*name && *name != '\n' && *name != '[' && *name != '/') name++;
+        if (!skipped(ck, start, end, *name == '[' ? name : "") && !vmf_find(start, end)) return 0;
+        while (*s && *s != '\n') s++;
+        if (*s) s++;
+    }
+    return 1;
+}
+
 int rt_capture_regions(struct rt_ckpt *ck)
 {
     size_t cap = 64u << 20;
     char *text = arena_alloc(&ck->arena, cap);
     if (!text) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
-    long n = rt_read_file("/proc/self/smaps", text, cap - 1);
-    if (n <= 0) { rt_fmt(ck->err, sizeof ck->err, "cannot read /proc/self/smaps"); return -1; }
+    long n = rt_read_file("/proc/self/maps", text, cap - 1);
+    if (n <= 0) { rt_fmt(ck->err, sizeof ck->err, "cannot read /proc/self/maps"); return -1; }
     text[n] = 0;
+    int have_flags = !cache_covers(ck, text);
+    if (have_flags) {
+        n = rt_read_file("/proc/self/smaps", text, cap - 1);
+        if (n <= 0) { rt_fmt(ck->err, sizeof ck->err, "cannot read /proc/self/smaps"); return -1; }
+        text[n] = 0;
+        vmf_n = 0;
+    }
     size_t maxr = 1;
     for (const char *s = text; *s; s++) if (*s == '\n' && is_header(s + 1)) maxr++;
     ck->regions = arena_alloc(&ck->arena, maxr * sizeof *ck->regions);
     ck->rdirty = arena_alloc(&ck->arena, maxr * sizeof *ck->rdirty);
     if (!ck->regions || !ck->rdirty) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
-    uint64_t arena_lo = (uint64_t)ck->arena.base, arena_hi = arena_lo + ck->arena.cap;
     struct lz_proc *p = ck->proc;
     uint64_t vd_lo = ~0ull, vd_hi = 0;
     int rc = 0;
@@ -144,13 +191,18 @@ int rt_capture_regions(struct rt_ckpt *ck)
         while (q[pl] && q[pl] != '\n' && pl < sizeof path - 1) { path[pl] = q[pl]; pl++; }
         path[pl] = 0;
         uint32_t flags = 0;
-        for (const char *t = s; *t && !is_header(t);) {
-            if (!memcmp(t, "VmFlags:", 8)) flags = vmflags(t + 8);
-            while (*t && *t != '\n') t++;
-            if (*t) t++;
+        if (have_flags) {
+            for (const char *t = s; *t && !is_header(t);) {
+                if (!memcmp(t, "VmFlags:", 8)) flags = vmflags(t + 8);
+                while (*t && *t != '\n') t++;
+                if (*t) t++;
+            }
+            if (vmf_n < sizeof vmf_cache / sizeof vmf_cache[0]) vmf_cache[vmf_n++] = (struct vmf){start, end, flags};
+        } else {
+            const struct vmf *f = vmf_find(start, end);
+            flags = f ? f->flags : 0;
         }
-        if (start >= arena_lo && end <= arena_hi) continue;
-        if (fj_owns(start, end) || rt_map_owns(start, end)) continue;
+        if (skipped(ck, start, end, "")) continue;
         if (!strcmp(path, "[vsyscall]")) continue;
         if (!strcmp(path, "[vvar]") || !strcmp(path, "[vvar_vclock]") || !strcmp(path, "[vdso]")) {
             if (start < vd_lo) vd_lo = start;

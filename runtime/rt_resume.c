@@ -35,6 +35,7 @@ void rt_resume(struct rt_ckpt *unused)
     r->magic = 0;
     /* the next checkpoint stores only what changes from here on */
     rt_dirty_forget();
+    rt_regions_forget();
     rt_map_seed(rt.dir, r->index, rt_track_all());
     char err[256];
     if (fj_restarted(r->index, err, sizeof err) < 0) {
