@@ -57,6 +57,8 @@ struct pm_scan_arg {
 #define PAGE_IS_WRITTEN (1 << 1)
 #define PAGE_IS_FILE (1 << 2)
 #define PAGE_IS_PRESENT (1 << 3)
+#define PAGE_IS_SWAPPED (1 << 4)
+#define PAGE_IS_PFNZERO (1 << 5)
 #define PM_SCAN_WP_MATCHING (1 << 0)
 #define PM_SCAN_CHECK_WPASYNC (1 << 1)
 #endif
@@ -303,5 +305,38 @@ long rt_dirty_scan(uint64_t start, uint64_t end, struct rt_dirty_range *out, siz
         addr = next;
     }
     if (resume) *resume = addr < end ? addr : end;
+    return (long)n;
+}
+
+long rt_dirty_holding(uint64_t start, uint64_t end, struct rt_dirty_range *out, size_t cap)
+{
+    long r = check_range(start, end);
+    if (r < 0) return r;
+    struct page_region vec[64];
+    size_t n = 0;
+    uint64_t addr = start;
+    while (addr < end) {
+        struct pm_scan_arg a = {
+            .size = sizeof a,
+            .start = addr,
+            .end = end,
+            .vec = (uint64_t)(uintptr_t)vec,
+            .vec_len = 64,
+            /* present but not the shared zero page, or swapped out */
+            .category_inverted = PAGE_IS_PFNZERO,
+            .category_mask = PAGE_IS_PFNZERO,
+            .category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+            .return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+        };
+        r = lz_sc3(SYS_ioctl, st.pm_fd, PAGEMAP_SCAN, &a);
+        if (r < 0) return r;
+        for (long i = 0; i < r; i++) {
+            if (n && out[n - 1].end == vec[i].start) { out[n - 1].end = vec[i].end; continue; }
+            if (n == cap) return -ENOSPC;
+            out[n++] = (struct rt_dirty_range){vec[i].start, vec[i].end};
+        }
+        if (a.walk_end <= addr) return -EIO;
+        addr = a.walk_end;
+    }
     return (long)n;
 }

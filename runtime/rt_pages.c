@@ -199,12 +199,17 @@ static int plan_region_pagemap(struct planner *pl, size_t i, long pm_fd, uint64_
  * its pages with data are those the previous checkpoint held, clean, and
  * those written since (a page dropped since reads as zeros and is skipped
  * as such). */
-static int plan_region_tracked(struct planner *pl, size_t i)
+static int plan_region_tracked(struct planner *pl, size_t i, struct rt_dirty_range *hold, size_t holdcap)
 {
     struct rt_ckpt *ck = pl->ck;
     const struct lz_region *r = &ck->regions[i];
     const struct rt_region_dirty *rd = &ck->rdirty[i];
     const struct rt_map *pm = pl->pm;
+    /* clean pages the kernel dropped (MADV_FREE) are not reported written:
+     * a clean page counts only if it still holds data */
+    long nh = rt_dirty_holding(r->start, r->end, hold, holdcap);
+    if (nh < 0) return 1; /* let the caller fork instead */
+    const struct rt_dirty_range *h = hold, *hend = hold + nh;
     const struct rt_dirty_range *dr = (const struct rt_dirty_range *)ck->dirty + rd->first, *dend = dr + rd->n;
     uint64_t cur = r->start;
     while (pl->pe < pm->nextents && pm->extents[pl->pe].addr + pm->extents[pl->pe].length <= cur) pl->pe++;
@@ -222,6 +227,12 @@ static int plan_region_tracked(struct planner *pl, size_t i)
         } else if (x && x->addr <= cur) {
             uint64_t end = x->addr + x->length;
             if (end > nd) end = nd;
+            while (h < hend && h->end <= cur) h++;
+            if (!(h < hend && h->start <= cur)) { /* dropped: no data until the next held page */
+                cur = h < hend && h->start < end ? h->start : end;
+                continue;
+            }
+            if (end > h->end) end = h->end;
             int rc = x->frame == LZ_FRAME_ZERO ? push(pl, cur, end - cur, IT_ZERO, 0, 0, 0, 0)
                                                : push(pl, cur, end - cur, IT_REF, x->frame, x->skip + (uint32_t)(cur - x->addr), 0, 0);
             if (rc < 0) return -1;
@@ -289,7 +300,9 @@ int rt_plan_copy(struct rt_ckpt *ck)
     long pm_fd = -1;
     enum { BATCH = 512 };
     uint64_t *ents = arena_alloc(&ck->arena, BATCH * 8);
-    if (!ents) return perr(ck, "out of checkpoint scratch memory", 0);
+    enum { HOLD_CAP = 1 << 20 };
+    struct rt_dirty_range *hold = arena_alloc(&ck->arena, HOLD_CAP * sizeof *hold);
+    if (!ents || !hold) return perr(ck, "out of checkpoint scratch memory", 0);
     int rc = 0;
     for (size_t i = 0; i < ck->nregions && rc == 0; i++) {
         const struct lz_region *r = &ck->regions[i];
@@ -303,7 +316,8 @@ int rt_plan_copy(struct rt_ckpt *ck)
             if (pm_fd < 0) pm_fd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
             rc = pm_fd < 0 ? perr(ck, "cannot open /proc/self/pagemap", pm_fd) : plan_region_pagemap(&pl, i, pm_fd, ents, BATCH);
         } else {
-            rc = plan_region_tracked(&pl, i);
+            rc = plan_region_tracked(&pl, i, hold, HOLD_CAP);
+            if (rc > 0) return 0; /* cannot tell which pages hold data: fork */
         }
         /* the pages to store, copied now: the program changes them as soon as it runs */
         for (size_t k = first; k < ck->nitems && rc == 0; k++) {
