@@ -127,9 +127,13 @@ static int perr(struct rt_ckpt *ck, const char *what, long e)
 static int push(struct planner *pl, uint64_t addr, uint64_t len, int kind, uint32_t pframe, uint32_t skip, int file, int64_t delta)
 {
     struct rt_ckpt *ck = pl->ck;
-    if (!len) return 0;
-    if (ck->nitems == ITEMS_CAP) return perr(ck, "the program's memory is too fragmented to checkpoint", 0);
-    ck->items[ck->nitems++] = (struct rt_item){addr, addr + (uint64_t)delta, (uint32_t)len, (uint8_t)kind, (uint8_t)file, 0, pframe, skip};
+    while (len) { /* runs of any size, items of at most LZ_EXTENT_MAX (their length is 32 bits) */
+        uint64_t n = len < LZ_EXTENT_MAX ? len : LZ_EXTENT_MAX;
+        if (ck->nitems == ITEMS_CAP) return perr(ck, "the program's memory is too fragmented to checkpoint", 0);
+        ck->items[ck->nitems++] = (struct rt_item){addr, addr + (uint64_t)delta, (uint32_t)n, (uint8_t)kind, (uint8_t)file, 0, pframe, skip};
+        addr += n; len -= n;
+        if (kind == IT_REF) skip += (uint32_t)n;
+    }
     return 0;
 }
 
@@ -294,7 +298,8 @@ int rt_plan_copy(struct rt_ckpt *ck)
             budget += d->end - d->start;
         }
     }
-    if (budget > COPY_MAX) return 0;
+    /* a fork costs about 20 ms per GiB of memory, a copy about 1 ms per MiB */
+    if (budget > COPY_MAX || budget > ck->mem_bytes / 40) return 0;
     struct planner pl;
     if (plan_begin(ck, &pl) < 0) return -1;
     long pm_fd = -1;
