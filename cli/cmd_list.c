@@ -3,11 +3,13 @@
 #include "codec.h"
 #include "util.h"
 #include "rollback.h"
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char help[] =
     "usage: lazarus list [-d DIR] [--json]\n"
@@ -49,6 +51,7 @@ int cmd_list(int argc, char **argv)
         lz_ckpt_path(ck, sizeof ck, dir, v[i]);
         struct lz_image img;
         if (lz_manifest_load(ck, &img, why, sizeof why) < 0) {
+            if (access(ck, F_OK) < 0 && errno == ENOENT) continue; /* removed by retention meanwhile */
             if (!o.json) printf("%6" PRIu64 "  damaged: %s\n", v[i], why);
             bad = 1;
             continue;

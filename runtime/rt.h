@@ -76,6 +76,7 @@ struct rt_ckpt {
     struct rt_region_dirty *rdirty;  /* one per region */
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
     int tracking;                    /* the dirty tracker works in this process */
+    int swap_active;                 /* swap in use: pagemap's "swapped" may be real */
     struct rt_item *items; size_t nitems; /* runs of pages and what becomes of them (rt_pages.c) */
     uint32_t *ritems;                /* per region, its first run */
     int planned;                     /* items made in the pause (copy mode) */

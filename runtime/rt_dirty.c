@@ -308,7 +308,7 @@ long rt_dirty_scan(uint64_t start, uint64_t end, struct rt_dirty_range *out, siz
     return (long)n;
 }
 
-long rt_dirty_holding(uint64_t start, uint64_t end, struct rt_dirty_range *out, size_t cap)
+long rt_dirty_holding(uint64_t start, uint64_t end, struct rt_dirty_range *out, size_t cap, int swap)
 {
     long r = check_range(start, end);
     if (r < 0) return r;
@@ -325,8 +325,8 @@ long rt_dirty_holding(uint64_t start, uint64_t end, struct rt_dirty_range *out, 
             /* present but not the shared zero page, or swapped out */
             .category_inverted = PAGE_IS_PFNZERO,
             .category_mask = PAGE_IS_PFNZERO,
-            .category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-            .return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+            .category_anyof_mask = PAGE_IS_PRESENT | (swap ? PAGE_IS_SWAPPED : 0),
+            .return_mask = PAGE_IS_PRESENT | (swap ? PAGE_IS_SWAPPED : 0),
         };
         r = lz_sc3(SYS_ioctl, st.pm_fd, PAGEMAP_SCAN, &a);
         if (r < 0) return r;

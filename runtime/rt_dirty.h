@@ -74,10 +74,11 @@ long rt_dirty_scan(uint64_t start, uint64_t end, struct rt_dirty_range *out, siz
                    uint64_t *resume);
 
 /* Pages in [start,end) that hold data: present (not the shared zero page)
- * or swapped out; merged ranges into out, their number, or -errno (-ENOSPC
+ * or swapped out (swap: 0 when no swap is in use, since a write-protect
+ * marker in an empty entry counts as swapped); merged ranges into out, their number, or -errno (-ENOSPC
  * when out is too small).  Changes nothing.  A page reclaimed after
  * MADV_FREE reads as zeros without being reported written: this tells. */
-long rt_dirty_holding(uint64_t start, uint64_t end, struct rt_dirty_range *out, size_t cap);
+long rt_dirty_holding(uint64_t start, uint64_t end, struct rt_dirty_range *out, size_t cap, int swap);
 
 /* Forgets everything and closes the descriptors (after fork, in the child:
  * registrations are not inherited).  Registrations of this process end with

@@ -54,6 +54,13 @@ int rt_scan_dirty(struct rt_ckpt *ck)
     char err[200];
     int ok = !rt.nodirty && (rt_dirty_active() || rt_dirty_init(980, err, sizeof err) == 0);
     ck->tracking = ok;
+    /* A write-protect marker left in an empty page-table entry reads as a
+     * swapped page in pagemap; with no swap in use none is a real one. */
+    char sw[512];
+    long swn = rt_read_file("/proc/swaps", sw, sizeof sw - 1);
+    int lines = 0;
+    for (long k = 0; k < swn; k++) lines += sw[k] == '\n';
+    ck->swap_active = swn < 0 || lines > 1;
     size_t n = 0;
     for (size_t i = 0; i < ck->nregions; i++) {
         const struct lz_region *r = &ck->regions[i];
@@ -178,7 +185,8 @@ static int plan_region_pagemap(struct planner *pl, size_t i, long pm_fd, uint64_
         npages = (uint64_t)got / 8;
         for (uint64_t k = 0; k < npages && rc == 0; k++, a += PAGE) {
             uint64_t e = rd->from_content ? PM_PRESENT : ents[k];
-            int has = (e & (PM_PRESENT | PM_SWAPPED)) && !(file && (e & PM_FILE) && !(e & PM_SWAPPED));
+            uint64_t held = PM_PRESENT | (ck->swap_active ? PM_SWAPPED : 0);
+            int has = (e & held) && !(file && (e & PM_FILE) && !(e & PM_SWAPPED & held));
             if (!has) {
                 if (run_len) rc = CLOSE_RUN();
                 run_len = 0;
@@ -211,7 +219,7 @@ static int plan_region_tracked(struct planner *pl, size_t i, struct rt_dirty_ran
     const struct rt_map *pm = pl->pm;
     /* clean pages the kernel dropped (MADV_FREE) are not reported written:
      * a clean page counts only if it still holds data */
-    long nh = rt_dirty_holding(r->start, r->end, hold, holdcap);
+    long nh = rt_dirty_holding(r->start, r->end, hold, holdcap, ck->swap_active);
     if (nh < 0) return 1; /* let the caller fork instead */
     const struct rt_dirty_range *h = hold, *hend = hold + nh;
     const struct rt_dirty_range *dr = (const struct rt_dirty_range *)ck->dirty + rd->first, *dend = dr + rd->n;
@@ -292,7 +300,7 @@ int rt_plan_copy(struct rt_ckpt *ck)
         const struct lz_region *r = &ck->regions[i];
         const struct rt_region_dirty *rd = &ck->rdirty[i];
         if (!region_stored(r)) continue;
-        if (rd->all && !rd->delta) budget += r->end - r->start;
+        if (rd->all && !rd->delta && r->kind != LZ_R_FILE_PRIVATE) budget += r->end - r->start;
         for (uint32_t k = 0; k < rd->n; k++) {
             const struct rt_dirty_range *d = (const struct rt_dirty_range *)ck->dirty + rd->first + k;
             budget += d->end - d->start;
@@ -315,9 +323,10 @@ int rt_plan_copy(struct rt_ckpt *ck)
         size_t first = ck->nitems;
         ck->ritems[i] = (uint32_t)first;
         if (!region_stored(r)) continue;
-        if (rd->all) {
-            rc = push(&pl, r->start, r->end - r->start, IT_NEW, 0, 0, r->kind == LZ_R_FILE_PRIVATE, rd->delta);
+        if (rd->all && r->kind != LZ_R_FILE_PRIVATE) {
+            rc = push(&pl, r->start, r->end - r->start, IT_NEW, 0, 0, 0, rd->delta);
         } else if (r->kind == LZ_R_FILE_PRIVATE) {
+            /* only its copied-on-write pages: pagemap says which (never the file's own) */
             if (pm_fd < 0) pm_fd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
             rc = pm_fd < 0 ? perr(ck, "cannot open /proc/self/pagemap", pm_fd) : plan_region_pagemap(&pl, i, pm_fd, ents, BATCH);
         } else {

@@ -231,9 +231,17 @@ def test_store_layout_and_permissions(r):
                 assert stat.S_IMODE(s.st_mode) == 0o600, f"{p}: {oct(s.st_mode)}"
     for i in (a, b):
         d = ckpt_path(store, i)
-        assert (d / "manifest").is_file() and (d / "pages").is_file()
+        assert (d / "manifest").is_file(), sorted(os.listdir(d))
+        assert not (d / "pages").exists(), "version 2 keeps page data in DIR/packs, not in ckpt.N"
         head = (d / "manifest").read_bytes()[:12]
-        assert head[:8] == b"LZRSCKPT" and struct.unpack("<I", head[8:12])[0] == 1, head
+        assert head[:8] == b"LZRSCKPT" and struct.unpack("<I", head[8:12])[0] == 2, head
+    # page data: DIR/packs/pack.N, written by checkpoint N (the first holds
+    # the whole memory, so it is never empty)
+    packs = store / "packs"
+    assert packs.is_dir() and stat.S_IMODE(packs.stat().st_mode) == 0o700
+    names = sorted(os.listdir(packs))
+    assert names and all(re.fullmatch(r"pack\.\d{6}", n) for n in names), names
+    assert f"pack.{a:06d}" in names and (packs / f"pack.{a:06d}").stat().st_size > 0, names
     kill_program(proc, "exit_code")
 
 

@@ -1,6 +1,7 @@
 """Damaged images: `restart` and `verify` print one clear line on stderr,
 exit non-zero and change nothing in DIR; an intact store verifies."""
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -35,9 +36,52 @@ def _foreign_version(p):
     with open(p, "r+b") as f:
         head = f.read(12)
         assert head[:8] == b"LZRSCKPT", head
-        assert struct.unpack("<I", head[8:12])[0] == 1, head
+        assert struct.unpack("<I", head[8:12])[0] == 2, head
         f.seek(8)
-        f.write(struct.pack("<I", 2))
+        f.write(struct.pack("<I", 3))
+
+
+def _remove(p):
+    os.unlink(p)
+
+
+def frames_of(manifest):
+    """(pack id, offset, stored bytes) of every frame a v2 manifest lists."""
+    data = Path(manifest).read_bytes()
+    header_size = struct.unpack_from("<I", data, 12)[0]
+    nsections = struct.unpack_from("<I", data, 52)[0]
+    off, sec = header_size, {}
+    for _ in range(nsections):
+        typ, _, length = struct.unpack_from("<IIQ", data, off)
+        sec[typ] = data[off + 16:off + 16 + length]
+        off += 16 + ((length + 7) & ~7)
+    packs = [struct.unpack_from("<IIQQ", sec[6], i)[3] for i in range(0, len(sec[6]), 24)]
+    frames = [struct.unpack_from("<IIQII", sec[8], i) for i in range(0, len(sec[8]), 32)]
+    return [(packs[pk], offset, stored) for pk, _, offset, stored, _ in frames]
+
+
+def _flip_frame(pack):
+    """Flip one bit in the middle of the last frame of pack.B (found through
+    B's manifest): the manifest stays intact, the frame's bytes do not."""
+    index = int(pack.name.split(".")[1])
+    mine = [f for f in frames_of(pack.parent.parent / f"ckpt.{index:06d}" / "manifest") if f[0] == index]
+    assert mine, "checkpoint B has no frame in its own pack"
+    _, offset, stored = max(mine)
+    assert stored > 0 and offset + stored <= os.path.getsize(pack)
+    with open(pack, "r+b") as f:
+        f.seek(offset + stored // 2)
+        b = f.read(1)
+        f.seek(offset + stored // 2)
+        f.write(bytes([b[0] ^ 0x10]))
+
+
+# Where a corruption goes: the manifest of the newest checkpoint B, or the
+# pack B wrote (DIR/packs/pack.B: frames only B references, B being the
+# newest, and every byte of it inside some frame).
+def _target(store, index, where):
+    if where == "manifest":
+        return ckpt_path(store, index) / "manifest"
+    return store / "packs" / f"pack.{index:06d}"
 
 
 CORRUPTIONS = {
@@ -45,8 +89,10 @@ CORRUPTIONS = {
     "empty-manifest": ("manifest", _empty),
     "bitflip-manifest": ("manifest", _flip),
     "foreign-version": ("manifest", _foreign_version),
-    "truncated-pages": ("pages", _truncate_half),
-    "bitflip-pages": ("pages", _flip),
+    "truncated-pack": ("pack", _truncate_half),
+    "bitflip-pack": ("pack", _flip),
+    "bitflip-frame": ("pack", _flip_frame),
+    "missing-pack": ("pack", _remove),
 }
 
 
@@ -72,6 +118,8 @@ def pristine(programs, lazarus_bin):
             assert a < b
             kill_program(proc, "heap_mutator")
             assert r.indexes(store) == [a, b]
+            # B stored pages of its own (the mutator rewrites all of them)
+            assert (store / "packs" / f"pack.{b:06d}").stat().st_size > 0
             made[mode] = (store, a, b)
         return made[mode]
 
@@ -96,8 +144,8 @@ def test_corrupt_image_refused(kind, runner, pristine):
     src, a, b = pristine(runner.mode)
     store = runner.base / "store"
     copy_store(src, store)
-    fname, corrupt = CORRUPTIONS[kind]
-    corrupt(ckpt_path(store, b) / fname)
+    where, corrupt = CORRUPTIONS[kind]
+    corrupt(_target(store, b, where))
     before = snapshot(store)
 
     for cmd, extra in (("verify", []), ("verify", ["--at", str(b)]),
@@ -108,6 +156,8 @@ def test_corrupt_image_refused(kind, runner, pristine):
         assert len(lines) == 1, f"{kind}: want exactly one line on stderr\n{r}"
         if kind == "foreign-version":
             assert "version" in lines[0].lower(), f"the line should say it is the version\n{r}"
+            assert re.search(r"\b3\b", lines[0]) and re.search(r"\b2\b", lines[0]), (
+                f"the line should name the image's version (3) and the one this build reads (2)\n{r}")
         if cmd == "restart":
             assert r.stdout == "", f"{kind}: the program must not have run\n{r}"
             deadline = time.monotonic() + 3

@@ -1,27 +1,63 @@
 /* incr_heap: a heap that changes a few pages at a time, driven line by line,
- * for incremental checkpoints.
+ * for incremental checkpoints (tests/test_incremental.py).
  *
- *   incr_heap MIB PERCENT [KIND]     KIND: random (default), halfzero, sparse
+ *   incr_heap MIB PERCENT [KIND [FILE]]
  *
- * Maps MIB MiB and fills it: random = pseudo-random bytes (incompressible);
- * halfzero = every other page zero, the others random doubles in [0,1)
- * (compressible); sparse = only every 16th page touched.  Then serves
- * commands read from stdin, one per line:
- *   next     change PERCENT % of the pages, chosen pseudo-randomly from the
- *            round number (the same in every run), each with new random bytes
- *   digest   print the state
- * and after each prints "state ROUND DIGEST CHANGED_PAGES" (DIGEST over the
- * whole heap, hex).  At end of input prints "bye" and exits 0.
- * The output depends only on the arguments and the commands. */
+ * KIND says what the pages hold:
+ *   random    pseudo-random bytes (incompressible; the default)
+ *   halfzero  each page: its first half random doubles in [0,1), its second
+ *             half zeros (about 2x compressible, no page all zeros)
+ *   sparse    only every 16th page is touched (written); the rest was never
+ *             written and reads as zeros
+ *   dup       every page is one of 8 distinct random pages (deduplicable)
+ * Region 0 is an anonymous private mapping of MIB MiB filled that way.
+ * FILE, if given, is the file `append` and `overwrite` write.
+ *
+ * Commands read from stdin, one per line (I = region number, START and N in
+ * pages; out-of-range arguments print "error ..." and change nothing):
+ *   next            round += 1, then PERCENT % of region 0's pages, distinct
+ *                   and chosen from the round number alone, get new content
+ *   digest          nothing: just print the state
+ *   fill I START N  pages START..START+N-1 of region I get new content
+ *   dontneed I START N  madvise(MADV_DONTNEED) of those pages (zeros now)
+ *   newmap MIB      mmap a new private anonymous region of MIB MiB (the next
+ *                   number) and fill it like region 0
+ *   mremap I [N]    move region I to another address (mremap MREMAP_FIXED),
+ *                   resized to N pages if given (new pages read as zeros)
+ *   unmap I         munmap region I (it no longer counts)
+ *   append [SUFFIX] append the line "round R digest D\n" (R 8 digits, D the
+ *                   digest, hex) to FILE, or to FILE followed by SUFFIX
+ *                   (O_APPEND|O_CREAT, closed again)
+ *   overwrite [SUFFIX]  write that line over the first one of the file
+ *                   (pwrite at offset 0, O_CREAT, no truncation)
+ *   quit            exit 0 (like end of input)
+ * After each command: "state ROUND DIGEST CHANGED_PAGES", DIGEST (hex) over
+ * the sizes and bytes of every live region in order, CHANGED_PAGES the pages
+ * the last next/fill/dontneed/newmap changed.  At end of input (or `quit`)
+ * prints "bye" and exits 0.  New content depends only on the round or on how
+ * many commands came before, so the output depends only on the arguments
+ * and the commands, never on addresses or timing. */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define PAGE 4096u
+#define MAXREG 64
+#define NDUP 8
+
+enum { K_RANDOM, K_HALFZERO, K_SPARSE, K_DUP };
+
+struct region { uint64_t *p; size_t pages; int live; };
+static struct region reg[MAXREG];
+static int nreg;
+static int kind;
+static uint64_t dup_pages[NDUP][PAGE / 8];
 
 static uint64_t rng_state;
 static uint64_t rng(void)
@@ -32,57 +68,173 @@ static uint64_t rng(void)
     return rng_state * 0x2545F4914F6CDD1Dull;
 }
 
-static void fill_page(uint64_t *p, int kind)
+static void seed(uint64_t s)
 {
-    for (unsigned i = 0; i < PAGE / 8; i++) {
-        if (kind == 1) {
+    rng_state = s * 0x9E3779B97F4A7C15ull + 88172645463325252ull;
+    if (!rng_state) rng_state = 1;
+}
+
+static void random_page(uint64_t *p)
+{
+    for (unsigned i = 0; i < PAGE / 8; i++) p[i] = rng();
+}
+
+/* New content for one page, by kind (sparse pages get random bytes). */
+static void fill_page(uint64_t *p)
+{
+    switch (kind) {
+    case K_HALFZERO:
+        for (unsigned i = 0; i < PAGE / 16; i++) {
             double d = (double)(rng() >> 11) / 9007199254740992.0;
             memcpy(&p[i], &d, 8);
-        } else {
-            p[i] = rng();
         }
+        memset(p + PAGE / 16, 0, PAGE / 2);
+        break;
+    case K_DUP:
+        memcpy(p, dup_pages[rng() % NDUP], PAGE);
+        break;
+    default:
+        random_page(p);
     }
 }
 
-static uint64_t digest(const uint64_t *p, size_t n)
+static void fill_region(struct region *r)
+{
+    for (size_t pg = 0; pg < r->pages; pg++) {
+        if (kind == K_SPARSE && pg % 16) continue;
+        fill_page(r->p + pg * (PAGE / 8));
+    }
+}
+
+static uint64_t digest(void)
 {
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull + (h >> 31);
+    for (int i = 0; i < nreg; i++) {
+        if (!reg[i].live) continue;
+        h = (h ^ (uint64_t)i) * 0x100000001b3ull + (h >> 31);
+        h = (h ^ reg[i].pages) * 0x100000001b3ull + (h >> 31);
+        const uint64_t *p = reg[i].p;
+        for (size_t k = 0, n = reg[i].pages * (PAGE / 8); k < n; k++) h = (h ^ p[k]) * 0x100000001b3ull + (h >> 31);
+    }
     return h;
+}
+
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+    while (b) { uint64_t t = a % b; a = b; b = t; }
+    return a;
+}
+
+static int new_region(size_t pages)
+{
+    if (nreg == MAXREG) return -1;
+    void *p = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) { perror("mmap"); exit(1); }
+    reg[nreg] = (struct region){p, pages, 1};
+    return nreg++;
+}
+
+static struct region *region_arg(const char *s)
+{
+    char *end;
+    long i = strtol(s, &end, 10);
+    if (end == s || i < 0 || i >= nreg || !reg[i].live) return NULL;
+    return &reg[i];
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 3) { fprintf(stderr, "usage: incr_heap MIB PERCENT [random|halfzero|sparse]\n"); return 2; }
+    if (argc < 3) { fprintf(stderr, "usage: incr_heap MIB PERCENT [random|halfzero|sparse|dup [FILE]]\n"); return 2; }
     size_t mib = strtoull(argv[1], NULL, 10);
     double percent = strtod(argv[2], NULL);
     const char *k = argc > 3 ? argv[3] : "random";
-    int kind = !strcmp(k, "halfzero") ? 1 : !strcmp(k, "sparse") ? 2 : 0;
-    size_t bytes = mib << 20, pages = bytes / PAGE;
-    uint64_t *heap = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (heap == MAP_FAILED) { perror("mmap"); return 1; }
-    rng_state = 88172645463325252ull;
-    for (size_t pg = 0; pg < pages; pg++) {
-        uint64_t *p = heap + pg * (PAGE / 8);
-        if (kind == 1 && pg % 2) continue;
-        if (kind == 2 && pg % 16) continue;
-        fill_page(p, kind);
-    }
-    uint64_t round = 0, changed = 0;
-    printf("state %" PRIu64 " %016" PRIx64 " %" PRIu64 "\n", round, digest(heap, bytes / 8), changed);
+    const char *file = argc > 4 ? argv[4] : NULL;
+    if (!strcmp(k, "random")) kind = K_RANDOM;
+    else if (!strcmp(k, "halfzero")) kind = K_HALFZERO;
+    else if (!strcmp(k, "sparse")) kind = K_SPARSE;
+    else if (!strcmp(k, "dup")) kind = K_DUP;
+    else { fprintf(stderr, "incr_heap: unknown kind %s\n", k); return 2; }
+    if (!mib) { fprintf(stderr, "incr_heap: MIB must be at least 1\n"); return 2; }
+    seed(0);
+    for (int i = 0; i < NDUP; i++) random_page(dup_pages[i]);
+    struct region *heap = &reg[new_region((mib << 20) / PAGE)];
+    fill_region(heap);
+
+    uint64_t round = 0, ops = 0, changed = 0;
+    char line[256];
+    printf("state %" PRIu64 " %016" PRIx64 " %" PRIu64 "\n", round, digest(), changed);
     fflush(stdout);
-    char line[64];
     while (fgets(line, sizeof line, stdin)) {
-        if (!strncmp(line, "next", 4)) {
+        line[strcspn(line, "\n")] = 0;
+        char cmd[32] = "", a1[32] = "", a2[32] = "", a3[32] = "";
+        int nargs = sscanf(line, "%31s %31s %31s %31s", cmd, a1, a2, a3);
+        ops++;
+        if (nargs < 1) continue;
+        if (!strcmp(cmd, "next")) {
             round++;
-            rng_state = 0x9E3779B97F4A7C15ull * (round + 1);
-            changed = (size_t)((double)pages * percent / 100.0);
-            for (size_t i = 0; i < changed; i++) {
-                size_t pg = (size_t)(rng() % pages);
-                fill_page(heap + pg * (PAGE / 8), kind == 1 && pg % 2 ? 3 : kind);
+            seed(round);
+            size_t pages = heap->pages;
+            changed = heap->live ? (size_t)((double)pages * percent / 100.0) : 0;
+            if (changed > pages) changed = pages;
+            /* distinct pages: START + i*STEP mod pages, STEP prime to pages */
+            uint64_t start = rng() % pages, step = rng() % pages;
+            if (!step) step = 1;
+            while (gcd(step, pages) != 1) step++;
+            for (size_t i = 0; i < changed; i++)
+                fill_page(heap->p + ((start + (uint64_t)i * step) % pages) * (PAGE / 8));
+        } else if (!strcmp(cmd, "digest")) {
+        } else if (!strcmp(cmd, "fill") || !strcmp(cmd, "dontneed")) {
+            struct region *r = nargs == 4 ? region_arg(a1) : NULL;
+            uint64_t s = strtoull(a2, NULL, 10), n = strtoull(a3, NULL, 10);
+            if (!r || s > r->pages || n > r->pages - s) { printf("error %s\n", line); fflush(stdout); continue; }
+            if (cmd[0] == 'f') {
+                seed(1000000 + ops);
+                for (uint64_t pg = s; pg < s + n; pg++) fill_page(r->p + pg * (PAGE / 8));
+            } else if (n && madvise(r->p + s * (PAGE / 8), n * PAGE, MADV_DONTNEED)) {
+                perror("madvise");
+                return 1;
             }
+            changed = n;
+        } else if (!strcmp(cmd, "newmap")) {
+            uint64_t m = strtoull(a1, NULL, 10);
+            int i = nargs == 2 && m ? new_region((m << 20) / PAGE) : -1;
+            if (i < 0) { printf("error %s\n", line); fflush(stdout); continue; }
+            seed(1000000 + ops);
+            fill_region(&reg[i]);
+            changed = reg[i].pages;
+        } else if (!strcmp(cmd, "mremap")) {
+            struct region *r = nargs >= 2 ? region_arg(a1) : NULL;
+            uint64_t n = nargs >= 3 ? strtoull(a2, NULL, 10) : r ? r->pages : 0;
+            if (!r || !n) { printf("error %s\n", line); fflush(stdout); continue; }
+            /* a free place of the new size, away from the old one */
+            void *to = mmap(NULL, n * PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (to == MAP_FAILED) { perror("mmap"); return 1; }
+            void *p = mremap(r->p, r->pages * PAGE, n * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+            if (p == MAP_FAILED) { perror("mremap"); return 1; }
+            r->p = p;
+            r->pages = n;
+        } else if (!strcmp(cmd, "unmap")) {
+            struct region *r = nargs == 2 ? region_arg(a1) : NULL;
+            if (!r) { printf("error %s\n", line); fflush(stdout); continue; }
+            munmap(r->p, r->pages * PAGE);
+            r->live = 0;
+        } else if (!strcmp(cmd, "append") || !strcmp(cmd, "overwrite")) {
+            if (!file) { printf("error no FILE to write\n"); fflush(stdout); continue; }
+            char path[4096], buf[96];
+            snprintf(path, sizeof path, "%s%s", file, nargs >= 2 ? a1 : "");
+            int len = snprintf(buf, sizeof buf, "round %08" PRIu64 " digest %016" PRIx64 "\n", round, digest());
+            int app = cmd[0] == 'a';
+            int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (app ? O_APPEND : 0), 0644);
+            if (fd < 0 || (app ? write(fd, buf, (size_t)len) : pwrite(fd, buf, (size_t)len, 0)) != len) { perror(path); return 1; }
+            close(fd);
+        } else if (!strcmp(cmd, "quit")) {
+            break;
+        } else {
+            printf("error unknown command %s\n", cmd);
+            fflush(stdout);
+            continue;
         }
-        printf("state %" PRIu64 " %016" PRIx64 " %" PRIu64 "\n", round, digest(heap, bytes / 8), changed);
+        printf("state %" PRIu64 " %016" PRIx64 " %" PRIu64 "\n", round, digest(), changed);
         fflush(stdout);
     }
     printf("bye\n");
