@@ -39,13 +39,9 @@ static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, i
     }
     struct fj_plan *plan = fj_plan_load(dir, index, why, sizeof why);
     if (!plan) { lz_err("cannot restart: %s", why); return -1; }
-    if (fj_plan_empty(plan)) {
-        /* no file to roll back, but the checkpoints after N go all the same */
-        fj_plan_free(plan);
-        job->next_index = next;
-        if (lz_job_write(dir, job) < 0) { lz_err("cannot write %s/%s: %s", dir, LZ_JOBFILE, strerror(errno)); return -1; }
-        goto drop_later;
-    }
+    /* no file to roll back: the checkpoints after N go once the program is
+     * back (the supervisor), so that a failed restart changes nothing */
+    if (fj_plan_empty(plan)) { fj_plan_free(plan); return 0; }
     if (job->rolling_to < 0 && !force) {
         int64_t stop = job->stopped_ns;
         if (!strcmp(job->state, "running") || stop == 0) {
@@ -77,7 +73,6 @@ static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, i
         return -1;
     }
     fj_plan_free(plan);
-drop_later:;
     /* the files are at N: later checkpoints describe files that are gone, and
      * later journals (of failed checkpoints too) were just applied */
     uint64_t *v;

@@ -6,6 +6,7 @@
 #include "cli.h"
 #include <sys/stat.h>
 #include "util.h"
+#include "store_admin.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -124,6 +125,23 @@ static void on_runtime_message(struct sv_state *st, char *msg)
     if (!strncmp(msg, "HELLO", 5)) {
         st->runtime_ready = 1;
     } else if (!strncmp(msg, "RESTORED", 8)) {
+        /* the program is back from N: what came after N is an abandoned branch
+         * (a rollback of files already removed it; with none to roll back it
+         * waited for this, so that a failed restart changes nothing) */
+        uint64_t *v;
+        int *jr;
+        int n = lz_store_list_journals(s->dir, &v, &jr);
+        for (int i = n - 1; i >= 0; i--)
+            if (v[i] > s->restore_index && v[i] < s->first_index) {
+                if (jr[i]) lz_jrnl_remove(s->dir, v[i]);
+                else lz_store_remove(s->dir, v[i]);
+            }
+        if (n >= 0) { free(v); free(jr); }
+        struct lz_job job;
+        if (lz_job_read(s->dir, &job) == 0 && job.next_index < s->first_index) {
+            job.next_index = s->first_index; /* indices are never given twice */
+            lz_job_write(s->dir, &job);
+        }
         st->runtime_ready = 1;
         s->restoring = 0;
         if (st->restore_msg_shown) lz_err("restarted from checkpoint %" PRIu64, s->restore_index);
