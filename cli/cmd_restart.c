@@ -75,12 +75,7 @@ static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, i
     fj_plan_free(plan);
     /* the files are at N: later checkpoints describe files that are gone, and
      * later journals (of failed checkpoints too) were just applied */
-    uint64_t *v;
-    int *jr;
-    int n = lz_store_list_journals(dir, &v, &jr);
-    for (int i = n - 1; i >= 0; i--)
-        if (v[i] > index) { if (jr[i]) lz_jrnl_remove(dir, v[i]); else lz_store_remove(dir, v[i]); }
-    if (n >= 0) { free(v); free(jr); }
+    lz_store_drop_branch(dir, index, UINT64_MAX);
     char ck[LZ_PATH_MAX + 64];
     lz_ckpt_path(ck, sizeof ck, dir, index);
     fj_journal_reset(ck);

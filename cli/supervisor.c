@@ -128,15 +128,7 @@ static void on_runtime_message(struct sv_state *st, char *msg)
         /* the program is back from N: what came after N is an abandoned branch
          * (a rollback of files already removed it; with none to roll back it
          * waited for this, so that a failed restart changes nothing) */
-        uint64_t *v;
-        int *jr;
-        int n = lz_store_list_journals(s->dir, &v, &jr);
-        for (int i = n - 1; i >= 0; i--)
-            if (v[i] > s->restore_index && v[i] < s->first_index) {
-                if (jr[i]) lz_jrnl_remove(s->dir, v[i]);
-                else lz_store_remove(s->dir, v[i]);
-            }
-        if (n >= 0) { free(v); free(jr); }
+        lz_store_drop_branch(s->dir, s->restore_index, s->first_index);
         struct lz_job job;
         if (lz_job_read(s->dir, &job) == 0 && job.next_index < s->first_index) {
             job.next_index = s->first_index; /* indices are never given twice */

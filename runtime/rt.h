@@ -99,6 +99,8 @@ void rt_regions_forget(void); /* after a restart: the mappings' flags are read a
 /* In the pause: the checkpoint's directory, open deleted files, the file
  * journal of the next interval (which starts now). */
 int rt_begin_checkpoint(struct rt_ckpt *ck);
+/* Sets ck->err to "WHAT: reason" (err a -errno, 0 for none); returns -1. */
+int rt_fail(struct rt_ckpt *ck, const char *what, long err);
 int rt_scan_dirty(struct rt_ckpt *ck);
 int rt_plan_copy(struct rt_ckpt *ck);
 /* The writer: page data, manifest, commit. */
@@ -110,6 +112,8 @@ int rt_fork_writer(struct rt_ckpt *ck);
 /* Tracks every private mapping (at start and after a restart); 1 if tracking works. */
 int rt_track_all(void);
 uint64_t rt_pause_ns(struct rt_ckpt *ck);
+/* The report of a written checkpoint: "OK N pause memory changed stored durable" or "ERR N why". */
+int rt_result(struct rt_ckpt *ck, int rc, char *msg, size_t len);
 void rt_resume(struct rt_ckpt *ck);
 void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc);
 void rt_install_handler(void);

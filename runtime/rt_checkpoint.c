@@ -73,27 +73,19 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
             rt_map_started(index);
             /* the C API's caller waits for the result anyway: no child */
             forked = trigger != LZ_TRIG_API && rt_fork_writer(ck);
-            if (!forked) {
-                ck->pause_ns = 0;
-                rc = rt_finish_checkpoint(ck);
-            }
+            if (!forked) rc = rt_finish_checkpoint(ck);
         }
     }
-    uint64_t pause = rt_now_ns(1) - t0;
     trace(t0, forked ? "forked" : "written");
     if (trigger == LZ_TRIG_API) {
         rt.api_index = index;
         rt.api_result = rc == 0 ? 1 : -1;
         rt.api_done = 1;
     }
-    if (forked) {
-        /* the writer reports */
-    } else if (rc == 0) {
-        rt_notify("OK %llu %llu %llu %llu %llu %llu", (unsigned long long)index, (unsigned long long)pause,
-                  (unsigned long long)ck->mem_bytes, (unsigned long long)ck->changed_bytes,
-                  (unsigned long long)ck->stored_bytes, (unsigned long long)ck->durable_ns);
-    } else {
-        rt_notify("ERR %llu %s", (unsigned long long)index, ck->err);
+    if (!forked) { /* else the writer reports */
+        char msg[700];
+        rt_result(ck, rc, msg, sizeof msg);
+        rt_notify("%s", msg);
     }
     if (forked && ck->planned) rt_map_keep_arena(ck->arena.base, ck->arena.cap);
     else lz_sc2(SYS_munmap, ck->arena.base, ck->arena.cap);

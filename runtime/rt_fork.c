@@ -23,6 +23,16 @@
 #define MADV_KEEPONFORK 19
 #endif
 
+int rt_result(struct rt_ckpt *ck, int rc, char *msg, size_t len)
+{
+    int n = rc == 0 ? rt_fmt(msg, len, "OK %llu %llu %llu %llu %llu %llu", (unsigned long long)ck->index,
+                             (unsigned long long)rt_pause_ns(ck), (unsigned long long)ck->mem_bytes,
+                             (unsigned long long)ck->changed_bytes, (unsigned long long)ck->stored_bytes,
+                             (unsigned long long)ck->durable_ns)
+                    : rt_fmt(msg, len, "ERR %llu %s", (unsigned long long)ck->index, ck->err);
+    return n > (int)len - 1 ? (int)len - 1 : n;
+}
+
 uint64_t rt_pause_ns(struct rt_ckpt *ck)
 {
     if (!ck->in_child) return rt_now_ns(1) - ck->t0; /* written in the pause: all of it is pause */
@@ -85,14 +95,8 @@ static void writer_main(struct rt_ckpt *ck, int out)
     if (!ck->planned) rt_dirty_forget(); /* its descriptors were the parent's, and are closed (a
                                           * copy-mode writer shares the parent's memory: hands off) */
     ck->in_child = 1;
-    int rc = rt_finish_checkpoint(ck);
     char msg[700];
-    int n = rc == 0 ? rt_fmt(msg, sizeof msg, "OK %llu %llu %llu %llu %llu %llu", (unsigned long long)ck->index,
-                             (unsigned long long)rt_pause_ns(ck), (unsigned long long)ck->mem_bytes,
-                             (unsigned long long)ck->changed_bytes, (unsigned long long)ck->stored_bytes,
-                             (unsigned long long)ck->durable_ns)
-                    : rt_fmt(msg, sizeof msg, "ERR %llu %s", (unsigned long long)ck->index, ck->err);
-    if (n > (int)sizeof msg - 1) n = sizeof msg - 1;
+    int n = rt_result(ck, rt_finish_checkpoint(ck), msg, sizeof msg);
     lz_sc3(SYS_write, out, msg, n);
 }
 

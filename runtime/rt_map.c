@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #define EXTENTS_CAP (4ull << 20)  /* 96 MiB of address space per slot, touched as used */
 #define FRAMES_CAP (1ull << 20)
@@ -79,7 +80,7 @@ static int ckpt_exists(const char *dir, uint64_t index)
 {
     char p[LZ_PATH_MAX + 64];
     rt_fmt(p, sizeof p, "%s/" LZ_CKPT_PREFIX "%06llu", dir, (unsigned long long)index);
-    struct { char b[256]; } st; /* struct stat, without needing its header here */
+    struct stat st;
     return lz_sc4(SYS_newfstatat, AT_FDCWD, p, &st, 0) == 0;
 }
 

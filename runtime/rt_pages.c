@@ -124,19 +124,12 @@ struct planner {
     size_t pe; /* cursor in pm->extents */
 };
 
-static int perr(struct rt_ckpt *ck, const char *what, long e)
-{
-    if (e) rt_fmt(ck->err, sizeof ck->err, "%s: errno %ld", what, -e);
-    else rt_fmt(ck->err, sizeof ck->err, "%s", what);
-    return -1;
-}
-
 static int push(struct planner *pl, uint64_t addr, uint64_t len, int kind, uint32_t pframe, uint32_t skip, int file, int64_t delta)
 {
     struct rt_ckpt *ck = pl->ck;
     while (len) { /* runs of any size, items of at most LZ_EXTENT_MAX (their length is 32 bits) */
         uint64_t n = len < LZ_EXTENT_MAX ? len : LZ_EXTENT_MAX;
-        if (ck->nitems == ITEMS_CAP) return perr(ck, "the program's memory is too fragmented to checkpoint", 0);
+        if (ck->nitems == ITEMS_CAP) return rt_fail(ck, "the program's memory is too fragmented to checkpoint", 0);
         ck->items[ck->nitems++] = (struct rt_item){addr, addr + (uint64_t)delta, (uint32_t)n, (uint8_t)kind, (uint8_t)file, 0, pframe, skip};
         addr += n; len -= n;
         if (kind == IT_REF) skip += (uint32_t)n;
@@ -181,7 +174,7 @@ static int plan_region_pagemap(struct planner *pl, size_t i, long pm_fd, uint64_
         if (npages > batch) npages = batch;
         long got = rd->from_content ? (long)(npages * 8) : lz_sc4(SYS_pread64, pm_fd, ents, npages * 8, (a / PAGE) * 8);
         if (got == -EINTR) continue;
-        if (got <= 0) return perr(ck, "cannot read /proc/self/pagemap", got);
+        if (got <= 0) return rt_fail(ck, "cannot read /proc/self/pagemap", got);
         npages = (uint64_t)got / 8;
         for (uint64_t k = 0; k < npages && rc == 0; k++, a += PAGE) {
             uint64_t e = rd->from_content ? PM_PRESENT : ents[k];
@@ -264,7 +257,7 @@ static int plan_begin(struct rt_ckpt *ck, struct planner *pl)
     ck->nitems = 0;
     ck->items = arena_alloc(&ck->arena, (size_t)ITEMS_CAP * sizeof *ck->items);
     ck->ritems = arena_alloc(&ck->arena, (ck->nregions + 1) * 4);
-    return ck->items && ck->ritems ? 0 : perr(ck, "out of checkpoint scratch memory", 0);
+    return ck->items && ck->ritems ? 0 : rt_fail(ck, "out of checkpoint scratch memory", 0);
 }
 
 /* In a forked writer: every region from pagemap. */
@@ -273,10 +266,10 @@ static int plan_all(struct rt_ckpt *ck)
     struct planner pl;
     if (plan_begin(ck, &pl) < 0) return -1;
     long pm_fd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
-    if (pm_fd < 0) return perr(ck, "cannot open /proc/self/pagemap", pm_fd);
+    if (pm_fd < 0) return rt_fail(ck, "cannot open /proc/self/pagemap", pm_fd);
     enum { BATCH = 8192 };
     uint64_t *ents = arena_alloc(&ck->arena, BATCH * 8);
-    int rc = ents ? 0 : perr(ck, "out of checkpoint scratch memory", 0);
+    int rc = ents ? 0 : rt_fail(ck, "out of checkpoint scratch memory", 0);
     for (size_t i = 0; i < ck->nregions && rc == 0; i++) {
         ck->ritems[i] = (uint32_t)ck->nitems;
         if (region_stored(&ck->regions[i])) rc = plan_region_pagemap(&pl, i, pm_fd, ents, BATCH);
@@ -315,7 +308,7 @@ int rt_plan_copy(struct rt_ckpt *ck)
     uint64_t *ents = arena_alloc(&ck->arena, BATCH * 8);
     enum { HOLD_CAP = 1 << 20 };
     struct rt_dirty_range *hold = arena_alloc(&ck->arena, HOLD_CAP * sizeof *hold);
-    if (!ents || !hold) return perr(ck, "out of checkpoint scratch memory", 0);
+    if (!ents || !hold) return rt_fail(ck, "out of checkpoint scratch memory", 0);
     int rc = 0;
     for (size_t i = 0; i < ck->nregions && rc == 0; i++) {
         const struct lz_region *r = &ck->regions[i];
@@ -328,7 +321,7 @@ int rt_plan_copy(struct rt_ckpt *ck)
         } else if (r->kind == LZ_R_FILE_PRIVATE) {
             /* only its copied-on-write pages: pagemap says which (never the file's own) */
             if (pm_fd < 0) pm_fd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
-            rc = pm_fd < 0 ? perr(ck, "cannot open /proc/self/pagemap", pm_fd) : plan_region_pagemap(&pl, i, pm_fd, ents, BATCH);
+            rc = pm_fd < 0 ? rt_fail(ck, "cannot open /proc/self/pagemap", pm_fd) : plan_region_pagemap(&pl, i, pm_fd, ents, BATCH);
         } else {
             rc = plan_region_tracked(&pl, i, hold, HOLD_CAP);
             if (rc > 0) return 0; /* cannot tell which pages hold data: fork */
@@ -338,7 +331,7 @@ int rt_plan_copy(struct rt_ckpt *ck)
             struct rt_item *it = &ck->items[k];
             if (it->kind != IT_NEW || it->src != it->addr) continue; /* shared memory is copied already */
             char *copy = arena_alloc(&ck->arena, it->len);
-            if (!copy) { rc = perr(ck, "out of checkpoint scratch memory", 0); break; }
+            if (!copy) { rc = rt_fail(ck, "out of checkpoint scratch memory", 0); break; }
             if (!(r->prot & PROT_READ)) lz_sc3(SYS_mprotect, r->start, r->end - r->start, r->prot | PROT_READ);
             memcpy(copy, (const void *)it->addr, it->len);
             if (!(r->prot & PROT_READ)) lz_sc3(SYS_mprotect, r->start, r->end - r->start, r->prot);
@@ -377,15 +370,6 @@ struct writer {
     char pack_path[LZ_PATH_MAX + 64];
     uint64_t changed;
 };
-
-static int werr(struct writer *w, const char *what, long e)
-{
-    const char *why = e == -ENOSPC ? "no space left on device" : e == -EDQUOT ? "disk quota exceeded" : e == -EIO ? "I/O error"
-                    : e == -EACCES ? "permission denied" : e == -EROFS ? "read-only file system" : NULL;
-    if (why) rt_fmt(w->ck->err, sizeof w->ck->err, "%s: %s", what, why);
-    else return perr(w->ck, what, e);
-    return -1;
-}
 
 /* heap sort of previous frames by (pack id, offset): no libc in here */
 static int pf_less(const struct rt_map *pm, uint32_t a, uint32_t b)
@@ -439,7 +423,7 @@ static long pack_index(struct writer *w, uint64_t id, uint64_t size)
 {
     struct rt_map *nm = w->nm;
     for (size_t i = 0; i < nm->npacks; i++) if (nm->packs[i].id == id) return (long)i;
-    if (nm->npacks == nm->packs_cap) return werr(w, "too many packs referenced", 0);
+    if (nm->npacks == nm->packs_cap) return rt_fail(w->ck, "too many packs referenced", 0);
     nm->packs[nm->npacks] = (struct rt_map_pack){id, size};
     return (long)nm->npacks++;
 }
@@ -449,7 +433,7 @@ static long use_prev_frame(struct writer *w, uint32_t f)
 {
     if (w->newidx[f] != ~0u) return w->newidx[f];
     struct rt_map *nm = w->nm;
-    if (nm->nframes == nm->frames_cap) return werr(w, "too many frames referenced", 0);
+    if (nm->nframes == nm->frames_cap) return rt_fail(w->ck, "too many frames referenced", 0);
     const struct rt_map_pack *p = &w->pm->packs[w->pm->frames[f].pack];
     long pi = pack_index(w, p->id, p->size);
     if (pi < 0) return -1;
@@ -470,7 +454,7 @@ static int emit(struct writer *w, size_t region_first, uint64_t addr, uint64_t l
             return 0;
         }
     }
-    if (nm->nextents == nm->extents_cap) return werr(w, "the program's memory is too fragmented to checkpoint", 0);
+    if (nm->nextents == nm->extents_cap) return rt_fail(w->ck, "the program's memory is too fragmented to checkpoint", 0);
     nm->extents[nm->nextents++] = (struct lz_extent){addr, (uint32_t)len, frame, skip, 0};
     return 0;
 }
@@ -499,7 +483,7 @@ static int open_pack(struct writer *w)
     lz_sc3(SYS_mkdirat, AT_FDCWD, dir, 0700);
     rt_fmt(w->pack_path, sizeof w->pack_path, "%s/" LZ_PACK_PREFIX "%06llu", dir, (unsigned long long)w->ck->index);
     w->fd = lz_sc4(SYS_openat, AT_FDCWD, w->pack_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (w->fd < 0) return werr(w, "cannot create the checkpoint's pack", w->fd);
+    if (w->fd < 0) return rt_fail(w->ck, "cannot create the checkpoint's pack", w->fd);
     long pi = pack_index(w, w->ck->index, 0);
     if (pi < 0) return -1;
     w->packidx = (uint32_t)pi;
@@ -514,13 +498,13 @@ static int flush_frame(struct writer *w)
     if (w->fd < 0 && open_pack(w) < 0) return -1;
     if (w->out_used + w->spos > OUT_BYTES) {
         long e = out_write(w);
-        if (e < 0) return werr(w, "cannot write the checkpoint's page data", e);
+        if (e < 0) return rt_fail(w->ck, "cannot write the checkpoint's page data", e);
     }
     struct lz_frame *f = &w->nm->frames[w->sframe];
     f->raw = w->spos;
     f->xxh3 = lz_hash(w->stage, w->spos);
     size_t n = w->codec != LZ_CODEC_NONE ? lz_compress(w->cctx, w->stage, w->spos, w->out + w->out_used, w->spos) : 0;
-    if (n == (size_t)-1) return werr(w, "cannot compress page data", 0);
+    if (n == (size_t)-1) return rt_fail(w->ck, "cannot compress page data", 0);
     if (n == 0) { memcpy(w->out + w->out_used, w->stage, w->spos); n = w->spos; f->codec = LZ_CODEC_NONE; }
     else f->codec = (uint32_t)w->codec;
     f->pack = w->packidx;
@@ -604,19 +588,18 @@ static int store_page(struct writer *w, size_t rfirst, uint64_t a, const void *p
         long f = use_prev_frame(w, g->frame);
         return f < 0 ? -1 : emit(w, rfirst, a, PAGE, (uint32_t)f, g->skip);
     }
-    struct { uint64_t low64, high64; } d = {g->d0, g->d1};
     uint32_t skip;
-    long f = dedup_new(w, d.low64, d.high64, &skip);
+    long f = dedup_new(w, g->d0, g->d1, &skip);
     if (f >= 0) return emit(w, rfirst, a, PAGE, (uint32_t)f, skip);
     if (!w->spos) {
-        if (w->nm->nframes == w->nm->frames_cap) return werr(w, "too many frames", 0);
+        if (w->nm->nframes == w->nm->frames_cap) return rt_fail(w->ck, "too many frames", 0);
         w->sframe = (uint32_t)w->nm->nframes++;
         w->nm->frames[w->sframe] = (struct lz_frame){0};
     }
     memcpy(w->stage + w->spos, p, PAGE);
-    uint32_t i = pend_slot(d.low64);
+    uint32_t i = pend_slot(g->d0);
     while (w->pend[i].used) i = (i + 1) % PENDING_SLOTS;
-    w->pend[i] = (struct pend){d.low64, d.high64, w->spos, 1};
+    w->pend[i] = (struct pend){g->d0, g->d1, w->spos, 1};
     int rc = emit(w, rfirst, a, PAGE, w->sframe, w->spos);
     w->spos += PAGE;
     if (rc == 0 && w->spos == LZ_FRAME_MAX) rc = flush_frame(w);
@@ -676,7 +659,7 @@ int rt_store_pages(struct rt_ckpt *ck)
         if (ck->items[k].kind == IT_NEW) nnew += ck->items[k].len / PAGE;
     }
     struct pgref *pg = rc == 0 ? arena_alloc(&ck->arena, (nnew + 1) * sizeof *pg) : NULL;
-    if (rc == 0 && !pg) rc = werr(w, "out of checkpoint scratch memory", 0);
+    if (rc == 0 && !pg) rc = rt_fail(w->ck, "out of checkpoint scratch memory", 0);
     for (size_t k = 0, n = 0; k < ck->nitems && rc == 0; k++) {
         const struct rt_item *it = &ck->items[k];
         if (it->kind == IT_NEW)
@@ -704,8 +687,8 @@ int rt_store_pages(struct rt_ckpt *ck)
         r->nextents = (uint32_t)(w->nm->nextents - rfirst);
     }
     if (rc == 0) rc = flush_frame(w);
-    if (rc == 0 && w->out_used) { long e = out_write(w); if (e < 0) rc = werr(w, "cannot write the checkpoint's page data", e); }
-    if (rc == 0 && w->fd >= 0) { long e = lz_sc1(SYS_fsync, w->fd); if (e < 0) rc = werr(w, "cannot write the checkpoint's page data", e); }
+    if (rc == 0 && w->out_used) { long e = out_write(w); if (e < 0) rc = rt_fail(w->ck, "cannot write the checkpoint's page data", e); }
+    if (rc == 0 && w->fd >= 0) { long e = lz_sc1(SYS_fsync, w->fd); if (e < 0) rc = rt_fail(w->ck, "cannot write the checkpoint's page data", e); }
     if (w->fd >= 0) lz_sc1(SYS_close, w->fd);
     if (rc < 0) {
         if (w->fd >= 0) lz_sc1(SYS_unlink, w->pack_path);
@@ -720,29 +703,4 @@ int rt_store_pages(struct rt_ckpt *ck)
     w->nm->index = ck->index;
     w->nm->tracked = (uint32_t)ck->tracking;
     return 0;
-}
-
-int rt_track_all(void)
-{
-    char err[200];
-    if (rt.nodirty || (!rt_dirty_active() && rt_dirty_init(980, err, sizeof err) < 0)) return 0;
-    static char maps[1 << 18];
-    long n = rt_read_file("/proc/self/maps", maps, sizeof maps - 1);
-    if (n <= 0) return 0;
-    maps[n] = 0;
-    for (char *l = maps; *l;) {
-        char *eol = l;
-        while (*eol && *eol != '\n') eol++;
-        uint64_t s = 0, e = 0;
-        char *p = l;
-        while (*p && *p != '-') { s = s * 16 + (uint64_t)(*p <= '9' ? *p - '0' : (*p | 32) - 'a' + 10); p++; }
-        if (*p) p++;
-        while (*p && *p != ' ') { e = e * 16 + (uint64_t)(*p <= '9' ? *p - '0' : (*p | 32) - 'a' + 10); p++; }
-        int priv = p[0] == ' ' && p[4] == 'p';
-        int special = 0;
-        for (char *q = p; q < eol; q++) if (*q == '[' && q[1] == 'v') special = 1; /* [vvar] [vdso] [vsyscall] */
-        if (priv && !special && !fj_owns(s, e) && !rt_map_owns(s, e)) rt_dirty_track(s, e);
-        l = *eol ? eol + 1 : eol;
-    }
-    return 1;
 }

@@ -6,6 +6,7 @@
 #include "rt.h"
 #include "track.h"
 #include "rt_map.h"
+#include "rt_dirty.h"
 #include "hash.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -261,4 +262,27 @@ int rt_capture_regions(struct rt_ckpt *ck)
         p->vdso_offset -= vd_lo;
     }
     return rc;
+}
+
+int rt_track_all(void)
+{
+    char err[200];
+    if (rt.nodirty || (!rt_dirty_active() && rt_dirty_init(980, err, sizeof err) < 0)) return 0;
+    static char maps[1 << 18];
+    long n = rt_read_file("/proc/self/maps", maps, sizeof maps - 1);
+    if (n <= 0) return 0;
+    maps[n] = 0;
+    for (const char *l = maps; *l;) {
+        const char *q = l;
+        uint64_t start = parse_hex(&q); q++;
+        uint64_t end = parse_hex(&q);
+        int priv = q[0] == ' ' && q[4] == 'p';
+        const char *eol = q;
+        while (*eol && *eol != '\n') eol++;
+        int special = 0; /* [vvar] [vdso] [vsyscall] */
+        for (const char *c = q; c < eol; c++) if (*c == '[' && c[1] == 'v') special = 1;
+        if (priv && !special && !fj_owns(start, end) && !rt_map_owns(start, end)) rt_dirty_track(start, end);
+        l = *eol ? eol + 1 : eol;
+    }
+    return 1;
 }

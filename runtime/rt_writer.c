@@ -111,12 +111,13 @@ static char *put_section(char *p, uint32_t type, const void *data, size_t len)
     return p + len + pad;
 }
 
-static int fail(struct rt_ckpt *ck, const char *what, long err)
+int rt_fail(struct rt_ckpt *ck, const char *what, long err)
 {
     const char *why = err == -ENOSPC ? "no space left on device" : err == -EDQUOT ? "disk quota exceeded"
                     : err == -EIO ? "I/O error" : err == -EACCES ? "permission denied" : err == -EROFS ? "read-only file system" : NULL;
     if (why) rt_fmt(ck->err, sizeof ck->err, "%s: %s", what, why);
-    else rt_fmt(ck->err, sizeof ck->err, "%s: errno %ld", what, -err);
+    else if (err) rt_fmt(ck->err, sizeof ck->err, "%s: errno %ld", what, -err);
+    else rt_fmt(ck->err, sizeof ck->err, "%s", what);
     return -1;
 }
 
@@ -125,14 +126,14 @@ int rt_begin_checkpoint(struct rt_ckpt *ck)
     char path[LZ_PATH_MAX + 96];
     rt_fmt(ck->tmpdir, sizeof ck->tmpdir, "%s/" LZ_TMP_PREFIX "%06llu.%ld", rt.dir, (unsigned long long)ck->index, lz_sc0(SYS_getpid));
     long e = lz_sc3(SYS_mkdirat, AT_FDCWD, ck->tmpdir, 0700);
-    if (e < 0) return fail(ck, "cannot create the checkpoint in the store", e);
+    if (e < 0) return rt_fail(ck, "cannot create the checkpoint in the store", e);
     /* open files that have no name any more travel by content */
     for (size_t i = 0; i < ck->nfds; i++) {
         const struct lz_fd *f = &ck->fds[i];
         if (f->kind != LZ_FD_GHOST) continue;
         rt_fmt(path, sizeof path, "%s/ghost.%d", ck->tmpdir, f->fd);
         e = copy_ghost(f->fd, path);
-        if (e < 0) { remove_tmp(ck->tmpdir); return fail(ck, "cannot keep the content of an open deleted file", e); }
+        if (e < 0) { remove_tmp(ck->tmpdir); return rt_fail(ck, "cannot keep the content of an open deleted file", e); }
     }
     if (fj_prepare(ck->tmpdir, ck->err, sizeof ck->err) < 0) { remove_tmp(ck->tmpdir); return -1; }
     fj_commit();
@@ -207,13 +208,13 @@ static int finish(struct rt_ckpt *ck, const char *final)
     rt_fmt(path, sizeof path, "%s/" LZ_MANIFEST, ck->tmpdir);
     long e = write_file(path, m, h->manifest_size);
     if (e == 0) e = fsync_path(ck->tmpdir);
-    if (e < 0) return fail(ck, "cannot write the checkpoint's manifest", e);
+    if (e < 0) return rt_fail(ck, "cannot write the checkpoint's manifest", e);
     rt_map_filled(ck->index);
     /* commit: the rename is the instant the checkpoint starts to exist */
     e = lz_sc5(SYS_renameat2, AT_FDCWD, ck->tmpdir, AT_FDCWD, final, 1 /* RENAME_NOREPLACE */);
-    if (e < 0) return fail(ck, "cannot commit the checkpoint", e);
+    if (e < 0) return rt_fail(ck, "cannot commit the checkpoint", e);
     e = fsync_path(rt.dir);
-    if (e < 0) return fail(ck, "cannot make the checkpoint durable (fsync of the store)", e);
+    if (e < 0) return rt_fail(ck, "cannot make the checkpoint durable (fsync of the store)", e);
     ck->durable_ns = rt_now_ns(1) - ck->t0;
     return 0;
 }

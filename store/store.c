@@ -295,6 +295,19 @@ int lz_store_remove(const char *dir, uint64_t index)
     return rc;
 }
 
+void lz_store_drop_branch(const char *dir, uint64_t after, uint64_t before)
+{
+    uint64_t *v;
+    int *jr;
+    int n = lz_store_list_journals(dir, &v, &jr);
+    for (int i = n - 1; i >= 0; i--)
+        if (v[i] > after && v[i] < before) {
+            if (jr[i]) lz_jrnl_remove(dir, v[i]);
+            else lz_store_remove(dir, v[i]);
+        }
+    if (n >= 0) { free(v); free(jr); }
+}
+
 void lz_store_clear_data(const char *dir)
 {
     int lk = lz_gc_lock(dir);

@@ -16,6 +16,9 @@ void lz_remove_tree(int dirfd, const char *name);
 /* Makes jrnl.N invisible at once (renamed to tmp.*), then deletes it: a
  * journal is never seen half deleted by a rollback. */
 int lz_jrnl_remove(const char *dir, uint64_t index);
+/* Removes ckpt.N and jrnl.N for after < N < before, newest first: the branch
+ * a restart from `after` abandoned. */
+void lz_store_drop_branch(const char *dir, uint64_t after, uint64_t before);
 /* Deletes every pack and every jrnl.* under gc.lock: a new job has no use for
  * a finished one's data. */
 void lz_store_clear_data(const char *dir);
