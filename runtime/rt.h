@@ -56,7 +56,11 @@ struct rt_region_dirty {
     uint32_t first, n;    /* its dirty ranges in rt_ckpt.dirty */
     uint8_t all;          /* not tracked: every page is looked at */
     uint8_t from_content; /* a mapped file that is gone, or shared memory: every page is looked at */
-    uint8_t pad[2];
+    uint8_t digest;       /* in huge pages, not tracked (write-protect would split them): a page
+                           * counts as changed only if no previous frame holds its content */
+    uint8_t late;         /* new and large: tracked from after the pause (rt_track_late) */
+    uint8_t flags_unknown; /* new bounds: its VmFlags are read by the writer (rt_settle_flags) */
+    uint8_t pad[3];
     int64_t delta;        /* the writer reads the region's pages at address + delta (a copy of
                            * shared memory taken in the pause: a fork child shares it live) */
 };
@@ -96,6 +100,15 @@ int rt_capture_proc(struct rt_ckpt *ck, void *ucontext);
 int rt_capture_fds(struct rt_ckpt *ck);
 int rt_capture_regions(struct rt_ckpt *ck);
 void rt_regions_forget(void); /* after a restart: the mappings' flags are read anew */
+void rt_regions_stale(void);  /* the program changed mappings' flags (madvise): read them anew */
+/* The writer's part of capturing regions: the flags of mappings that were new
+ * at the pause, from /proc/self/smaps (of the snapshot, when forked), and
+ * the check that the snapshot holds every mapping.  0 or -1 (ck->err). */
+int rt_settle_flags(struct rt_ckpt *ck);
+void rt_pages_forget(void);   /* after a restart: every mapping is tracked again */
+/* The large new mappings of this checkpoint start being tracked: by the forked
+ * writer when by_writer (rt_pages.c), else now. */
+void rt_track_late(struct rt_ckpt *ck, int by_writer);
 /* In the pause: the checkpoint's directory, open deleted files, the file
  * journal of the next interval (which starts now). */
 int rt_begin_checkpoint(struct rt_ckpt *ck);
@@ -118,6 +131,15 @@ void rt_resume(struct rt_ckpt *ck);
 void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc);
 void rt_install_handler(void);
 void rt_redeliver_checkpoint(void);
+
+/* Around a call the checkpoint must not interrupt half-way (file calls,
+ * madvise): a checkpoint asked for meanwhile runs when it is done. */
+static inline void rt_enter(void) { rt.fs_busy++; __asm__ volatile("" ::: "memory"); }
+static inline void rt_leave(void)
+{
+    __asm__ volatile("" ::: "memory");
+    if (--rt.fs_busy == 0 && rt.fs_deferred) rt_redeliver_checkpoint();
+}
 
 /* Messages to the supervisor: one datagram, text. */
 void rt_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

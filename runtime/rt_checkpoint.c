@@ -73,6 +73,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
             rt_map_started(index);
             /* the C API's caller waits for the result anyway: no child */
             forked = trigger != LZ_TRIG_API && rt_fork_writer(ck);
+            rt_track_late(ck, forked && !ck->planned);
             if (!forked) rc = rt_finish_checkpoint(ck);
         }
     }

@@ -62,6 +62,9 @@ struct pm_scan_arg {
 #define PM_SCAN_WP_MATCHING (1 << 0)
 #define PM_SCAN_CHECK_WPASYNC (1 << 1)
 #endif
+#ifndef PAGE_IS_HUGE
+#define PAGE_IS_HUGE (1 << 6)
+#endif
 #ifndef UFFD_USER_MODE_ONLY
 #define UFFD_USER_MODE_ONLY 1
 #endif
@@ -221,11 +224,9 @@ static long check_range(uint64_t start, uint64_t end)
     return 0;
 }
 
-long rt_dirty_track(uint64_t start, uint64_t end)
+static long track_range(uint64_t start, uint64_t end)
 {
-    long r = check_range(start, end);
-    if (r < 0 || start == end) return r;
-
+    long r;
     struct uffdio_register reg = { .range = { .start = start, .len = end - start },
                                    .mode = UFFDIO_REGISTER_MODE_WP };
     r = lz_sc3(SYS_ioctl, st.uffd, UFFDIO_REGISTER, &reg);
@@ -242,6 +243,21 @@ long rt_dirty_track(uint64_t start, uint64_t end)
         lz_sc3(SYS_ioctl, st.uffd, UFFDIO_UNREGISTER, &un);
     }
     return r;
+}
+
+long rt_dirty_track(uint64_t start, uint64_t end)
+{
+    long r = check_range(start, end);
+    if (r < 0 || start == end) return r;
+    return track_range(start, end);
+}
+
+long rt_dirty_track_parent(uint64_t start, uint64_t end)
+{
+    if (!st.active) return -ENODEV;
+    if (lz_sc0(SYS_getpid) == st.pid) return -EINVAL; /* not a child */
+    if ((start | end) & (RT_DIRTY_PAGE - 1) || end < start) return -EINVAL;
+    return start == end ? 0 : track_range(start, end);
 }
 
 long rt_dirty_scan(uint64_t start, uint64_t end, struct rt_dirty_range *out, size_t cap,
@@ -339,4 +355,33 @@ long rt_dirty_holding(uint64_t start, uint64_t end, struct rt_dirty_range *out, 
         addr = a.walk_end;
     }
     return (long)n;
+}
+
+long rt_dirty_huge(uint64_t start, uint64_t end, uint64_t *present, uint64_t *huge)
+{
+    *present = *huge = 0;
+    long r = check_range(start, end);
+    if (r < 0) return r;
+    struct page_region vec[64];
+    uint64_t addr = start;
+    while (addr < end) {
+        struct pm_scan_arg a = {
+            .size = sizeof a,
+            .start = addr,
+            .end = end,
+            .vec = (uint64_t)(uintptr_t)vec,
+            .vec_len = 64,
+            .category_anyof_mask = PAGE_IS_PRESENT,
+            .return_mask = PAGE_IS_PRESENT | PAGE_IS_HUGE,
+        };
+        r = lz_sc3(SYS_ioctl, st.pm_fd, PAGEMAP_SCAN, &a);
+        if (r < 0) return r;
+        for (long i = 0; i < r; i++) {
+            *present += vec[i].end - vec[i].start;
+            if (vec[i].categories & PAGE_IS_HUGE) *huge += vec[i].end - vec[i].start;
+        }
+        if (a.walk_end <= addr) return -EIO;
+        addr = a.walk_end;
+    }
+    return 0;
 }

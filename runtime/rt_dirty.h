@@ -60,6 +60,15 @@ int rt_dirty_owns_fd(int fd);
  * initialized), -ECHILD (state inherited over fork). */
 long rt_dirty_track(uint64_t start, uint64_t end);
 
+/* In a fork child, before it closes or forgets the inherited descriptors:
+ * starts tracking [start,end) of the PARENT's address space (a userfaultfd
+ * acts on the memory of the process that made it), so that the walk that
+ * write-protects a large new mapping costs the parent no pause.  Pages the
+ * parent wrote between the fork and this call are not reported: the caller
+ * must find them some other way (rt_pages.c compares them by digest).
+ * 0 or -errno (-EINVAL when called in the process that made the state). */
+long rt_dirty_track_parent(uint64_t start, uint64_t end);
+
 /* Pages in [start,end) written since tracking started or since the last scan,
  * merged into ranges, written to out[0..cap); each reported page is
  * write-protected again in the same call (PM_SCAN_WP_MATCHING|
@@ -79,6 +88,10 @@ long rt_dirty_scan(uint64_t start, uint64_t end, struct rt_dirty_range *out, siz
  * when out is too small).  Changes nothing.  A page reclaimed after
  * MADV_FREE reads as zeros without being reported written: this tells. */
 long rt_dirty_holding(uint64_t start, uint64_t end, struct rt_dirty_range *out, size_t cap, int swap);
+
+/* Bytes of [start,end) present in memory, and of those the bytes in
+ * transparent huge pages.  Changes nothing.  0 or -errno. */
+long rt_dirty_huge(uint64_t start, uint64_t end, uint64_t *present, uint64_t *huge);
 
 /* Forgets everything and closes the descriptors (after fork, in the child:
  * registrations are not inherited).  Registrations of this process end with

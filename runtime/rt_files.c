@@ -27,12 +27,8 @@
     static ret (*real_##name)(__VA_ARGS__);                                   \
     if (!real_##name) real_##name = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #name)
 
-static inline void enter(void) { rt.fs_busy++; __asm__ volatile("" ::: "memory"); }
-static inline void leave(void)
-{
-    __asm__ volatile("" ::: "memory");
-    if (--rt.fs_busy == 0 && rt.fs_deferred) rt_redeliver_checkpoint();
-}
+#define enter rt_enter
+#define leave rt_leave
 
 /* A refused change: report once, fail the call like the file system would. */
 static long refuse(const char *what, const char *path, int r)

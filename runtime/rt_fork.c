@@ -84,6 +84,11 @@ long rt_clone_call(unsigned long flags, void *stack_top, void (*fn)(void *), voi
 static void writer_main(struct rt_ckpt *ck, int out)
 {
     lz_sc2(SYS_prctl, PR_SET_NAME, "lazarus-writer");
+    /* the program's large new mappings: tracked from now on, registered
+     * through its userfaultfd (still open here) instead of in its pause */
+    if (!ck->planned)
+        for (size_t i = 0; i < ck->nregions; i++)
+            if (ck->rdirty[i].late) rt_dirty_track_parent(ck->regions[i].start, ck->regions[i].end);
     /* keep nothing of the program's open: a pipe it writes must see its
      * reader's end-of-file when the program closes it, not when we are done */
     int hi = (int)lz_sc3(SYS_fcntl, out, F_DUPFD_CLOEXEC, 1000); /* (its own descriptor table: a copy) */

@@ -12,6 +12,7 @@
 #define FRAMES_CAP (1ull << 20)
 #define PACKS_CAP (64ull << 10)
 #define DEDUP_SLOTS (2ull << 20)  /* 8 GiB of distinct pages */
+#define LEARNED_MAX 1024
 
 struct shared {
     uint64_t pending; /* index a writer was started for, 0 = none */
@@ -20,6 +21,8 @@ struct shared {
     uint32_t pad;
     uint64_t pause_ns; /* the program's pause for the checkpoint being written, once known */
     uint64_t arena, arena_len; /* a copy-mode writer's scratch memory, freed once it is done */
+    uint64_t nlearned;
+    struct rt_map_flags learned[LEARNED_MAX];
     struct rt_map slot[2];
 };
 
@@ -100,6 +103,22 @@ void rt_map_settle(const char *dir)
     }
     sh->pending = sh->filled = 0;
 }
+
+void rt_map_learn(uint64_t start, uint64_t end, uint32_t flags)
+{
+    uint64_t n = sh->nlearned;
+    if (n == LEARNED_MAX) return; /* the program reads smaps itself then */
+    sh->learned[n] = (struct rt_map_flags){start, end, flags, 0};
+    __atomic_store_n(&sh->nlearned, n + 1, __ATOMIC_RELEASE); /* after the entry: a killed writer tears none */
+}
+
+size_t rt_map_learned(const struct rt_map_flags **v)
+{
+    *v = sh->learned;
+    return (size_t)__atomic_load_n(&sh->nlearned, __ATOMIC_ACQUIRE);
+}
+
+void rt_map_learned_clear(void) { sh->nlearned = 0; }
 
 void rt_map_started(uint64_t index) { sh->pending = index; sh->filled = 0; sh->pause_ns = 0; }
 

@@ -68,6 +68,13 @@ uint64_t rt_map_pause(void);
  * before the commit. */
 void rt_map_filled(uint64_t index);
 
+/* Mapping flags (LZ_RF_*) a writer read from smaps, for the program's cache:
+ * appended by the writer, taken by the program at its next checkpoint. */
+struct rt_map_flags { uint64_t start, end; uint32_t flags, pad; };
+void rt_map_learn(uint64_t start, uint64_t end, uint32_t flags);
+size_t rt_map_learned(const struct rt_map_flags **v);
+void rt_map_learned_clear(void);
+
 /* After a restart from `index`: fresh memory, the map read from that
  * checkpoint's manifest (tracked as given). */
 void rt_map_seed(const char *dir, uint64_t index, int tracked);

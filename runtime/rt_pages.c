@@ -47,6 +47,73 @@ static int contains(const struct lz_region *r, const void *p)
     return (uint64_t)p >= r->start && (uint64_t)p < r->end;
 }
 
+/* Regions kept out of dirty tracking because transparent huge pages back
+ * them: write-protect faults split a huge page into 4 KiB ones (the kernel
+ * does so for asynchronous write-protect), after which the program runs
+ * slower and every fork copies 512 times as many page-table entries.  Their
+ * pages are compared by digest in the writer instead (the spare core's work,
+ * not the pause's).  Known by their bounds; forgotten after a restart, which
+ * tracks everything again. */
+#define WHOLE_MAX 256
+static struct { uint64_t start, end; } whole[WHOLE_MAX];
+static size_t nwhole;
+
+/* Large mappings new at the previous checkpoint, which its forked writer
+ * registered for tracking after the fork (rt_dirty_track_parent): the walk
+ * that write-protects every page of a fresh 4 GiB heap takes 80 ms, kept out
+ * of the pause.  What the program wrote between the fork and the
+ * registration was not seen, so at this checkpoint their pages are compared
+ * by digest once; from the next on, only written pages count. */
+#define LATE_MIN (16ull << 20)
+static struct { uint64_t start, end; } late[WHOLE_MAX];
+static size_t nlate;
+
+void rt_pages_forget(void) { nwhole = nlate = 0; }
+
+static int in_late(const struct lz_region *r)
+{
+    for (size_t k = 0; k < nlate; k++) if (late[k].start == r->start && late[k].end == r->end) return 1;
+    return 0;
+}
+
+void rt_track_late(struct rt_ckpt *ck, int by_writer)
+{
+    for (size_t i = 0; i < ck->nregions; i++) {
+        const struct lz_region *r = &ck->regions[i];
+        if (!ck->rdirty[i].late) continue;
+        if (by_writer && nlate < WHOLE_MAX) {
+            late[nlate].start = r->start;
+            late[nlate++].end = r->end;
+        } else {
+            ck->rdirty[i].late = 0; /* the writer leaves it alone */
+            rt_dirty_track(r->start, r->end);
+        }
+    }
+}
+
+static int in_whole(const struct lz_region *r)
+{
+    for (size_t k = 0; k < nwhole; k++) if (whole[k].start == r->start && whole[k].end == r->end) return 1;
+    return 0;
+}
+
+static int huge_backed(const struct lz_region *r)
+{
+    if (r->kind != LZ_R_ANON || r->end - r->start < (2u << 20) || nwhole == WHOLE_MAX) return 0;
+    if (r->flags & LZ_RF_HUGEPAGE) return 1;
+    if (r->flags & LZ_RF_NOHUGEPAGE) return 0;
+    /* a sample (its start, middle and end): walking all of it costs 4 ms per GiB */
+    uint64_t present = 0, huge = 0, len = r->end - r->start, w = 32ull << 20;
+    uint64_t at[3] = {r->start, r->start + (len / 2 & ~((2ull << 20) - 1)), r->end > w ? r->end - w : r->start};
+    for (int k = 0; k < 3; k++) {
+        uint64_t a = at[k] < r->start ? r->start : at[k], b = a + w < r->end ? a + w : r->end, p, h;
+        if (rt_dirty_huge(a, b, &p, &h) < 0) return 0;
+        present += p; huge += h;
+        if (len <= w) break;
+    }
+    return present && huge * 2 >= present;
+}
+
 int rt_scan_dirty(struct rt_ckpt *ck)
 {
     ck->dirty = arena_alloc(&ck->arena, DIRTY_CAP * sizeof *ck->dirty);
@@ -82,6 +149,8 @@ int rt_scan_dirty(struct rt_ckpt *ck)
          * data changes after the scan: both are compared by digest */
         if (!ok || !region_stored(r) || r->kind == LZ_R_SHARED_ANON || rd->from_content || contains(r, &rt) || contains(r, &fj))
             continue;
+        if (in_whole(r)) { rd->digest = 1; continue; }
+        int was_late = in_late(r);
         uint64_t at = r->start;
         int failed = 0;
         while (at < r->end) {
@@ -93,13 +162,32 @@ int rt_scan_dirty(struct rt_ckpt *ck)
         if (failed) {
             /* never tracked (a new mapping) or moved: all of it, and track it from now on */
             n = rd->first;
-            rt_dirty_track(r->start, r->end);
+            if (huge_backed(r)) {
+                whole[nwhole].start = r->start;
+                whole[nwhole++].end = r->end;
+                rd->digest = 1;
+            } else if (r->end - r->start >= LATE_MIN) {
+                rd->late = 1;
+            } else {
+                rt_dirty_track(r->start, r->end);
+            }
+            continue;
+        }
+        if (was_late) { /* re-armed by the scan; its pages compared by digest this once */
+            n = rd->first;
+            rd->digest = 1;
             continue;
         }
         rd->n = (uint32_t)(n - rd->first);
         rd->all = 0;
     }
     ck->ndirty = n;
+    size_t keep = 0; /* forget regions that are gone */
+    for (size_t k = 0; k < nwhole; k++)
+        for (size_t i = 0; i < ck->nregions; i++)
+            if (ck->regions[i].start == whole[k].start && ck->regions[i].end == whole[k].end) { whole[keep++] = whole[k]; break; }
+    nwhole = keep;
+    nlate = 0;
     return 0;
 }
 
@@ -492,6 +580,43 @@ static int open_pack(struct writer *w)
 
 static uint32_t pend_slot(uint64_t d0) { return (uint32_t)(d0 % PENDING_SLOTS); }
 
+/* The dedup table is 4-way set-associative: a direct-mapped table loses a
+ * fifth of its entries to collisions at half load, and a region compared by
+ * digest (huge pages, no tracking) would then store those pages again. */
+#define DEDUP_WAYS 4
+
+static struct rt_dedup_ent *dedup_bucket(uint64_t d0)
+{
+    uint64_t nslots;
+    struct rt_dedup_ent *tab = rt_map_dedup(&nslots);
+    return &tab[d0 & (nslots - 1) & ~(uint64_t)(DEDUP_WAYS - 1)];
+}
+
+/* Where to record a digest: its own entry, else an empty or torn one, else
+ * one no frame of the previous checkpoint backs, else the oldest. */
+static struct rt_dedup_ent *dedup_victim(const struct writer *w, uint64_t d0, uint64_t d1)
+{
+    struct rt_dedup_ent *b = dedup_bucket(d0), *oldest = b;
+    for (int k = 0; k < DEDUP_WAYS; k++)
+        if (b[k].d0 == d0 && b[k].d1 == d1) return &b[k];
+    for (int k = 0; k < DEDUP_WAYS; k++)
+        if (b[k].check != rt_dedup_check(&b[k]) || (!b[k].d0 && !b[k].d1)) return &b[k];
+    for (int k = 0; k < DEDUP_WAYS; k++) {
+        if (b[k].pack != (uint32_t)w->ck->index && find_prev_frame(w, b[k].pack, b[k].offset) < 0) return &b[k];
+        if (b[k].pack < oldest->pack) oldest = &b[k];
+    }
+    return oldest;
+}
+
+/* The valid entry for this digest, or NULL. */
+static const struct rt_dedup_ent *dedup_find(uint64_t d0, uint64_t d1)
+{
+    const struct rt_dedup_ent *b = dedup_bucket(d0);
+    for (int k = 0; k < DEDUP_WAYS; k++)
+        if (b[k].d0 == d0 && b[k].d1 == d1 && b[k].check == rt_dedup_check(&b[k])) return &b[k];
+    return NULL;
+}
+
 static int flush_frame(struct writer *w)
 {
     if (!w->spos) return 0;
@@ -514,12 +639,10 @@ static int flush_frame(struct writer *w)
     w->nf_idx[w->n_new] = w->sframe;
     w->nf_off[w->n_new++] = f->offset;
     /* the frame's pages become findable by digest */
-    uint64_t nslots;
-    struct rt_dedup_ent *tab = rt_map_dedup(&nslots);
     for (uint32_t i = 0; i < PENDING_SLOTS; i++) {
         struct pend *p = &w->pend[i];
         if (!p->used) continue;
-        struct rt_dedup_ent *e = &tab[p->d0 & (nslots - 1)];
+        struct rt_dedup_ent *e = dedup_victim(w, p->d0, p->d1);
         e->check = 0;
         __atomic_thread_fence(__ATOMIC_RELEASE);
         e->d0 = p->d0; e->d1 = p->d1; e->offset = f->offset; e->pack = (uint32_t)w->ck->index; e->skip = p->skip;
@@ -539,9 +662,8 @@ struct pgref { uint64_t d0, d1; uint32_t frame, skip; };
 /* A previous frame holding this content: its index there, or -1. */
 static long dedup_prev(const struct writer *w, uint64_t d0, uint64_t d1, uint32_t *skip)
 {
-    uint64_t nslots;
-    const struct rt_dedup_ent *e = &rt_map_dedup(&nslots)[d0 & (nslots - 1)];
-    if (e->d0 != d0 || e->d1 != d1 || e->check != rt_dedup_check(e) || e->pack == (uint32_t)w->ck->index) return -1;
+    const struct rt_dedup_ent *e = dedup_find(d0, d1);
+    if (!e || e->pack == (uint32_t)w->ck->index) return -1;
     long f = find_prev_frame(w, e->pack, e->offset);
     if (f < 0 || e->skip + PAGE > w->pm->frames[f].raw) return -1;
     *skip = e->skip;
@@ -554,9 +676,8 @@ static long dedup_new(const struct writer *w, uint64_t d0, uint64_t d1, uint32_t
 {
     for (uint32_t i = pend_slot(d0), k = 0; k < PENDING_SLOTS && w->pend[i].used; k++, i = (i + 1) % PENDING_SLOTS)
         if (w->pend[i].d0 == d0 && w->pend[i].d1 == d1) { *skip = w->pend[i].skip; return w->sframe; }
-    uint64_t nslots;
-    const struct rt_dedup_ent *e = &rt_map_dedup(&nslots)[d0 & (nslots - 1)];
-    if (e->d0 != d0 || e->d1 != d1 || e->check != rt_dedup_check(e) || e->pack != (uint32_t)w->ck->index) return -1;
+    const struct rt_dedup_ent *e = dedup_find(d0, d1);
+    if (!e || e->pack != (uint32_t)w->ck->index) return -1;
     size_t lo = 0, hi = w->n_new;
     while (lo < hi) { size_t m = (lo + hi) / 2; if (w->nf_off[m] < e->offset) lo = m + 1; else hi = m; }
     if (lo < w->n_new && w->nf_off[lo] == e->offset && e->skip + PAGE <= w->nm->frames[w->nf_idx[lo]].raw) {
@@ -679,10 +800,14 @@ int rt_store_pages(struct rt_ckpt *ck)
                 rc = f < 0 ? -1 : emit(w, rfirst, it->addr, it->len, (uint32_t)f, it->skip);
                 continue;
             }
-            if (it->kind == IT_NEW) w->changed += it->len;
-            for (uint64_t o = 0; o < it->len && rc == 0; o += PAGE)
-                rc = store_page(w, rfirst, it->addr + o, (const void *)(it->src + o), it->region_file,
-                                it->kind == IT_NEW ? &pg[npg++] : NULL);
+            /* compared by digest: changed if no previous frame holds it */
+            int digest = ck->rdirty[i].digest;
+            if (it->kind == IT_NEW && !digest) w->changed += it->len;
+            for (uint64_t o = 0; o < it->len && rc == 0; o += PAGE) {
+                const struct pgref *g = it->kind == IT_NEW ? &pg[npg++] : NULL;
+                if (digest && g && g->frame == PG_NONE) w->changed += PAGE;
+                rc = store_page(w, rfirst, it->addr + o, (const void *)(it->src + o), it->region_file, g);
+            }
         }
         r->nextents = (uint32_t)(w->nm->nextents - rfirst);
     }

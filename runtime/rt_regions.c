@@ -108,16 +108,81 @@ static int file_range_hash(struct rt_ckpt *ck, struct lz_region *r, const char *
     return 0;
 }
 
-/* VmFlags of each mapping as of the last read of /proc/self/smaps, which
- * walks every page of every mapping (14 ms per GiB, in the pause) while
- * /proc/self/maps does not.  The flags change only through madvise, which
- * nearly always splits or merges the mapping: smaps is read again whenever
- * a mapping's bounds are not in the cache. */
+/* VmFlags of each mapping, by its bounds.  /proc/self/smaps walks every page
+ * of every mapping (14 ms per GiB) while /proc/self/maps does not, so the
+ * pause reads only maps: a mapping with bounds not seen before has its
+ * flags read by the writer (rt_settle_flags), from the snapshot, and handed
+ * back through the shared map for the next pause.  What the program changes
+ * with madvise is logged as it happens (flags often change without the
+ * bounds changing), so the pause knows which memory a fork would not copy.
+ * The pause itself reads smaps only when it writes the checkpoint itself,
+ * when memory is locked (a fork child does not inherit VM_LOCKED), or when
+ * the log overflowed. */
 struct vmf { uint64_t start, end; uint32_t flags; };
-static struct vmf vmf_cache[4096];
+#define VMF_MAX 4096
+static struct vmf vmf_cache[VMF_MAX];
 static size_t vmf_n;
+static volatile int flags_stale;
 
-void rt_regions_forget(void) { vmf_n = 0; }
+#define ADVICE_MAX 64
+static struct { uint64_t start, end; uint32_t set, clear; } advice_log[ADVICE_MAX];
+static size_t nadvice;
+
+void rt_regions_forget(void) { vmf_n = 0; nadvice = 0; }
+void rt_regions_stale(void) { flags_stale = 1; }
+
+/* The program's madvise: DONTFORK, WIPEONFORK, HUGEPAGE, DONTDUMP and their
+ * opposites change flags a checkpoint needs.  (A raw madvise system call is
+ * not seen: the writer then finds memory missing from its snapshot and fails
+ * that checkpoint, see rt_settle_flags.) */
+RT_API int madvise(void *addr, size_t len, int advice)
+{
+    uint32_t set = 0, clear = 0;
+    switch (advice) {
+    case MADV_DONTFORK: set = LZ_RF_DONTFORK; break;
+    case MADV_DOFORK: clear = LZ_RF_DONTFORK; break;
+    case 18 /* MADV_WIPEONFORK */: set = LZ_RF_WIPEONFORK; break;
+    case 19 /* MADV_KEEPONFORK */: clear = LZ_RF_WIPEONFORK; break;
+    case MADV_HUGEPAGE: set = LZ_RF_HUGEPAGE; clear = LZ_RF_NOHUGEPAGE; break;
+    case MADV_NOHUGEPAGE: set = LZ_RF_NOHUGEPAGE; clear = LZ_RF_HUGEPAGE; break;
+    case MADV_DONTDUMP: set = LZ_RF_DONTDUMP; break;
+    case MADV_DODUMP: clear = LZ_RF_DONTDUMP; break;
+    }
+    rt_enter(); /* no checkpoint between the call and its log entry */
+    long r = lz_sc3(SYS_madvise, addr, len, advice);
+    if (r == 0 && (set | clear)) {
+        uint64_t a = (uint64_t)addr & ~4095ull, b = ((uint64_t)addr + len + 4095) & ~4095ull;
+        if (nadvice < ADVICE_MAX) advice_log[nadvice++] = (__typeof__(advice_log[0])){a, b, set, clear};
+        else flags_stale = 1;
+    }
+    rt_leave();
+    if (r < 0) { errno = (int)-r; return -1; }
+    return 0;
+}
+
+static uint32_t advised(uint64_t start, uint64_t end, uint32_t flags)
+{
+    for (size_t k = 0; k < nadvice; k++)
+        if (advice_log[k].start < end && advice_log[k].end > start)
+            flags = (flags | advice_log[k].set) & ~advice_log[k].clear;
+    return flags;
+}
+
+/* Memory locked with mlock: VmLck of /proc/self/status, in kB. */
+static uint64_t locked_kb(void)
+{
+    char buf[4096];
+    long n = rt_read_file("/proc/self/status", buf, sizeof buf - 1);
+    if (n <= 0) return 1; /* cannot tell: read smaps */
+    buf[n] = 0;
+    for (const char *s = buf; *s; s++)
+        if ((s == buf || s[-1] == '\n') && !memcmp(s, "VmLck:", 6)) {
+            s += 6;
+            while (*s == ' ' || *s == '\t') s++;
+            return parse_dec(&s);
+        }
+    return 0;
+}
 
 static struct vmf *vmf_find(uint64_t start, uint64_t end)
 {
@@ -149,6 +214,33 @@ static int cache_covers(struct rt_ckpt *ck, const char *s)
     return 1;
 }
 
+/* Keeps the cached flags of mappings still there (bounds in the maps text)
+ * and takes those the last writer learned. */
+static void cache_refresh(struct rt_ckpt *ck, const char *s)
+{
+    const struct rt_map_flags *lv;
+    size_t nl = rt_map_ready() ? rt_map_learned(&lv) : 0;
+    struct vmf *keep = arena_alloc(&ck->arena, sizeof vmf_cache);
+    size_t nk = 0;
+    if (!keep) return;
+    while (*s && nk < VMF_MAX) {
+        const char *q = s;
+        uint64_t start = parse_hex(&q); q++;
+        uint64_t end = parse_hex(&q);
+        /* what the writer learned is newer than the cache */
+        size_t lo = 0, hi = nl; /* in address order */
+        while (lo < hi) { size_t m = (lo + hi) / 2; if (lv[m].start < start) lo = m + 1; else hi = m; }
+        const struct vmf *f = vmf_find(start, end);
+        if (lo < nl && lv[lo].start == start && lv[lo].end == end) keep[nk++] = (struct vmf){start, end, lv[lo].flags};
+        else if (f) keep[nk++] = *f;
+        while (*s && *s != '\n') s++;
+        if (*s) s++;
+    }
+    memcpy(vmf_cache, keep, nk * sizeof *keep);
+    vmf_n = nk;
+    if (nl) rt_map_learned_clear();
+}
+
 int rt_capture_regions(struct rt_ckpt *ck)
 {
     size_t cap = 64u << 20;
@@ -157,8 +249,12 @@ int rt_capture_regions(struct rt_ckpt *ck)
     long n = rt_read_file("/proc/self/maps", text, cap - 1);
     if (n <= 0) { rt_fmt(ck->err, sizeof ck->err, "cannot read /proc/self/maps"); return -1; }
     text[n] = 0;
-    int have_flags = !cache_covers(ck, text);
+    cache_refresh(ck, text);
+    int have_flags = flags_stale ||
+                     (!cache_covers(ck, text) && (ck->trigger == LZ_TRIG_API || rt.nofork || !rt_map_ready() || locked_kb()));
     if (have_flags) {
+        flags_stale = 0;
+        nadvice = 0;
         n = rt_read_file("/proc/self/smaps", text, cap - 1);
         if (n <= 0) { rt_fmt(ck->err, sizeof ck->err, "cannot read /proc/self/smaps"); return -1; }
         text[n] = 0;
@@ -192,6 +288,7 @@ int rt_capture_regions(struct rt_ckpt *ck)
         while (q[pl] && q[pl] != '\n' && pl < sizeof path - 1) { path[pl] = q[pl]; pl++; }
         path[pl] = 0;
         uint32_t flags = 0;
+        int unknown = 0;
         if (have_flags) {
             for (const char *t = s; *t && !is_header(t);) {
                 if (!memcmp(t, "VmFlags:", 8)) flags = vmflags(t + 8);
@@ -200,8 +297,10 @@ int rt_capture_regions(struct rt_ckpt *ck)
             }
             if (vmf_n < sizeof vmf_cache / sizeof vmf_cache[0]) vmf_cache[vmf_n++] = (struct vmf){start, end, flags};
         } else {
-            const struct vmf *f = vmf_find(start, end);
-            flags = f ? f->flags : 0;
+            struct vmf *f = vmf_find(start, end);
+            flags = advised(start, end, f ? f->flags : 0);
+            if (f) f->flags = flags;
+            unknown = !f;
         }
         if (skipped(ck, start, end, "")) continue;
         if (!strcmp(path, "[vsyscall]")) continue;
@@ -212,6 +311,7 @@ int rt_capture_regions(struct rt_ckpt *ck)
             continue;
         }
         memset(&ck->rdirty[ck->nregions], 0, sizeof ck->rdirty[0]);
+        ck->rdirty[ck->nregions].flags_unknown = (uint8_t)unknown;
         struct lz_region *r = &ck->regions[ck->nregions++];
         memset(r, 0, sizeof *r);
         r->start = start; r->end = end;
@@ -256,12 +356,66 @@ int rt_capture_regions(struct rt_ckpt *ck)
         r->path = 0;
         ck->rdirty[ck->nregions - 1].from_content = 1;
     }
+    if (rc == 0) nadvice = 0; /* the log is in the flags now */
     if (rc == 0 && vd_hi) {
         p->vdso_block_start = vd_lo;
         p->vdso_block_end = vd_hi;
         p->vdso_offset -= vd_lo;
     }
     return rc;
+}
+
+int rt_settle_flags(struct rt_ckpt *ck)
+{
+    int snapshot = ck->in_child && !ck->planned; /* a forked writer: its mappings are the snapshot */
+    size_t unknown = 0;
+    for (size_t i = 0; i < ck->nregions; i++) unknown += ck->rdirty[i].flags_unknown;
+    if (!unknown && !snapshot) return 0;
+    size_t cap = 64u << 20;
+    char *text = arena_alloc(&ck->arena, cap);
+    if (!text) return rt_fail(ck, "out of checkpoint scratch memory", 0);
+    const char *file = unknown ? "/proc/self/smaps" : "/proc/self/maps";
+    long n = rt_read_file(file, text, cap - 1);
+    if (n <= 0) return rt_fail(ck, unknown ? "cannot read /proc/self/smaps" : "cannot read /proc/self/maps", n);
+    text[n] = 0;
+    const char *s = text;
+    for (size_t i = 0; i < ck->nregions; i++) {
+        struct lz_region *r = &ck->regions[i];
+        /* both lists are in address order */
+        uint64_t start = 0, end = 0;
+        uint32_t flags = 0;
+        while (*s) {
+            const char *q = s;
+            start = parse_hex(&q); q++;
+            end = parse_hex(&q);
+            if (start >= r->start) break;
+            do { while (*s && *s != '\n') s++; if (*s) s++; } while (*s && !is_header(s));
+        }
+        int found = *s && start == r->start && end == r->end;
+        if (found)
+            for (const char *t = s + 1; *t;) {
+                while (*t && *t != '\n') t++;
+                if (*t) t++;
+                if (!*t || is_header(t)) break;
+                if (!memcmp(t, "VmFlags:", 8)) flags = vmflags(t + 8);
+            }
+        int stored = r->kind == LZ_R_ANON || r->kind == LZ_R_FILE_PRIVATE;
+        if (snapshot && stored && (!found || (flags & LZ_RF_WIPEONFORK))) {
+            /* the pause did not know: the snapshot lacks this memory */
+            rt_map_learn(r->start, r->end, found ? flags : (r->flags & ~(LZ_RF_HEAP | LZ_RF_STACK)) | LZ_RF_DONTFORK);
+            rt_fmt(ck->err, sizeof ck->err,
+                   "memory at %llx-%llx was excluded from fork (%s) after the previous checkpoint: the next checkpoint includes it",
+                   (unsigned long long)r->start, (unsigned long long)r->end, found ? "MADV_WIPEONFORK" : "MADV_DONTFORK");
+            return -1;
+        }
+        if (ck->rdirty[i].flags_unknown && found) {
+            /* what the pause knew from the madvise log: a forked writer sees those undone */
+            uint32_t fork = r->flags & (LZ_RF_DONTFORK | LZ_RF_WIPEONFORK);
+            r->flags = (r->flags & (LZ_RF_HEAP | LZ_RF_STACK)) | flags | fork;
+            rt_map_learn(r->start, r->end, flags | fork);
+        }
+    }
+    return 0;
 }
 
 int rt_track_all(void)

@@ -36,6 +36,7 @@ void rt_resume(struct rt_ckpt *unused)
     /* the next checkpoint stores only what changes from here on */
     rt_dirty_forget();
     rt_regions_forget();
+    rt_pages_forget();
     rt_map_seed(rt.dir, r->index, rt_track_all());
     char err[256];
     if (fj_restarted(r->index, err, sizeof err) < 0) {
