@@ -131,6 +131,7 @@ void rt_resume(struct rt_ckpt *ck);
 void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc);
 void rt_install_handler(void);
 void rt_redeliver_checkpoint(void);
+void rt_trace(uint64_t t0, const char *who, const char *step); /* LAZARUS_TRACE */
 
 /* Around a call the checkpoint must not interrupt half-way (file calls,
  * madvise): a checkpoint asked for meanwhile runs when it is done. */

@@ -10,14 +10,17 @@
 
 void rt_chain_program_signal(int sig, siginfo_t *si, void *uc);
 
-/* LAZARUS_TRACE=1: the pause's steps on stderr */
-static void trace(uint64_t t0, const char *step)
+/* LAZARUS_TRACE=1: the steps of the pause ("checkpoint") and of the writer
+ * ("writer") on stderr, in ms since the pause began */
+void rt_trace(uint64_t t0, const char *who, const char *step)
 {
     if (!rt.tracing) return;
-    char buf[96];
-    int n = rt_fmt(buf, sizeof buf, "lazarus: checkpoint %8.3f ms %s\n", (double)(rt_now_ns(1) - t0) / 1e6, step);
+    char buf[128];
+    int n = rt_fmt(buf, sizeof buf, "lazarus: %s %8.3f ms %s\n", who, (double)(rt_now_ns(1) - t0) / 1e6, step);
     lz_sc3(SYS_write, 2, buf, n);
 }
+
+static void trace(uint64_t t0, const char *step) { rt_trace(t0, "checkpoint", step); }
 
 static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
 {

@@ -224,23 +224,23 @@ static long check_range(uint64_t start, uint64_t end)
     return 0;
 }
 
-static long track_range(uint64_t start, uint64_t end)
+static long track_range(int uffd, uint64_t start, uint64_t end)
 {
     long r;
     struct uffdio_register reg = { .range = { .start = start, .len = end - start },
                                    .mode = UFFDIO_REGISTER_MODE_WP };
-    r = lz_sc3(SYS_ioctl, st.uffd, UFFDIO_REGISTER, &reg);
+    r = lz_sc3(SYS_ioctl, uffd, UFFDIO_REGISTER, &reg);
     if (r < 0) return r;
 
     struct uffdio_writeprotect wp = { .range = { .start = start, .len = end - start },
                                       .mode = UFFDIO_WRITEPROTECT_MODE_WP };
     for (int tries = 0; tries < 100; tries++) {
-        r = lz_sc3(SYS_ioctl, st.uffd, UFFDIO_WRITEPROTECT, &wp);
+        r = lz_sc3(SYS_ioctl, uffd, UFFDIO_WRITEPROTECT, &wp);
         if (r != -EAGAIN) break; /* the address space is changing: retry */
     }
     if (r < 0) {
         struct uffdio_range un = { .start = start, .len = end - start };
-        lz_sc3(SYS_ioctl, st.uffd, UFFDIO_UNREGISTER, &un);
+        lz_sc3(SYS_ioctl, uffd, UFFDIO_UNREGISTER, &un);
     }
     return r;
 }
@@ -249,15 +249,14 @@ long rt_dirty_track(uint64_t start, uint64_t end)
 {
     long r = check_range(start, end);
     if (r < 0 || start == end) return r;
-    return track_range(start, end);
+    return track_range(st.uffd, start, end);
 }
 
-long rt_dirty_track_parent(uint64_t start, uint64_t end)
+long rt_dirty_track_parent(int uffd, uint64_t start, uint64_t end)
 {
-    if (!st.active) return -ENODEV;
-    if (lz_sc0(SYS_getpid) == st.pid) return -EINVAL; /* not a child */
+    if (uffd < 0) return -EBADF;
     if ((start | end) & (RT_DIRTY_PAGE - 1) || end < start) return -EINVAL;
-    return start == end ? 0 : track_range(start, end);
+    return start == end ? 0 : track_range(uffd, start, end);
 }
 
 long rt_dirty_scan(uint64_t start, uint64_t end, struct rt_dirty_range *out, size_t cap,
@@ -384,4 +383,11 @@ long rt_dirty_huge(uint64_t start, uint64_t end, uint64_t *present, uint64_t *hu
         addr = a.walk_end;
     }
     return 0;
+}
+
+int rt_dirty_keep_parent_uffd(int fd_base)
+{
+    if (!st.active || st.uffd < 0 || lz_sc0(SYS_getpid) == st.pid) return -1;
+    long fd = lz_sc3(SYS_fcntl, st.uffd, F_DUPFD_CLOEXEC, fd_base);
+    return fd < 0 ? -1 : (int)fd;
 }

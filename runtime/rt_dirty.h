@@ -60,14 +60,18 @@ int rt_dirty_owns_fd(int fd);
  * initialized), -ECHILD (state inherited over fork). */
 long rt_dirty_track(uint64_t start, uint64_t end);
 
-/* In a fork child, before it closes or forgets the inherited descriptors:
- * starts tracking [start,end) of the PARENT's address space (a userfaultfd
- * acts on the memory of the process that made it), so that the walk that
- * write-protects a large new mapping costs the parent no pause.  Pages the
- * parent wrote between the fork and this call are not reported: the caller
- * must find them some other way (rt_pages.c compares them by digest).
- * 0 or -errno (-EINVAL when called in the process that made the state). */
-long rt_dirty_track_parent(uint64_t start, uint64_t end);
+/* In a fork child: a copy of the inherited userfaultfd at a number >=
+ * fd_base, for rt_dirty_track_parent (the caller closes everything else and
+ * forgets the module's state); its number, or -1. */
+int rt_dirty_keep_parent_uffd(int fd_base);
+
+/* Starts tracking [start,end) of the PARENT's address space through that
+ * copy (a userfaultfd acts on the memory of the process that made it), so
+ * that the walk that write-protects a large new mapping costs the parent no
+ * pause.  Pages the parent wrote between the fork and this call are not
+ * reported: the caller must find them some other way (rt_pages.c compares
+ * them by digest).  0 or -errno. */
+long rt_dirty_track_parent(int uffd, uint64_t start, uint64_t end);
 
 /* Pages in [start,end) written since tracking started or since the last scan,
  * merged into ranges, written to out[0..cap); each reported page is

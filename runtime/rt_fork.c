@@ -84,17 +84,19 @@ long rt_clone_call(unsigned long flags, void *stack_top, void (*fn)(void *), voi
 static void writer_main(struct rt_ckpt *ck, int out)
 {
     lz_sc2(SYS_prctl, PR_SET_NAME, "lazarus-writer");
-    /* the program's large new mappings: tracked from now on, registered
-     * through its userfaultfd (still open here) instead of in its pause */
-    if (!ck->planned)
-        for (size_t i = 0; i < ck->nregions; i++)
-            if (ck->rdirty[i].late) rt_dirty_track_parent(ck->regions[i].start, ck->regions[i].end);
+    int late = 0;
+    for (size_t i = 0; i < ck->nregions; i++) late |= ck->rdirty[i].late;
     /* keep nothing of the program's open: a pipe it writes must see its
-     * reader's end-of-file when the program closes it, not when we are done */
+     * reader's end-of-file when the program closes it, not when we are done.
+     * Only the program's userfaultfd stays if its large new mappings are to
+     * be tracked (at the end: it costs the walk of all their pages). */
     int hi = (int)lz_sc3(SYS_fcntl, out, F_DUPFD_CLOEXEC, 1000); /* (its own descriptor table: a copy) */
+    int uffd = -1;
     if (hi >= 0) {
-        lz_sc3(SYS_close_range, 0, (unsigned)hi - 1, 0);
-        lz_sc3(SYS_close_range, (unsigned)hi + 1, ~0u, 0);
+        uffd = late && !ck->planned ? rt_dirty_keep_parent_uffd(hi + 1) : -1;
+        lz_sc3(SYS_close_range, rt.tracing ? 3 : 0, (unsigned)hi - 1, 0); /* LAZARUS_TRACE: stderr stays */
+        if (uffd > hi + 1) lz_sc3(SYS_close_range, (unsigned)hi + 1, (unsigned)uffd - 1, 0);
+        lz_sc3(SYS_close_range, (unsigned)(uffd > hi ? uffd : hi) + 1, ~0u, 0);
         out = hi;
     }
     if (!ck->planned) rt_dirty_forget(); /* its descriptors were the parent's, and are closed (a
@@ -103,6 +105,12 @@ static void writer_main(struct rt_ckpt *ck, int out)
     char msg[700];
     int n = rt_result(ck, rt_finish_checkpoint(ck), msg, sizeof msg);
     lz_sc3(SYS_write, out, msg, n);
+    /* the supervisor starts the next checkpoint only once we are gone */
+    if (uffd >= 0) {
+        for (size_t i = 0; i < ck->nregions; i++)
+            if (ck->rdirty[i].late) rt_dirty_track_parent(uffd, ck->regions[i].start, ck->regions[i].end);
+        rt_trace(ck->t0, "writer", "new mappings tracked");
+    }
 }
 
 /* The copy-mode writer shares the program's memory: it reads only what the

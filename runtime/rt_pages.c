@@ -19,6 +19,7 @@
 #include "rt.h"
 #include "rt_map.h"
 #include "rt_dirty.h"
+#include "rt_packio.h"
 #include "codec.h"
 #include "hash.h"
 #include "track.h"
@@ -33,7 +34,6 @@
 #define PM_FILE (1ull << 61)
 #define DIRTY_CAP (4u << 20)
 #define ITEMS_CAP (8u << 20)
-#define OUT_BYTES (8u << 20)
 #define PENDING_SLOTS 512 /* > pages per frame */
 #define COPY_MAX (256ull << 20) /* changed bytes copied in the pause rather than forking */
 
@@ -450,10 +450,9 @@ struct writer {
     struct lz_cctx *cctx;
     int codec;
     char *stage; uint32_t spos; uint32_t sframe;
+    char *cbuf; /* a compressed frame */
     struct pend pend[PENDING_SLOTS];
-    char *out; size_t out_used;
-    long fd;
-    uint64_t written, synced;
+    struct rt_packio *io;
     uint32_t packidx; /* this pack in nm->packs */
     char pack_path[LZ_PATH_MAX + 64];
     uint64_t changed;
@@ -547,31 +546,16 @@ static int emit(struct writer *w, size_t region_first, uint64_t addr, uint64_t l
     return 0;
 }
 
-static long out_write(struct writer *w)
-{
-    size_t done = 0;
-    while (done < w->out_used) {
-        long n = lz_sc3(SYS_write, w->fd, w->out + done, w->out_used - done);
-        if (n == -EINTR) continue;
-        if (n <= 0) return n ? n : -EIO;
-        done += (size_t)n;
-    }
-    w->written += w->out_used;
-    w->out_used = 0;
-    /* start writeback now: the disk works while the next frames are made */
-    lz_sc4(SYS_sync_file_range, w->fd, w->synced, w->written - w->synced, 2 /* SYNC_FILE_RANGE_WRITE */);
-    w->synced = w->written;
-    return 0;
-}
-
 static int open_pack(struct writer *w)
 {
     char dir[LZ_PATH_MAX + 16];
     rt_fmt(dir, sizeof dir, "%s/" LZ_PACKS_DIR, rt.dir);
     lz_sc3(SYS_mkdirat, AT_FDCWD, dir, 0700);
     rt_fmt(w->pack_path, sizeof w->pack_path, "%s/" LZ_PACK_PREFIX "%06llu", dir, (unsigned long long)w->ck->index);
-    w->fd = lz_sc4(SYS_openat, AT_FDCWD, w->pack_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (w->fd < 0) return rt_fail(w->ck, "cannot create the checkpoint's pack", w->fd);
+    long e = 0;
+    /* a writer beside the program: the disk written from a thread of its own */
+    w->io = rt_packio_open(&w->ck->arena, w->pack_path, w->ck->in_child, &e);
+    if (!w->io) return rt_fail(w->ck, "cannot create the checkpoint's pack", e);
     long pi = pack_index(w, w->ck->index, 0);
     if (pi < 0) return -1;
     w->packidx = (uint32_t)pi;
@@ -620,22 +604,19 @@ static const struct rt_dedup_ent *dedup_find(uint64_t d0, uint64_t d1)
 static int flush_frame(struct writer *w)
 {
     if (!w->spos) return 0;
-    if (w->fd < 0 && open_pack(w) < 0) return -1;
-    if (w->out_used + w->spos > OUT_BYTES) {
-        long e = out_write(w);
-        if (e < 0) return rt_fail(w->ck, "cannot write the checkpoint's page data", e);
-    }
+    if (!w->io && open_pack(w) < 0) return -1;
     struct lz_frame *f = &w->nm->frames[w->sframe];
     f->raw = w->spos;
     f->xxh3 = lz_hash(w->stage, w->spos);
-    size_t n = w->codec != LZ_CODEC_NONE ? lz_compress(w->cctx, w->stage, w->spos, w->out + w->out_used, w->spos) : 0;
+    size_t n = w->codec != LZ_CODEC_NONE ? lz_compress(w->cctx, w->stage, w->spos, w->cbuf, w->spos) : 0;
     if (n == (size_t)-1) return rt_fail(w->ck, "cannot compress page data", 0);
-    if (n == 0) { memcpy(w->out + w->out_used, w->stage, w->spos); n = w->spos; f->codec = LZ_CODEC_NONE; }
-    else f->codec = (uint32_t)w->codec;
+    f->codec = n ? (uint32_t)w->codec : LZ_CODEC_NONE;
+    if (!n) n = w->spos;
     f->pack = w->packidx;
-    f->offset = w->written + w->out_used;
+    f->offset = rt_packio_offset(w->io);
     f->stored = (uint32_t)n;
-    w->out_used += n;
+    long e = rt_packio_append(w->io, f->codec == LZ_CODEC_NONE ? w->stage : w->cbuf, n);
+    if (e < 0) return rt_fail(w->ck, "cannot write the checkpoint's page data", e);
     w->nf_idx[w->n_new] = w->sframe;
     w->nf_off[w->n_new++] = f->offset;
     /* the frame's pages become findable by digest */
@@ -733,7 +714,6 @@ int rt_store_pages(struct rt_ckpt *ck)
     if (!w) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     memset(w, 0, sizeof *w);
     w->ck = ck;
-    w->fd = -1;
     w->pm = rt_map_current();
     w->nm = rt_map_next();
     w->nm->nextents = w->nm->nframes = w->nm->npacks = 0;
@@ -749,9 +729,9 @@ int rt_store_pages(struct rt_ckpt *ck)
     w->nf_idx = arena_alloc(&ck->arena, (size_t)w->nm->frames_cap * 4);
     w->nf_off = arena_alloc(&ck->arena, (size_t)w->nm->frames_cap * 8);
     w->stage = arena_alloc(&ck->arena, LZ_FRAME_MAX);
-    w->out = arena_alloc(&ck->arena, OUT_BYTES);
+    w->cbuf = arena_alloc(&ck->arena, LZ_FRAME_MAX);
     if (!w->newidx || !w->live || !w->sparse || !w->psorted || !w->nf_idx || !w->nf_off || !w->stage ||
-        !w->out || (csz && !cmem)) {
+        !w->cbuf || (csz && !cmem)) {
         rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory");
         return -1;
     }
@@ -779,9 +759,14 @@ int rt_store_pages(struct rt_ckpt *ck)
         if (ck->items[k].kind == IT_REF) w->live[ck->items[k].pframe] += ck->items[k].len;
         if (ck->items[k].kind == IT_NEW) nnew += ck->items[k].len / PAGE;
     }
-    struct pgref *pg = rc == 0 ? arena_alloc(&ck->arena, (nnew + 1) * sizeof *pg) : NULL;
-    if (rc == 0 && !pg) rc = rt_fail(w->ck, "out of checkpoint scratch memory", 0);
-    for (size_t k = 0, n = 0; k < ck->nitems && rc == 0; k++) {
+    rt_trace(ck->t0, "writer", "pages planned");
+    /* First pass, over the changed pages: what each previous frame is still
+     * referenced for decides which frames are sparse.  Without previous
+     * frames there is nothing to decide: one pass, and the disk busy sooner. */
+    int two_pass = pf > 0;
+    struct pgref *pg = rc == 0 && two_pass ? arena_alloc(&ck->arena, (nnew + 1) * sizeof *pg) : NULL;
+    if (rc == 0 && two_pass && !pg) rc = rt_fail(w->ck, "out of checkpoint scratch memory", 0);
+    for (size_t k = 0, n = 0; k < ck->nitems && rc == 0 && two_pass; k++) {
         const struct rt_item *it = &ck->items[k];
         if (it->kind == IT_NEW)
             for (uint64_t o = 0; o < it->len; o += PAGE) examine_page(w, (const void *)(it->src + o), &pg[n++]);
@@ -801,10 +786,10 @@ int rt_store_pages(struct rt_ckpt *ck)
                 continue;
             }
             /* compared by digest: changed if no previous frame holds it */
-            int digest = ck->rdirty[i].digest;
+            int digest = ck->rdirty[i].digest && two_pass;
             if (it->kind == IT_NEW && !digest) w->changed += it->len;
             for (uint64_t o = 0; o < it->len && rc == 0; o += PAGE) {
-                const struct pgref *g = it->kind == IT_NEW ? &pg[npg++] : NULL;
+                const struct pgref *g = it->kind == IT_NEW && two_pass ? &pg[npg++] : NULL;
                 if (digest && g && g->frame == PG_NONE) w->changed += PAGE;
                 rc = store_page(w, rfirst, it->addr + o, (const void *)(it->src + o), it->region_file, g);
             }
@@ -812,15 +797,21 @@ int rt_store_pages(struct rt_ckpt *ck)
         r->nextents = (uint32_t)(w->nm->nextents - rfirst);
     }
     if (rc == 0) rc = flush_frame(w);
-    if (rc == 0 && w->out_used) { long e = out_write(w); if (e < 0) rc = rt_fail(w->ck, "cannot write the checkpoint's page data", e); }
-    if (rc == 0 && w->fd >= 0) { long e = lz_sc1(SYS_fsync, w->fd); if (e < 0) rc = rt_fail(w->ck, "cannot write the checkpoint's page data", e); }
-    if (w->fd >= 0) lz_sc1(SYS_close, w->fd);
-    if (rc < 0) {
-        if (w->fd >= 0) lz_sc1(SYS_unlink, w->pack_path);
-        return -1;
+    rt_trace(ck->t0, "writer", "pages stored");
+    uint64_t written = w->io ? rt_packio_offset(w->io) : 0;
+    if (w->io) {
+        if (rc == 0) {
+            long e = rt_packio_finish(w->io);
+            if (e < 0) rc = rt_fail(w->ck, "cannot write the checkpoint's page data", e);
+        } else {
+            rt_packio_abort(w->io);
+        }
+        if (rc < 0) lz_sc1(SYS_unlink, w->pack_path);
     }
-    if (w->fd >= 0) w->nm->packs[w->packidx].size = w->written;
-    ck->stored_bytes = w->written;
+    rt_trace(ck->t0, "writer", "pack durable");
+    if (rc < 0) return -1;
+    if (w->io) w->nm->packs[w->packidx].size = written;
+    ck->stored_bytes = written;
     ck->changed_bytes = w->changed;
     ck->data_bytes = 0;
     for (size_t i = 0; i < w->nm->nextents; i++)
