@@ -20,9 +20,10 @@ the machine's limit measured in the same run:
             /dev/zero and of a random file (conv=fsync): <= 1.2; then the
             restart of that image from `lazarus restart` until the program
             runs (<= 0.5 s), and the restorer's own time (LAZARUS_TRACE).
-  compress  1 GiB, half zero pages and half pages of random doubles:
-            stored bytes none/lz4 and none/zstd (>= 2), time until durable
-            against none (<= 1).
+  compress  1 GiB, every page half random doubles and half zeros (no page
+            is all zeros, so only compression can halve it): stored bytes
+            none/lz4 and none/zstd (>= 2), time until durable against none
+            (<= 1).
   libckpt   libckpt's Table 2 (Plank et al., USENIX 1995): MAT (C = A x B,
             A and B read-only) and CELL (a cellular automaton rewriting its
             grid every step) checkpointed every N steps; the size reduction
@@ -451,7 +452,7 @@ class Bench:
                      f"stored {m('stored_' + codec) / MiB:.0f} MiB")
             self.row(f"  ratio to dd of /dev/zero", ratio("ckpt_" + codec, "dd_zero"), "x", ("<=", 1.2))
             self.row(f"  ratio to dd of the random file", ratio("ckpt_" + codec, "dd_rand"), "x", ("<=", 1.2))
-        self.head(f"4. Restart of that {mib} MiB image, page cache warm (right after the checkpoint), "
+        self.head(f"4. Restart of that {mib} MiB image right after the checkpoint (written with O_DIRECT: not in the page cache), "
                   f"from launching `lazarus restart` until the program runs")
         self.row("cat of the image files (limit)", m("cat_none"), "s")
         self.row(f"first touch of {mib} MiB (dd bs={mib}M, limit)", m("first_touch"), "s")
@@ -511,7 +512,7 @@ class Bench:
         mib = self.args.mib
         reps = self.args.reps
         codecs = ("none", "lz4", "zstd")
-        self.head(f"3b. First checkpoint of {mib} MiB: even pages zero, odd pages random doubles in [0,1); "
+        self.head(f"3b. First checkpoint of {mib} MiB, each page half random doubles in [0,1), half zeros (no zero page); "
                   f"{reps} repetitions (codec order rotated), medians")
         if self.free_gib() < 2:
             self.head(f"   skipped: {self.free_gib():.1f} GiB free on {self.work}")

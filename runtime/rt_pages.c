@@ -450,7 +450,12 @@ struct writer {
     struct lz_cctx *cctx;
     int codec;
     char *stage; uint32_t spos; uint32_t sframe;
+    const char *src0; int contig; /* the frame's pages lie in order from src0: read there, not copied */
+    /* copy mode: a previous frame read back from its pack */
+    uint32_t rf_frame; long rf_fd; uint64_t rf_pack;
+    char *rf_in, *rf_raw, *rf_work;
     char *cbuf; /* a compressed frame */
+    uint32_t failed_compress, skip_compress; /* frames in a row that did not compress; frames left uncompressed */
     struct pend pend[PENDING_SLOTS];
     struct rt_packio *io;
     uint32_t packidx; /* this pack in nm->packs */
@@ -606,16 +611,23 @@ static int flush_frame(struct writer *w)
     if (!w->spos) return 0;
     if (!w->io && open_pack(w) < 0) return -1;
     struct lz_frame *f = &w->nm->frames[w->sframe];
+    const char *raw = w->contig ? w->src0 : w->stage;
     f->raw = w->spos;
-    f->xxh3 = lz_hash(w->stage, w->spos);
-    size_t n = w->codec != LZ_CODEC_NONE ? lz_compress(w->cctx, w->stage, w->spos, w->cbuf, w->spos) : 0;
+    f->xxh3 = lz_hash(raw, w->spos);
+    /* data that did not compress (random, already compressed) is not tried
+     * again for a while: a failed attempt costs nearly what succeeding does */
+    int attempt = w->codec != LZ_CODEC_NONE && w->skip_compress == 0;
+    size_t n = attempt ? lz_compress(w->cctx, raw, w->spos, w->cbuf, w->spos) : 0;
     if (n == (size_t)-1) return rt_fail(w->ck, "cannot compress page data", 0);
+    if (w->skip_compress) w->skip_compress--;
+    else if (attempt) w->failed_compress = n ? 0 : w->failed_compress + 1;
+    if (w->failed_compress >= 4) { w->skip_compress = 28; w->failed_compress = 3; } /* then one try in 29 */
     f->codec = n ? (uint32_t)w->codec : LZ_CODEC_NONE;
     if (!n) n = w->spos;
     f->pack = w->packidx;
     f->offset = rt_packio_offset(w->io);
     f->stored = (uint32_t)n;
-    long e = rt_packio_append(w->io, f->codec == LZ_CODEC_NONE ? w->stage : w->cbuf, n);
+    long e = rt_packio_append(w->io, f->codec == LZ_CODEC_NONE ? raw : w->cbuf, n);
     if (e < 0) return rt_fail(w->ck, "cannot write the checkpoint's page data", e);
     w->nf_idx[w->n_new] = w->sframe;
     w->nf_off[w->n_new++] = f->offset;
@@ -681,7 +693,49 @@ static void examine_page(struct writer *w, const void *p, struct pgref *g)
     if (f >= 0) w->live[f] += PAGE;
 }
 
-static int store_page(struct writer *w, size_t rfirst, uint64_t a, const void *p, int file, const struct pgref *g)
+/* Copy mode: the program runs on while this writer works, so the clean
+ * pages of a sparse frame, stored again, are read back from that frame in
+ * its pack rather than from the program's memory. */
+static const char *prev_frame_data(struct writer *w, uint32_t f)
+{
+    if (w->rf_frame == f) return w->rf_raw;
+    const struct lz_frame *fr = &w->pm->frames[f];
+    uint64_t pack = w->pm->packs[fr->pack].id;
+    if (!w->rf_in) {
+        w->rf_in = arena_alloc(&w->ck->arena, LZ_FRAME_MAX);
+        w->rf_raw = arena_alloc(&w->ck->arena, LZ_FRAME_MAX);
+        w->rf_work = arena_alloc(&w->ck->arena, lz_dctx_size());
+        if (!w->rf_in || !w->rf_raw || !w->rf_work) { rt_fail(w->ck, "out of checkpoint scratch memory", 0); return NULL; }
+    }
+    if (w->rf_fd < 0 || w->rf_pack != pack) {
+        if (w->rf_fd >= 0) lz_sc1(SYS_close, w->rf_fd);
+        char path[LZ_PATH_MAX + 64];
+        rt_fmt(path, sizeof path, "%s/" LZ_PACKS_DIR "/" LZ_PACK_PREFIX "%06llu", rt.dir, (unsigned long long)pack);
+        w->rf_fd = lz_sc4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
+        w->rf_pack = pack;
+        if (w->rf_fd < 0) { rt_fail(w->ck, "cannot read back an earlier checkpoint's pack", w->rf_fd); return NULL; }
+    }
+    w->rf_frame = ~0u;
+    if (fr->stored > LZ_FRAME_MAX || fr->raw > LZ_FRAME_MAX) { rt_fail(w->ck, "an earlier checkpoint's frame is damaged", 0); return NULL; }
+    for (uint32_t got = 0; got < fr->stored;) {
+        long n = lz_sc4(SYS_pread64, w->rf_fd, w->rf_in + got, fr->stored - got, fr->offset + got);
+        if (n == -EINTR) continue;
+        if (n <= 0) { rt_fail(w->ck, "cannot read back an earlier checkpoint's pack", n ? n : -EIO); return NULL; }
+        got += (uint32_t)n;
+    }
+    if (lz_decompress((int)fr->codec, w->rf_in, fr->stored, w->rf_raw, fr->raw, w->rf_work, lz_dctx_size()) < 0 ||
+        lz_hash(w->rf_raw, fr->raw) != fr->xxh3) {
+        rt_fail(w->ck, "an earlier checkpoint's frame is damaged", 0);
+        return NULL;
+    }
+    w->rf_frame = f;
+    return w->rf_raw;
+}
+
+/* p is stable when it stays readable and unchanged until the frame is
+ * written (the program's snapshot or a copy of it), not a reused buffer. */
+static int store_page(struct writer *w, size_t rfirst, uint64_t a, const void *p, int stable, int file,
+                      const struct pgref *g)
 {
     struct pgref mine;
     if (!g) { examine_page(w, p, &mine); g = &mine; } /* a page of a sparse frame, stored again */
@@ -698,7 +752,20 @@ static int store_page(struct writer *w, size_t rfirst, uint64_t a, const void *p
         w->sframe = (uint32_t)w->nm->nframes++;
         w->nm->frames[w->sframe] = (struct lz_frame){0};
     }
-    memcpy(w->stage + w->spos, p, PAGE);
+    /* the memory read is a snapshot (fork), a copy (copy mode) or paused:
+     * it holds still until the frame is written */
+    if (!w->spos) {
+        w->src0 = p;
+        w->contig = 1;
+    } else if (w->contig && (const char *)p != w->src0 + w->spos) {
+        memcpy(w->stage, w->src0, w->spos);
+        w->contig = 0;
+    }
+    if (!stable && w->contig) {
+        if (w->spos) memcpy(w->stage, w->src0, w->spos);
+        w->contig = 0;
+    }
+    if (!w->contig) memcpy(w->stage + w->spos, p, PAGE);
     uint32_t i = pend_slot(g->d0);
     while (w->pend[i].used) i = (i + 1) % PENDING_SLOTS;
     w->pend[i] = (struct pend){g->d0, g->d1, w->spos, 1};
@@ -714,6 +781,8 @@ int rt_store_pages(struct rt_ckpt *ck)
     if (!w) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     memset(w, 0, sizeof *w);
     w->ck = ck;
+    w->rf_frame = ~0u;
+    w->rf_fd = -1;
     w->pm = rt_map_current();
     w->nm = rt_map_next();
     w->nm->nextents = w->nm->nframes = w->nm->npacks = 0;
@@ -791,12 +860,17 @@ int rt_store_pages(struct rt_ckpt *ck)
             for (uint64_t o = 0; o < it->len && rc == 0; o += PAGE) {
                 const struct pgref *g = it->kind == IT_NEW && two_pass ? &pg[npg++] : NULL;
                 if (digest && g && g->frame == PG_NONE) w->changed += PAGE;
-                rc = store_page(w, rfirst, it->addr + o, (const void *)(it->src + o), it->region_file, g);
+                const char *src = (const char *)(it->src + o);
+                int again = it->kind == IT_REF && ck->planned; /* a sparse frame's page, the program running */
+                if (again && !(src = prev_frame_data(w, it->pframe))) { rc = -1; break; }
+                if (again) src += it->skip + o;
+                rc = store_page(w, rfirst, it->addr + o, src, !again, it->region_file, g);
             }
         }
         r->nextents = (uint32_t)(w->nm->nextents - rfirst);
     }
     if (rc == 0) rc = flush_frame(w);
+    if (w->rf_fd >= 0) lz_sc1(SYS_close, w->rf_fd);
     rt_trace(ck->t0, "writer", "pages stored");
     uint64_t written = w->io ? rt_packio_offset(w->io) : 0;
     if (w->io) {

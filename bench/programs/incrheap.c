@@ -6,14 +6,14 @@
  * (none: nothing, nohuge: MADV_NOHUGEPAGE, huge: MADV_HUGEPAGE) and writes
  * every page according to PATTERN:
  *   random    pseudo-random bytes: nothing compresses, no page repeats
- *   halfzero  even pages zero (written), odd pages random doubles in [0,1)
+ *   halfzero  each page: random doubles in [0,1) in its first half, zeros
+ *             in its second (no page is all zeros: only compression halves it)
  *   stamp     a distinct 8-byte stamp at the start of each page, the rest
  *             zero: every page differs, yet compresses to a few bytes
  * then prints "filled BYTES hugekb=K pte_kb=P" (AnonHugePages and VmPTE of
  * the process) and reads commands, one a line:
  *   dirty PCT    rewrites PCT % of the pages (distinct, chosen at random)
- *                with new content of the pattern (halfzero: new random
- *                doubles); prints "dirtied PAGES seconds=S hugekb=K pte_kb=P"
+ *                with new content of the pattern; prints "dirtied PAGES seconds=S hugekb=K pte_kb=P"
  *   api          calls lazarus_checkpoint() and times it (until durable);
  *                prints "api index=N seconds=S".  After a restart the call
  *                returns LAZARUS_RESTARTED: the program at once writes
@@ -54,18 +54,17 @@ static void write_page(unsigned char *p, size_t idx)
 {
     uint64_t *w = (uint64_t *)p;
     size_t n = PAGE / sizeof(uint64_t);
+    (void)idx;
     switch (pattern) {
     case P_RANDOM:
         for (size_t i = 0; i < n; i++) w[i] = next64();
         break;
-    case P_HALFZERO:
-        if (idx % 2 == 0) {
-            memset(p, 0, PAGE);
-        } else {
-            double *d = (double *)p;
-            for (size_t i = 0; i < n; i++) d[i] = (double)(next64() >> 11) * 0x1.0p-53;
-        }
+    case P_HALFZERO: {
+        double *d = (double *)p;
+        for (size_t i = 0; i < n / 2; i++) d[i] = (double)(next64() >> 11) * 0x1.0p-53;
+        memset(p + PAGE / 2, 0, PAGE / 2);
         break;
+    }
     case P_STAMP:
         memset(p, 0, PAGE);
         w[0] = ++stamp;
@@ -139,7 +138,7 @@ int main(int argc, char **argv)
                 size_t i = next64() % npages;
                 if (mark[i]) continue;
                 mark[i] = 1;
-                write_page(heap + i * PAGE, i | 1); /* halfzero: random doubles */
+                write_page(heap + i * PAGE, i);
                 done++;
             }
             double t1 = mono_s();
