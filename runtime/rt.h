@@ -38,6 +38,7 @@ struct rt_state {
     int nofork;            /* LAZARUS_NO_FORK=1: write checkpoints in the pause (benchmarks) */
     int tracing;           /* LAZARUS_TRACE=1 */
     int nodirty;           /* LAZARUS_NO_DIRTY=1: no dirty tracking, pages compared by digest (tests) */
+    int lazyfree;          /* the program called madvise(MADV_FREE) once: clean pages may vanish */
 };
 extern struct rt_state rt;
 extern struct lz_resume rt_resume_block; /* written by the restorer */

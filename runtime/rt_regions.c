@@ -132,7 +132,8 @@ void rt_regions_forget(void) { vmf_n = 0; nadvice = 0; }
 void rt_regions_stale(void) { flags_stale = 1; }
 
 /* The program's madvise: DONTFORK, WIPEONFORK, HUGEPAGE, DONTDUMP and their
- * opposites change flags a checkpoint needs.  (A raw madvise system call is
+ * opposites change flags a checkpoint needs; MADV_FREE lets the kernel drop
+ * a page without the write tracker hearing of it (rt_pages.c).  (A raw madvise system call is
  * not seen: the writer then finds memory missing from its snapshot and fails
  * that checkpoint, see rt_settle_flags.) */
 RT_API int madvise(void *addr, size_t len, int advice)
@@ -148,6 +149,7 @@ RT_API int madvise(void *addr, size_t len, int advice)
     case MADV_DONTDUMP: set = LZ_RF_DONTDUMP; break;
     case MADV_DODUMP: clear = LZ_RF_DONTDUMP; break;
     }
+    if (advice == MADV_FREE) rt.lazyfree = 1; /* before: a checkpoint may come right after the call */
     rt_enter(); /* no checkpoint between the call and its log entry */
     long r = lz_sc3(SYS_madvise, addr, len, advice);
     if (r == 0 && (set | clear)) {
