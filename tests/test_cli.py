@@ -14,7 +14,7 @@ import pytest
 from conftest import (ckpt_dirs, ckpt_path, kill_program, snapshot, tmp_entries,
                       wait_new_checkpoint)
 
-COMMANDS = ["run", "checkpoint", "restart", "list", "verify"]
+COMMANDS = ["run", "checkpoint", "restart", "diff", "list", "verify", "gc"]
 
 
 def start_sleeper(runner, store, *opts, gofile=None):
