@@ -106,7 +106,10 @@ void rt_regions_stale(void);  /* the program changed mappings' flags (madvise): 
  * at the pause, from /proc/self/smaps (of the snapshot, when forked), and
  * the check that the snapshot holds every mapping.  0 or -1 (ck->err). */
 int rt_settle_flags(struct rt_ckpt *ck);
-void rt_pages_forget(void);   /* after a restart: every mapping is tracked again */
+void rt_pages_forget(void);   /* after a restart: what is tracked is decided again */
+/* A mapping mostly in transparent huge pages is left untracked (compared by
+ * digest): 1 if [start,end) is one, now remembered as such. */
+int rt_pages_keep_whole(uint64_t start, uint64_t end);
 /* The large new mappings of this checkpoint start being tracked: by the forked
  * writer when by_writer (rt_pages.c), else now. */
 void rt_track_late(struct rt_ckpt *ck, int by_writer);

@@ -114,6 +114,16 @@ static int huge_backed(const struct lz_region *r)
     return present && huge * 2 >= present;
 }
 
+int rt_pages_keep_whole(uint64_t start, uint64_t end)
+{
+    struct lz_region r = {0};
+    r.start = start; r.end = end; r.kind = LZ_R_ANON;
+    if (!huge_backed(&r)) return 0;
+    whole[nwhole].start = start;
+    whole[nwhole++].end = end;
+    return 1;
+}
+
 int rt_scan_dirty(struct rt_ckpt *ck)
 {
     ck->dirty = arena_alloc(&ck->arena, DIRTY_CAP * sizeof *ck->dirty);

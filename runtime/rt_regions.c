@@ -437,7 +437,9 @@ int rt_track_all(void)
         while (*eol && *eol != '\n') eol++;
         int special = 0; /* [vvar] [vdso] [vsyscall] */
         for (const char *c = q; c < eol; c++) if (*c == '[' && c[1] == 'v') special = 1;
-        if (priv && !special && !fj_owns(start, end) && !rt_map_owns(start, end)) rt_dirty_track(start, end);
+        /* memory in huge pages (restored so, say) stays untracked: tracking would split it */
+        if (priv && !special && !fj_owns(start, end) && !rt_map_owns(start, end) && !rt_pages_keep_whole(start, end))
+            rt_dirty_track(start, end);
         l = *eol ? eol + 1 : eol;
     }
     return 1;
