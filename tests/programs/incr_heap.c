@@ -1,5 +1,6 @@
 /* incr_heap: a heap that changes a few pages at a time, driven line by line,
- * for incremental checkpoints (tests/test_incremental.py).
+ * for incremental checkpoints (tests/test_incremental.py) and mapping flags
+ * (tests/test_mapping_flags.py).
  *
  *   incr_heap MIB PERCENT [KIND [FILE]]
  *
@@ -18,13 +19,36 @@
  *   next            round += 1, then PERCENT % of region 0's pages, distinct
  *                   and chosen from the round number alone, get new content
  *   digest          nothing: just print the state
- *   fill I START N  pages START..START+N-1 of region I get new content
+ *   fill I START N [STEP]  pages START..START+N-1 of region I get new
+ *                   content; with STEP, pages START + k*STEP (k < N) modulo
+ *                   the region's number of pages instead (STEP prime to it,
+ *                   N at most it: distinct pages spread over the region)
  *   dontneed I START N  madvise(MADV_DONTNEED) of those pages (zeros now)
- *   newmap MIB      mmap a new private anonymous region of MIB MiB (the next
- *                   number) and fill it like region 0
+ *   newmap MIB [huge]  mmap a new private anonymous region of MIB MiB (the
+ *                   next number) and fill it like region 0; `huge`: placed
+ *                   on a 2 MiB boundary and madvise(MADV_HUGEPAGE)d before
+ *                   the fill
  *   mremap I [N]    move region I to another address (mremap MREMAP_FIXED),
  *                   resized to N pages if given (new pages read as zeros)
  *   unmap I         munmap region I (it no longer counts)
+ *   advise I ADVICE madvise (libc's) of all of region I, ADVICE one of
+ *                   dontfork dofork wipeonfork keeponfork hugepage nohugepage
+ *   rawadvise I ADVICE  the same through syscall(SYS_madvise, ...), which
+ *                   an interposed madvise does not see
+ *   waitsig         wait (pause()) until a signal handler has run, e.g. the
+ *                   checkpoint's: the next command runs right after it
+ *   hugekb I        print "hugekb I KB": the AnonHugePages (kB) of the
+ *                   mappings of region I, from /proc/self/smaps
+ *   vmflags I       print "vmflags I F..": which of dc (MADV_DONTFORK), wf
+ *                   (MADV_WIPEONFORK), hg (MADV_HUGEPAGE), nh
+ *                   (MADV_NOHUGEPAGE) the VmFlags of region I's mappings
+ *                   show, in that order, or "-" for none
+ *   vma I           print "vma I exact" when one mapping (/proc/self/smaps)
+ *                   has exactly region I's bounds, "vma I merged" when the
+ *                   region is part of a larger one, "vma I split" otherwise
+ *   overlaps I J    print "overlaps I J yes" when the addresses region I has
+ *                   (or had, if unmapped) and those of region J meet, else
+ *                   "overlaps I J no"
  *   append [SUFFIX] append the line "round R digest D\n" (R 8 digits, D the
  *                   digest, hex) to FILE, or to FILE followed by SUFFIX
  *                   (O_APPEND|O_CREAT, closed again)
@@ -36,7 +60,9 @@
  * the last next/fill/dontneed/newmap changed.  At end of input (or `quit`)
  * prints "bye" and exits 0.  New content depends only on the round or on how
  * many commands came before, so the output depends only on the arguments
- * and the commands, never on addresses or timing. */
+ * and the commands, never on addresses or timing (except the lines of
+ * hugekb, vmflags, vma and overlaps, which report the kernel's view; each
+ * comes before the command's state line). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <inttypes.h>
@@ -45,7 +71,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#ifndef MADV_WIPEONFORK
+#define MADV_WIPEONFORK 18
+#define MADV_KEEPONFORK 19
+#endif
 
 #define PAGE 4096u
 #define MAXREG 64
@@ -125,13 +157,76 @@ static uint64_t gcd(uint64_t a, uint64_t b)
     return a;
 }
 
-static int new_region(size_t pages)
+#define HUGE (2ul << 20)
+
+/* huge: on a 2 MiB boundary (a larger mapping trimmed), MADV_HUGEPAGE */
+static int new_region(size_t pages, int huge)
 {
     if (nreg == MAXREG) return -1;
-    void *p = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t len = pages * PAGE, extra = huge ? HUGE : 0;
+    char *p = mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) { perror("mmap"); exit(1); }
-    reg[nreg] = (struct region){p, pages, 1};
+    if (huge) {
+        char *a = (char *)(((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+        if (a > p) munmap(p, (size_t)(a - p));
+        if (a + len < p + len + extra) munmap(a + len, (size_t)(p + len + extra - (a + len)));
+        p = a;
+        if (madvise(p, len, MADV_HUGEPAGE)) { perror("madvise"); exit(1); }
+    }
+    reg[nreg] = (struct region){(uint64_t *)p, pages, 1};
     return nreg++;
+}
+
+static int advice_arg(const char *s)
+{
+    static const struct { const char *name; int advice; } tab[] = {
+        {"dontfork", MADV_DONTFORK}, {"dofork", MADV_DOFORK}, {"wipeonfork", MADV_WIPEONFORK},
+        {"keeponfork", MADV_KEEPONFORK}, {"hugepage", MADV_HUGEPAGE}, {"nohugepage", MADV_NOHUGEPAGE}};
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
+        if (!strcmp(s, tab[i].name)) return tab[i].advice;
+    return -1;
+}
+
+/* The mappings of /proc/self/smaps that overlap region r: how many, whether
+ * one has exactly its bounds or holds it, their AnonHugePages (kB), and the
+ * union of the VmFlags this program reports (dc wf hg nh, bits 0-3). */
+struct vmainfo { int n, exact, inside; uint64_t huge_kb; unsigned flags; };
+
+static struct vmainfo vma_info(const struct region *r)
+{
+    struct vmainfo v = {0, 0, 0, 0, 0};
+    uint64_t a = (uint64_t)r->p, b = a + r->pages * PAGE;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) { perror("/proc/self/smaps"); exit(1); }
+    char line[1024];
+    int in = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long s, e;
+        char c;
+        if (sscanf(line, "%llx-%llx %c", &s, &e, &c) == 3 && strchr(line, '-') < strchr(line, ' ')) {
+            in = s < b && e > a;
+            if (in) {
+                v.n++;
+                if (s == a && e == b) v.exact = 1;
+                else if (s <= a && e >= b) v.inside = 1;
+            }
+            continue;
+        }
+        if (!in) continue;
+        unsigned long long kb;
+        if (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1) v.huge_kb += kb;
+        if (!strncmp(line, "VmFlags:", 8)) {
+            static const char *names[] = {" dc", " wf", " hg", " nh"};
+            for (int k = 0; k < 4; k++) {
+                const char *t = line + 8;
+                size_t l = strlen(names[k]);
+                while ((t = strstr(t, names[k])) && t[l] != ' ' && t[l] != '\n') t += l;
+                if (t) v.flags |= 1u << k;
+            }
+        }
+    }
+    fclose(f);
+    return v;
 }
 
 static struct region *region_arg(const char *s)
@@ -157,7 +252,7 @@ int main(int argc, char **argv)
     if (!mib) { fprintf(stderr, "incr_heap: MIB must be at least 1\n"); return 2; }
     seed(0);
     for (int i = 0; i < NDUP; i++) random_page(dup_pages[i]);
-    struct region *heap = &reg[new_region((mib << 20) / PAGE)];
+    struct region *heap = &reg[new_region((mib << 20) / PAGE, 0)];
     fill_region(heap);
 
     uint64_t round = 0, ops = 0, changed = 0;
@@ -184,12 +279,19 @@ int main(int argc, char **argv)
                 fill_page(heap->p + ((start + (uint64_t)i * step) % pages) * (PAGE / 8));
         } else if (!strcmp(cmd, "digest")) {
         } else if (!strcmp(cmd, "fill") || !strcmp(cmd, "dontneed")) {
+            char a4[32] = "";
+            int stepped = cmd[0] == 'f' && sscanf(line, "%*s %*s %*s %*s %31s", a4) == 1;
             struct region *r = nargs == 4 ? region_arg(a1) : NULL;
-            uint64_t s = strtoull(a2, NULL, 10), n = strtoull(a3, NULL, 10);
-            if (!r || s > r->pages || n > r->pages - s) { printf("error %s\n", line); fflush(stdout); continue; }
+            uint64_t s = strtoull(a2, NULL, 10), n = strtoull(a3, NULL, 10), step = stepped ? strtoull(a4, NULL, 10) : 1;
+            if (!r || (!stepped && (s > r->pages || n > r->pages - s)) ||
+                (stepped && (s >= r->pages || n > r->pages || !step || gcd(step, r->pages) != 1))) {
+                printf("error %s\n", line);
+                fflush(stdout);
+                continue;
+            }
             if (cmd[0] == 'f') {
                 seed(1000000 + ops);
-                for (uint64_t pg = s; pg < s + n; pg++) fill_page(r->p + pg * (PAGE / 8));
+                for (uint64_t k = 0; k < n; k++) fill_page(r->p + ((s + k * step) % r->pages) * (PAGE / 8));
             } else if (n && madvise(r->p + s * (PAGE / 8), n * PAGE, MADV_DONTNEED)) {
                 perror("madvise");
                 return 1;
@@ -197,7 +299,8 @@ int main(int argc, char **argv)
             changed = n;
         } else if (!strcmp(cmd, "newmap")) {
             uint64_t m = strtoull(a1, NULL, 10);
-            int i = nargs == 2 && m ? new_region((m << 20) / PAGE) : -1;
+            int huge = nargs == 3 && !strcmp(a2, "huge");
+            int i = (nargs == 2 || huge) && m ? new_region((m << 20) / PAGE, huge) : -1;
             if (i < 0) { printf("error %s\n", line); fflush(stdout); continue; }
             seed(1000000 + ops);
             fill_region(&reg[i]);
@@ -218,6 +321,34 @@ int main(int argc, char **argv)
             if (!r) { printf("error %s\n", line); fflush(stdout); continue; }
             munmap(r->p, r->pages * PAGE);
             r->live = 0;
+        } else if (!strcmp(cmd, "advise") || !strcmp(cmd, "rawadvise")) {
+            struct region *r = nargs == 3 ? region_arg(a1) : NULL;
+            int advice = advice_arg(a2);
+            if (!r || advice < 0) { printf("error %s\n", line); fflush(stdout); continue; }
+            int rc = cmd[0] == 'a' ? madvise(r->p, r->pages * PAGE, advice)
+                                   : (int)syscall(SYS_madvise, r->p, r->pages * PAGE, advice);
+            if (rc) { perror("madvise"); return 1; }
+        } else if (!strcmp(cmd, "waitsig")) {
+            pause();
+        } else if (!strcmp(cmd, "hugekb") || !strcmp(cmd, "vmflags") || !strcmp(cmd, "vma")) {
+            struct region *r = nargs == 2 ? region_arg(a1) : NULL;
+            if (!r) { printf("error %s\n", line); fflush(stdout); continue; }
+            struct vmainfo v = vma_info(r);
+            if (cmd[0] == 'h') {
+                printf("hugekb %s %" PRIu64 "\n", a1, v.huge_kb);
+            } else if (!strcmp(cmd, "vmflags")) {
+                static const char *names[] = {"dc", "wf", "hg", "nh"};
+                printf("vmflags %s", a1);
+                for (int k = 0; k < 4; k++) if (v.flags >> k & 1) printf(" %s", names[k]);
+                printf("%s\n", v.flags ? "" : " -");
+            } else {
+                printf("vma %s %s\n", a1, v.n == 1 && v.exact ? "exact" : v.n == 1 && v.inside ? "merged" : "split");
+            }
+        } else if (!strcmp(cmd, "overlaps")) {
+            long i = strtol(a1, NULL, 10), j = strtol(a2, NULL, 10);
+            if (nargs != 3 || i < 0 || j < 0 || i >= nreg || j >= nreg) { printf("error %s\n", line); fflush(stdout); continue; }
+            uint64_t ia = (uint64_t)reg[i].p, ib = ia + reg[i].pages * PAGE, ja = (uint64_t)reg[j].p, jb = ja + reg[j].pages * PAGE;
+            printf("overlaps %ld %ld %s\n", i, j, ia < jb && ja < ib ? "yes" : "no");
         } else if (!strcmp(cmd, "append") || !strcmp(cmd, "overwrite")) {
             if (!file) { printf("error no FILE to write\n"); fflush(stdout); continue; }
             char path[4096], buf[96];
