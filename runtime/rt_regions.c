@@ -112,12 +112,15 @@ static int file_range_hash(struct rt_ckpt *ck, struct lz_region *r, const char *
  * of every mapping (14 ms per GiB) while /proc/self/maps does not, so the
  * pause reads only maps: a mapping with bounds not seen before has its
  * flags read by the writer (rt_settle_flags), from the snapshot, and handed
- * back through the shared map for the next pause.  What the program changes
- * with madvise is logged as it happens (flags often change without the
- * bounds changing), so the pause knows which memory a fork would not copy.
- * The pause itself reads smaps only when it writes the checkpoint itself,
- * when memory is locked (a fork child does not inherit VM_LOCKED), or when
- * the log overflowed. */
+ * back through the shared map for the next pause.  The pause must know
+ * which memory a fork would not copy (MADV_DONTFORK) or would zero
+ * (MADV_WIPEONFORK), so it reads smaps itself after the program asked for
+ * either (the madvise interposer), when a mapping with either flag is gone
+ * from maps (moved, split: its pieces have new bounds), and after a restart;
+ * also when it writes the checkpoint itself, when memory is locked (a fork
+ * child does not inherit VM_LOCKED), or when the log overflowed.  Huge-page
+ * and dump advice is only logged and applied to the mappings it covers
+ * (those flags only go into the image). */
 struct vmf { uint64_t start, end; uint32_t flags; };
 #define VMF_MAX 4096
 static struct vmf vmf_cache[VMF_MAX];
@@ -128,7 +131,9 @@ static volatile int flags_stale;
 static struct { uint64_t start, end; uint32_t set, clear; } advice_log[ADVICE_MAX];
 static size_t nadvice;
 
-void rt_regions_forget(void) { vmf_n = 0; nadvice = 0; }
+/* after a restart: the restorer set every mapping's flags anew, some of
+ * which a fork must know (the first pause reads smaps) */
+void rt_regions_forget(void) { vmf_n = 0; nadvice = 0; flags_stale = 1; }
 void rt_regions_stale(void) { flags_stale = 1; }
 
 /* The program's madvise: DONTFORK, WIPEONFORK, HUGEPAGE, DONTDUMP and their
@@ -139,11 +144,9 @@ void rt_regions_stale(void) { flags_stale = 1; }
 RT_API int madvise(void *addr, size_t len, int advice)
 {
     uint32_t set = 0, clear = 0;
+    int fork = 0; /* what a fork copies: known from smaps only, never guessed from the log */
     switch (advice) {
-    case MADV_DONTFORK: set = LZ_RF_DONTFORK; break;
-    case MADV_DOFORK: clear = LZ_RF_DONTFORK; break;
-    case 18 /* MADV_WIPEONFORK */: set = LZ_RF_WIPEONFORK; break;
-    case 19 /* MADV_KEEPONFORK */: clear = LZ_RF_WIPEONFORK; break;
+    case MADV_DONTFORK: case MADV_DOFORK: case 18 /* MADV_WIPEONFORK */: case 19 /* MADV_KEEPONFORK */: fork = 1; break;
     case MADV_HUGEPAGE: set = LZ_RF_HUGEPAGE; clear = LZ_RF_NOHUGEPAGE; break;
     case MADV_NOHUGEPAGE: set = LZ_RF_NOHUGEPAGE; clear = LZ_RF_HUGEPAGE; break;
     case MADV_DONTDUMP: set = LZ_RF_DONTDUMP; break;
@@ -152,6 +155,7 @@ RT_API int madvise(void *addr, size_t len, int advice)
     if (advice == MADV_FREE) rt.lazyfree = 1; /* before: a checkpoint may come right after the call */
     rt_enter(); /* no checkpoint between the call and its log entry */
     long r = lz_sc3(SYS_madvise, addr, len, advice);
+    if (fork) flags_stale = 1;
     if (r == 0 && (set | clear)) {
         uint64_t a = (uint64_t)addr & ~4095ull, b = ((uint64_t)addr + len + 4095) & ~4095ull;
         if (nadvice < ADVICE_MAX) advice_log[nadvice++] = (__typeof__(advice_log[0])){a, b, set, clear};
@@ -224,6 +228,7 @@ static void cache_refresh(struct rt_ckpt *ck, const char *s)
     size_t nl = rt_map_ready() ? rt_map_learned(&lv) : 0;
     struct vmf *keep = arena_alloc(&ck->arena, sizeof vmf_cache);
     size_t nk = 0;
+    int lost = 0;
     if (!keep) return;
     while (*s && nk < VMF_MAX) {
         const char *q = s;
@@ -235,8 +240,16 @@ static void cache_refresh(struct rt_ckpt *ck, const char *s)
         const struct vmf *f = vmf_find(start, end);
         if (lo < nl && lv[lo].start == start && lv[lo].end == end) keep[nk++] = (struct vmf){start, end, lv[lo].flags};
         else if (f) keep[nk++] = *f;
+        else lost = 1;
         while (*s && *s != '\n') s++;
         if (*s) s++;
+    }
+    /* a mapping a fork treats specially, gone (moved, split): which pieces
+     * keep the flag only smaps can tell */
+    for (size_t i = 0, k = 0; lost && i < vmf_n; i++) {
+        while (k < nk && keep[k].start < vmf_cache[i].start) k++;
+        int kept = k < nk && keep[k].start == vmf_cache[i].start && keep[k].end == vmf_cache[i].end;
+        if (!kept && (vmf_cache[i].flags & (LZ_RF_DONTFORK | LZ_RF_WIPEONFORK))) flags_stale = 1;
     }
     memcpy(vmf_cache, keep, nk * sizeof *keep);
     vmf_n = nk;
@@ -376,9 +389,10 @@ int rt_settle_flags(struct rt_ckpt *ck)
     size_t cap = 64u << 20;
     char *text = arena_alloc(&ck->arena, cap);
     if (!text) return rt_fail(ck, "out of checkpoint scratch memory", 0);
-    const char *file = unknown ? "/proc/self/smaps" : "/proc/self/maps";
-    long n = rt_read_file(file, text, cap - 1);
-    if (n <= 0) return rt_fail(ck, unknown ? "cannot read /proc/self/smaps" : "cannot read /proc/self/maps", n);
+    /* smaps even when every flag is known: only its VmFlags show a mapping
+     * the program made wipe-on-fork with a raw system call (zeros here) */
+    long n = rt_read_file("/proc/self/smaps", text, cap - 1);
+    if (n <= 0) return rt_fail(ck, "cannot read /proc/self/smaps", n);
     text[n] = 0;
     const char *s = text;
     for (size_t i = 0; i < ck->nregions; i++) {

@@ -151,14 +151,9 @@ def test_libc_madvise(runner, incr_heap, advice, fork):
     check_restarts(runner, store, states, env=env)
 
 
-AFTER_RESTART_BUG = (
-    "runtime bug: after a restart the pause knows no mapping's flags (rt_regions_forget) and, the "
-    "shared map being ready, does not read smaps: the restorer's MADV_DONTFORK / MADV_WIPEONFORK "
-    "is not undone for the fork, and the first checkpoint fails with 'excluded from fork'")
 
 
-@pytest.mark.parametrize("fork", [pytest.param("fork", marks=pytest.mark.xfail(strict=True, reason=AFTER_RESTART_BUG)),
-                                  "nofork"])
+@pytest.mark.parametrize("fork", ["fork", "nofork"])
 @pytest.mark.parametrize("advice", ["dontfork", "wipeonfork"])
 def test_libc_madvise_after_restart(runner, incr_heap, advice, fork):
     """A program restarted with a MADV_DONTFORK / MADV_WIPEONFORK region (the
@@ -213,15 +208,9 @@ def test_libc_madvise_periodic(runner, incr_heap):
     job.kill()
 
 
-MOVED_BUG = (
-    "runtime bug (a spurious failure, no data lost): the flags the pause knows are keyed by a "
-    "mapping's bounds, so a region madvised through libc before the previous checkpoint and then "
-    "moved (mremap) has flags unknown to the pause, which does not undo them for the fork: the "
-    "checkpoint fails with 'excluded from fork'")
 
 
-@pytest.mark.parametrize("fork", [pytest.param("fork", marks=pytest.mark.xfail(strict=True, reason=MOVED_BUG)),
-                                  "nofork"])
+@pytest.mark.parametrize("fork", ["fork", "nofork"])
 @pytest.mark.parametrize("advice", ["dontfork", "wipeonfork"])
 def test_libc_madvise_moved(runner, incr_heap, advice, fork):
     """A region madvised (libc) MADV_DONTFORK / MADV_WIPEONFORK and
@@ -244,15 +233,9 @@ def test_libc_madvise_moved(runner, incr_heap, advice, fork):
     check_restarts(runner, store, states, env=env)
 
 
-STALE_BUG = (
-    "runtime bug: the madvise log is matched by address, not by mapping: advice given to a region "
-    "since unmapped is applied to a new mapping at its place, and the checkpoint's fork_advice() "
-    "then sets MADV_DONTFORK / MADV_WIPEONFORK on memory the program never advised (a later fork "
-    "of the program would lose or zero it; a restart restores the flag too)")
 
 
-@pytest.mark.parametrize("fork", [pytest.param("fork", marks=pytest.mark.xfail(strict=True, reason=STALE_BUG)),
-                                  "nofork"])
+@pytest.mark.parametrize("fork", ["fork", "nofork"])
 @pytest.mark.parametrize("advice", ["dontfork", "wipeonfork"])
 def test_advice_to_unmapped_region(runner, incr_heap, advice, fork):
     """A region madvised (libc) MADV_DONTFORK / MADV_WIPEONFORK, unmapped, and
@@ -285,11 +268,6 @@ def test_advice_to_unmapped_region(runner, incr_heap, advice, fork):
 # --------------------------------------------------------------------------
 # 2. The same through the raw system call: unseen by the pause
 # --------------------------------------------------------------------------
-RAW_WIPEONFORK_BUG = (
-    "runtime bug: a raw MADV_WIPEONFORK on a mapping whose bounds did not change since the "
-    "previous checkpoint is not noticed (rt_settle_flags reads /proc/self/maps, which has no "
-    "VmFlags, when no region has unknown flags): the checkpoint succeeds without the mapping's "
-    "data and restarts with zeros there")
 
 
 def raw_params():
@@ -297,10 +275,7 @@ def raw_params():
     for where in ("existing", "new"):
         for advice in ("dontfork", "wipeonfork"):
             for fork in ("fork", "nofork"):
-                marks = ()
-                if (where, advice, fork) == ("existing", "wipeonfork", "fork"):
-                    marks = pytest.mark.xfail(strict=True, reason=RAW_WIPEONFORK_BUG)
-                out.append(pytest.param(where, advice, fork, marks=marks, id=f"{where}-{advice}-{fork}"))
+                out.append(pytest.param(where, advice, fork, id=f"{where}-{advice}-{fork}"))
     return out
 
 
