@@ -91,6 +91,8 @@ struct rt_ckpt {
     uint64_t t0, pause_ns;
     int in_child;                    /* this is the forked writer */
     int writer_fd;                   /* copy mode: the writer's end of its report pipe */
+    char *smaps; long smaps_len;     /* the writer's /proc/self/smaps (rt_flags_read), or NULL */
+    volatile uint32_t side_busy;     /* the writer's side thread runs (rt_fork.c): wait before the flags */
     uint64_t mem_bytes, data_bytes, stored_bytes, changed_bytes, durable_ns;
     char err[512];          /* why the checkpoint failed */
 };
@@ -106,6 +108,15 @@ void rt_regions_stale(void);  /* the program changed mappings' flags (madvise): 
  * at the pause, from /proc/self/smaps (of the snapshot, when forked), and
  * the check that the snapshot holds every mapping.  0 or -1 (ck->err). */
 int rt_settle_flags(struct rt_ckpt *ck);
+/* Its first half, which may run beside the writing: reads smaps into
+ * ck->smaps if rt_settle_flags will need it (ck->smaps preallocated). */
+void rt_flags_read(struct rt_ckpt *ck);
+int rt_flags_prepare(struct rt_ckpt *ck); /* 1 when ck->smaps is to be read (allocated) */
+int rt_flags_needed(const struct rt_ckpt *ck);
+
+/* Futexes between the writer's threads (private: one address space). */
+static inline void rt_futex_wait(volatile uint32_t *w, uint32_t seen) { lz_sc4(SYS_futex, w, 128 /* FUTEX_WAIT_PRIVATE */, seen, 0); }
+static inline void rt_futex_wake(volatile uint32_t *w) { lz_sc3(SYS_futex, w, 129 /* FUTEX_WAKE_PRIVATE */, 1); }
 void rt_pages_forget(void);   /* after a restart: what is tracked is decided again */
 /* A mapping mostly in transparent huge pages is left untracked (compared by
  * digest): 1 if [start,end) is one, now remembered as such. */

@@ -81,6 +81,28 @@ static long send_fd(int sock, int fd, const char *msg, size_t len)
 
 long rt_clone_call(unsigned long flags, void *stack_top, void (*fn)(void *), void *arg);
 
+/* The writer's side thread (a bare CLONE_THREAD, system calls only): reads
+ * smaps while the writer stores pages, then registers the program's large
+ * new mappings for tracking (the walk over all their pages). */
+struct side { struct rt_ckpt *ck; int uffd; volatile uint32_t done; };
+
+static void track_late_parent(struct rt_ckpt *ck, int uffd)
+{
+    for (size_t i = 0; i < ck->nregions; i++)
+        if (ck->rdirty[i].late) rt_dirty_track_parent(uffd, ck->regions[i].start, ck->regions[i].end);
+}
+
+static void side_main(void *arg)
+{
+    struct side *sd = arg;
+    rt_flags_read(sd->ck);
+    __atomic_store_n(&sd->ck->side_busy, 0, __ATOMIC_RELEASE);
+    rt_futex_wake(&sd->ck->side_busy);
+    if (sd->uffd >= 0) track_late_parent(sd->ck, sd->uffd);
+    __atomic_store_n(&sd->done, 1, __ATOMIC_RELEASE);
+    rt_futex_wake(&sd->done);
+}
+
 static void writer_main(struct rt_ckpt *ck, int out)
 {
     lz_sc2(SYS_prctl, PR_SET_NAME, "lazarus-writer");
@@ -89,7 +111,7 @@ static void writer_main(struct rt_ckpt *ck, int out)
     /* keep nothing of the program's open: a pipe it writes must see its
      * reader's end-of-file when the program closes it, not when we are done.
      * Only the program's userfaultfd stays if its large new mappings are to
-     * be tracked (at the end: it costs the walk of all their pages). */
+     * be tracked. */
     int hi = (int)lz_sc3(SYS_fcntl, out, F_DUPFD_CLOEXEC, 1000); /* (its own descriptor table: a copy) */
     int uffd = -1;
     if (hi >= 0) {
@@ -102,15 +124,28 @@ static void writer_main(struct rt_ckpt *ck, int out)
     if (!ck->planned) rt_dirty_forget(); /* its descriptors were the parent's, and are closed (a
                                           * copy-mode writer shares the parent's memory: hands off) */
     ck->in_child = 1;
+    /* smaps and the tracking walk beside the writing, on a thread of our own */
+    struct side *sd = arena_alloc(&ck->arena, sizeof *sd);
+    char *stack = arena_alloc(&ck->arena, 64u << 10);
+    int side = 0;
+    if (sd && stack && (rt_flags_prepare(ck) || uffd >= 0)) {
+        *sd = (struct side){ck, uffd, 0};
+        ck->side_busy = 1;
+        side = rt_clone_call(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM,
+                             stack + (64u << 10), side_main, sd) > 0;
+        if (!side) { ck->side_busy = 0; ck->smaps = NULL; } /* read in turn, then */
+    }
     char msg[700];
     int n = rt_result(ck, rt_finish_checkpoint(ck), msg, sizeof msg);
     lz_sc3(SYS_write, out, msg, n);
-    /* the supervisor starts the next checkpoint only once we are gone */
-    if (uffd >= 0) {
-        for (size_t i = 0; i < ck->nregions; i++)
-            if (ck->rdirty[i].late) rt_dirty_track_parent(uffd, ck->regions[i].start, ck->regions[i].end);
-        rt_trace(ck->t0, "writer", "new mappings tracked");
+    /* the supervisor starts the next checkpoint only once we are gone: the
+     * new mappings are tracked by then */
+    if (side) {
+        while (!__atomic_load_n(&sd->done, __ATOMIC_ACQUIRE)) rt_futex_wait(&sd->done, 0);
+    } else if (uffd >= 0) {
+        track_late_parent(ck, uffd);
     }
+    rt_trace(ck->t0, "writer", "done");
 }
 
 /* The copy-mode writer shares the program's memory: it reads only what the

@@ -380,34 +380,55 @@ int rt_capture_regions(struct rt_ckpt *ck)
     return rc;
 }
 
+int rt_flags_needed(const struct rt_ckpt *ck)
+{
+    /* a forked writer always: only smaps' VmFlags show a mapping the program
+     * made wipe-on-fork with a raw system call (zeros in the snapshot) */
+    if (ck->in_child && !ck->planned) return 1;
+    for (size_t i = 0; i < ck->nregions; i++) if (ck->rdirty[i].flags_unknown) return 1;
+    return 0;
+}
+
+#define SMAPS_CAP (64u << 20)
+
+int rt_flags_prepare(struct rt_ckpt *ck)
+{
+    if (!rt_flags_needed(ck)) return 0;
+    ck->smaps = arena_alloc(&ck->arena, SMAPS_CAP);
+    return ck->smaps ? 1 : 0;
+}
+
+void rt_flags_read(struct rt_ckpt *ck)
+{
+    if (!ck->smaps) return;
+    ck->smaps_len = rt_read_file("/proc/self/smaps", ck->smaps, SMAPS_CAP - 1);
+    if (ck->smaps_len > 0) ck->smaps[ck->smaps_len] = 0;
+}
+
 int rt_settle_flags(struct rt_ckpt *ck)
 {
     int snapshot = ck->in_child && !ck->planned; /* a forked writer: its mappings are the snapshot */
-    size_t unknown = 0;
-    for (size_t i = 0; i < ck->nregions; i++) unknown += ck->rdirty[i].flags_unknown;
-    if (!unknown && !snapshot) return 0;
-    size_t cap = 64u << 20;
-    char *text = arena_alloc(&ck->arena, cap);
-    if (!text) return rt_fail(ck, "out of checkpoint scratch memory", 0);
-    /* smaps even when every flag is known: only its VmFlags show a mapping
-     * the program made wipe-on-fork with a raw system call (zeros here) */
-    long n = rt_read_file("/proc/self/smaps", text, cap - 1);
-    if (n <= 0) return rt_fail(ck, "cannot read /proc/self/smaps", n);
-    text[n] = 0;
-    const char *s = text;
+    if (!rt_flags_needed(ck)) return 0;
+    if (!ck->smaps) { /* not read beside the writing: now */
+        if (!(ck->smaps = arena_alloc(&ck->arena, SMAPS_CAP))) return rt_fail(ck, "out of checkpoint scratch memory", 0);
+        rt_flags_read(ck);
+    }
+    if (ck->smaps_len <= 0) return rt_fail(ck, "cannot read /proc/self/smaps", ck->smaps_len);
+    const char *s = ck->smaps;
     for (size_t i = 0; i < ck->nregions; i++) {
         struct lz_region *r = &ck->regions[i];
-        /* both lists are in address order */
+        /* both lists are in address order; the mapping holding the region
+         * (the writer's own mprotect of a PROT_NONE region may merge it) */
         uint64_t start = 0, end = 0;
         uint32_t flags = 0;
         while (*s) {
             const char *q = s;
             start = parse_hex(&q); q++;
             end = parse_hex(&q);
-            if (start >= r->start) break;
+            if (end > r->start) break;
             do { while (*s && *s != '\n') s++; if (*s) s++; } while (*s && !is_header(s));
         }
-        int found = *s && start == r->start && end == r->end;
+        int found = *s && start <= r->start && end >= r->end;
         if (found)
             for (const char *t = s + 1; *t;) {
                 while (*t && *t != '\n') t++;

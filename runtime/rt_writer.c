@@ -147,10 +147,12 @@ int rt_finish_checkpoint(struct rt_ckpt *ck)
     char path[LZ_PATH_MAX + 96], final[LZ_PATH_MAX + 64];
     rt_fmt(final, sizeof final, "%s/" LZ_CKPT_PREFIX "%06llu", rt.dir, (unsigned long long)ck->index);
     rt_trace(ck->t0, "writer", "started");
-    if (rt_settle_flags(ck) < 0) return -1;
-    rt_trace(ck->t0, "writer", "mapping flags read");
     if (rt_store_pages(ck) < 0) return -1;
-    int rc = finish(ck, final);
+    /* the mappings' flags go in the manifest; smaps may be read beside us */
+    while (ck->side_busy) rt_futex_wait(&ck->side_busy, 1);
+    int rc = rt_settle_flags(ck);
+    rt_trace(ck->t0, "writer", "mapping flags read");
+    if (rc == 0) rc = finish(ck, final);
     rt_trace(ck->t0, "writer", rc == 0 ? "committed" : "failed");
     if (rc < 0) {
         /* a pack no manifest will reference; the journal in tmpdir stays */
