@@ -21,7 +21,6 @@ struct shared {
     uint32_t pad;
     uint64_t pause_ns; /* the program's pause for the checkpoint being written, once known */
     uint64_t arena, arena_len; /* a copy-mode writer's scratch memory, freed once it is done */
-    uint64_t dedup_slots; /* in use: sized to the program's memory (fresh memory is slow to touch) */
     uint64_t nlearned;
     struct rt_map_flags learned[LEARNED_MAX];
     struct rt_map slot[2];
@@ -68,18 +67,8 @@ struct rt_map *rt_map_next(void) { return &sh->slot[!sh->cur]; }
 
 struct rt_dedup_ent *rt_map_dedup(uint64_t *nslots)
 {
-    *nslots = sh->dedup_slots ? sh->dedup_slots : DEDUP_SLOTS;
+    *nslots = DEDUP_SLOTS;
     return dedup;
-}
-
-void rt_map_size_dedup(uint64_t mem_bytes)
-{
-    /* twice the program's pages, a power of two: a table of 8 GiB's worth
-     * for a 1 GiB program would cost its writer 80 MB of first touches.
-     * Entries stay valid when the size changes, only harder to find. */
-    uint64_t want = 1u << 16;
-    while (want < DEDUP_SLOTS && want < mem_bytes / 4096 * 2) want <<= 1;
-    if (want > sh->dedup_slots) sh->dedup_slots = want;
 }
 
 uint64_t rt_dedup_check(const struct rt_dedup_ent *e)

@@ -50,8 +50,6 @@ struct rt_map *rt_map_current(void);
 struct rt_map *rt_map_next(void);
 struct rt_dedup_ent *rt_map_dedup(uint64_t *nslots);
 uint64_t rt_dedup_check(const struct rt_dedup_ent *e);
-/* In the pause: the dedup table in use grows with the program's memory. */
-void rt_map_size_dedup(uint64_t mem_bytes);
 
 /* At the start of checkpoint `index`: if the previous write (of `prev`)
  * filled the next slot and committed, that slot becomes current.  Otherwise

@@ -192,7 +192,6 @@ int rt_scan_dirty(struct rt_ckpt *ck)
         rd->all = 0;
     }
     ck->ndirty = n;
-    rt_map_size_dedup(ck->mem_bytes);
     size_t keep = 0; /* forget regions that are gone */
     for (size_t k = 0; k < nwhole; k++)
         for (size_t i = 0; i < ck->nregions; i++)
