@@ -161,6 +161,8 @@ enum lz_region_kind {
 #define LZ_RF_HEAP 0x40u
 #define LZ_RF_STACK 0x80u
 #define LZ_RF_LOCKED 0x100u
+#define LZ_RF_DROPPABLE 0x200u /* MAP_DROPPABLE (glibc's getrandom state): the kernel may drop it, a
+                                * fork child gets it empty; restored as plain anonymous memory */
 
 struct lz_region {
     uint64_t start, end;

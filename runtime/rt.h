@@ -103,7 +103,6 @@ int rt_capture_proc(struct rt_ckpt *ck, void *ucontext);
 int rt_capture_fds(struct rt_ckpt *ck);
 int rt_capture_regions(struct rt_ckpt *ck);
 void rt_regions_forget(void); /* after a restart: the mappings' flags are read anew */
-void rt_regions_stale(void);  /* the program changed mappings' flags (madvise): read them anew */
 /* The writer's part of capturing regions: the flags of mappings that were new
  * at the pause, from /proc/self/smaps (of the snapshot, when forked), and
  * the check that the snapshot holds every mapping.  0 or -1 (ck->err). */

@@ -72,6 +72,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
         /* little changed: copy it rather than fork (C API checkpoints write in the pause anyway) */
         if (rc == 0 && trigger != LZ_TRIG_API && !rt.nofork && rt_plan_copy(ck) < 0) rc = -1;
         if (ck->planned) trace(t0, "changed pages copied");
+        if (rc != 0) rt_map_untrack();
         if (rc == 0) {
             rt_map_started(index);
             /* the C API's caller waits for the result anyway: no child */

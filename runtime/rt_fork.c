@@ -53,7 +53,7 @@ static void fork_advice(struct rt_ckpt *ck, int before)
         const struct lz_region *r = &ck->regions[i];
         uint64_t len = r->end - r->start;
         if (r->flags & LZ_RF_DONTFORK) lz_sc3(SYS_madvise, r->start, len, before ? MADV_DOFORK : MADV_DONTFORK);
-        if (r->flags & LZ_RF_WIPEONFORK) lz_sc3(SYS_madvise, r->start, len, before ? MADV_KEEPONFORK : MADV_WIPEONFORK);
+        if ((r->flags & (LZ_RF_WIPEONFORK | LZ_RF_DROPPABLE)) == LZ_RF_WIPEONFORK) lz_sc3(SYS_madvise, r->start, len, before ? MADV_KEEPONFORK : MADV_WIPEONFORK);
     }
 }
 
@@ -113,10 +113,10 @@ static void writer_main(struct rt_ckpt *ck, int out)
      * Only the program's userfaultfd stays if its large new mappings are to
      * be tracked. */
     int hi = (int)lz_sc3(SYS_fcntl, out, F_DUPFD_CLOEXEC, 1000); /* (its own descriptor table: a copy) */
-    int uffd = -1;
+    int uffd = late && !ck->planned ? rt_dirty_keep_parent_uffd(hi >= 0 ? hi + 1 : 3) : -1;
     if (hi >= 0) {
-        uffd = late && !ck->planned ? rt_dirty_keep_parent_uffd(hi + 1) : -1;
-        lz_sc3(SYS_close_range, rt.tracing ? 3 : 0, (unsigned)hi - 1, 0); /* LAZARUS_TRACE: stderr stays */
+        if (rt.tracing) lz_sc3(SYS_close_range, 0, 1, 0); /* LAZARUS_TRACE: stderr stays */
+        lz_sc3(SYS_close_range, rt.tracing ? 3 : 0, (unsigned)hi - 1, 0);
         if (uffd > hi + 1) lz_sc3(SYS_close_range, (unsigned)hi + 1, (unsigned)uffd - 1, 0);
         lz_sc3(SYS_close_range, (unsigned)(uffd > hi ? uffd : hi) + 1, ~0u, 0);
         out = hi;
@@ -133,7 +133,7 @@ static void writer_main(struct rt_ckpt *ck, int out)
         ck->side_busy = 1;
         side = rt_clone_call(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM,
                              stack + (64u << 10), side_main, sd) > 0;
-        if (!side) { ck->side_busy = 0; ck->smaps = NULL; } /* read in turn, then */
+        if (!side) ck->side_busy = 0; /* read in turn, then */
     }
     char msg[700];
     int n = rt_result(ck, rt_finish_checkpoint(ck), msg, sizeof msg);

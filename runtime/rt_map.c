@@ -107,7 +107,7 @@ void rt_map_settle(const char *dir)
 void rt_map_learn(uint64_t start, uint64_t end, uint32_t flags)
 {
     uint64_t n = sh->nlearned;
-    if (n == LEARNED_MAX) return; /* the program reads smaps itself then */
+    if (n == LEARNED_MAX) return; /* those stay unknown: the next writer reads them again */
     sh->learned[n] = (struct rt_map_flags){start, end, flags, 0};
     __atomic_store_n(&sh->nlearned, n + 1, __ATOMIC_RELEASE); /* after the entry: a killed writer tears none */
 }
@@ -119,6 +119,8 @@ size_t rt_map_learned(const struct rt_map_flags **v)
 }
 
 void rt_map_learned_clear(void) { sh->nlearned = 0; }
+
+void rt_map_untrack(void) { if (sh) sh->slot[sh->cur].tracked = 0; }
 
 void rt_map_started(uint64_t index) { sh->pending = index; sh->filled = 0; sh->pause_ns = 0; }
 

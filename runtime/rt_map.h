@@ -56,6 +56,9 @@ uint64_t rt_dedup_check(const struct rt_dedup_ent *e);
  * the current map stays, but its dirty information was spent on the failed
  * write: it is marked untracked (every page is compared by digest). */
 void rt_map_settle(const char *dir);
+/* A checkpoint failed after its dirty scan, which re-armed the tracking:
+ * what the interval changed is lost, every page is compared by digest next. */
+void rt_map_untrack(void);
 /* The program started a writer for checkpoint `index` (forked or not). */
 void rt_map_started(uint64_t index);
 /* Scratch memory a writer sharing the program's memory still reads: freed at

@@ -11,7 +11,6 @@
 #include "rt.h"
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <linux/sched.h>
 #include <string.h>
 
@@ -36,10 +35,19 @@ struct rt_packio {
 
 long rt_clone_call(unsigned long flags, void *stack_top, void (*fn)(void *), void *arg);
 
-static void fwait(volatile uint32_t *w, uint32_t seen) { lz_sc4(SYS_futex, w, FUTEX_WAIT_PRIVATE, seen, 0); }
-static void fwake(volatile uint32_t *w) { lz_sc3(SYS_futex, w, FUTEX_WAKE_PRIVATE, 1); }
+#define fwait rt_futex_wait
+#define fwake rt_futex_wake
 static uint32_t load(volatile uint32_t *w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
 static void store(volatile uint32_t *w, uint32_t v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
+
+/* Drops O_DIRECT from the descriptor.  0 or -errno. */
+static long buffered(struct rt_packio *io)
+{
+    long fl = lz_sc2(SYS_fcntl, io->fd, F_GETFL);
+    long r = fl < 0 ? fl : lz_sc3(SYS_fcntl, io->fd, F_SETFL, fl & ~O_DIRECT);
+    if (r == 0) io->direct = 0;
+    return r < 0 ? r : 0;
+}
 
 static long write_block(struct rt_packio *io, const char *b, size_t len, uint64_t off)
 {
@@ -48,9 +56,7 @@ static long write_block(struct rt_packio *io, const char *b, size_t len, uint64_
         long n = lz_sc4(SYS_pwrite64, io->fd, b + done, len - done, off + done);
         if (n == -EINTR) continue;
         if (n == -EINVAL && io->direct) { /* O_DIRECT refused after all: buffered from here on */
-            long fl = lz_sc2(SYS_fcntl, io->fd, F_GETFL);
-            if (fl < 0 || lz_sc3(SYS_fcntl, io->fd, F_SETFL, fl & ~O_DIRECT) < 0) return -EINVAL;
-            io->direct = 0;
+            if (buffered(io) < 0) return -EINVAL;
             continue;
         }
         if (n <= 0) return n ? n : -EIO;
@@ -111,11 +117,7 @@ struct rt_packio *rt_packio_open(struct rt_arena *arena, const char *path, int t
                                  stack + STACK, io_thread, io);
         if (tid < 0) { /* no thread: write in turn, buffered */
             threaded = 0;
-            if (io->direct) {
-                long fl = lz_sc2(SYS_fcntl, io->fd, F_GETFL);
-                io->direct = !(fl >= 0 && lz_sc3(SYS_fcntl, io->fd, F_SETFL, fl & ~O_DIRECT) == 0);
-            }
-            if (io->direct) { lz_sc1(SYS_close, io->fd); *err = -EINVAL; return NULL; }
+            if (io->direct && buffered(io) < 0) { lz_sc1(SYS_close, io->fd); *err = -EINVAL; return NULL; }
         }
     }
     io->threaded = threaded;

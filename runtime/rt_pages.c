@@ -52,27 +52,38 @@ static int contains(const struct lz_region *r, const void *p)
  * does so for asynchronous write-protect), after which the program runs
  * slower and every fork copies 512 times as many page-table entries.  Their
  * pages are compared by digest in the writer instead (the spare core's work,
- * not the pause's).  Known by their bounds; forgotten after a restart, which
- * tracks everything again. */
+ * not the pause's).  Known by their bounds; after a restart, memory restored
+ * in huge pages is found again (rt_pages_keep_whole). */
 #define WHOLE_MAX 256
-static struct { uint64_t start, end; } whole[WHOLE_MAX];
+struct span { uint64_t start, end; };
+static struct span whole[WHOLE_MAX];
 static size_t nwhole;
 
 /* Large mappings new at the previous checkpoint, which its forked writer
  * registered for tracking after the fork (rt_dirty_track_parent): the walk
  * that write-protects every page of a fresh 4 GiB heap takes 80 ms, kept out
  * of the pause.  What the program wrote between the fork and the
- * registration was not seen, so at this checkpoint their pages are compared
- * by digest once; from the next on, only written pages count. */
+ * registration was not seen, so at this checkpoint every mapping that
+ * overlaps one (it may have been split or cut since) is compared by digest
+ * once; from the next on, only written pages count. */
 #define LATE_MIN (16ull << 20)
-static struct { uint64_t start, end; } late[WHOLE_MAX];
+static struct span late[WHOLE_MAX];
 static size_t nlate;
 
 void rt_pages_forget(void) { nwhole = nlate = 0; }
 
-static int in_late(const struct lz_region *r)
+static int add_span(struct span *v, size_t *n, uint64_t start, uint64_t end)
 {
-    for (size_t k = 0; k < nlate; k++) if (late[k].start == r->start && late[k].end == r->end) return 1;
+    if (*n == WHOLE_MAX) return 0;
+    v[*n].start = start;
+    v[(*n)++].end = end;
+    return 1;
+}
+
+static int in_spans(const struct span *v, size_t n, const struct lz_region *r, int overlap)
+{
+    for (size_t k = 0; k < n; k++)
+        if (overlap ? v[k].start < r->end && v[k].end > r->start : v[k].start == r->start && v[k].end == r->end) return 1;
     return 0;
 }
 
@@ -81,26 +92,16 @@ void rt_track_late(struct rt_ckpt *ck, int by_writer)
     for (size_t i = 0; i < ck->nregions; i++) {
         const struct lz_region *r = &ck->regions[i];
         if (!ck->rdirty[i].late) continue;
-        if (by_writer && nlate < WHOLE_MAX) {
-            late[nlate].start = r->start;
-            late[nlate++].end = r->end;
-        } else {
+        if (!by_writer || !add_span(late, &nlate, r->start, r->end)) {
             ck->rdirty[i].late = 0; /* the writer leaves it alone */
             rt_dirty_track(r->start, r->end);
         }
     }
 }
 
-static int in_whole(const struct lz_region *r)
-{
-    for (size_t k = 0; k < nwhole; k++) if (whole[k].start == r->start && whole[k].end == r->end) return 1;
-    return 0;
-}
-
 static int huge_backed(const struct lz_region *r)
 {
     if (r->kind != LZ_R_ANON || r->end - r->start < (2u << 20) || nwhole == WHOLE_MAX) return 0;
-    if (r->flags & LZ_RF_HUGEPAGE) return 1;
     if (r->flags & LZ_RF_NOHUGEPAGE) return 0;
     /* a sample (its start, middle and end): walking all of it costs 4 ms per GiB */
     uint64_t present = 0, huge = 0, len = r->end - r->start, w = 32ull << 20;
@@ -111,17 +112,16 @@ static int huge_backed(const struct lz_region *r)
         present += p; huge += h;
         if (len <= w) break;
     }
-    return present && huge * 2 >= present;
+    /* MADV_HUGEPAGE and nothing there yet: it will be huge (unless THP is off) */
+    if (!present) return (r->flags & LZ_RF_HUGEPAGE) != 0;
+    return huge * 2 >= present;
 }
 
 int rt_pages_keep_whole(uint64_t start, uint64_t end)
 {
     struct lz_region r = {0};
     r.start = start; r.end = end; r.kind = LZ_R_ANON;
-    if (!huge_backed(&r)) return 0;
-    whole[nwhole].start = start;
-    whole[nwhole++].end = end;
-    return 1;
+    return huge_backed(&r) && add_span(whole, &nwhole, start, end);
 }
 
 int rt_scan_dirty(struct rt_ckpt *ck)
@@ -159,8 +159,8 @@ int rt_scan_dirty(struct rt_ckpt *ck)
          * data changes after the scan: both are compared by digest */
         if (!ok || !region_stored(r) || r->kind == LZ_R_SHARED_ANON || rd->from_content || contains(r, &rt) || contains(r, &fj))
             continue;
-        if (in_whole(r)) { rd->digest = 1; continue; }
-        int was_late = in_late(r);
+        if (in_spans(whole, nwhole, r, 0)) { rd->digest = 1; continue; }
+        int was_late = in_spans(late, nlate, r, 1);
         uint64_t at = r->start;
         int failed = 0;
         while (at < r->end) {
@@ -172,9 +172,7 @@ int rt_scan_dirty(struct rt_ckpt *ck)
         if (failed) {
             /* never tracked (a new mapping) or moved: all of it, and track it from now on */
             n = rd->first;
-            if (huge_backed(r)) {
-                whole[nwhole].start = r->start;
-                whole[nwhole++].end = r->end;
+            if (huge_backed(r) && add_span(whole, &nwhole, r->start, r->end)) {
                 rd->digest = 1;
             } else if (r->end - r->start >= LATE_MIN) {
                 rd->late = 1;
@@ -877,6 +875,12 @@ int rt_store_pages(struct rt_ckpt *ck)
             }
             /* compared by digest: changed if no previous frame holds it */
             int digest = ck->rdirty[i].digest && two_pass;
+            /* memory that changes while we read it: the stack we run on (a fork
+             * child or the pause), the runtime's own data, a file's pages read
+             * through its mapping: copied once, so the frame's checksum is of
+             * the bytes written */
+            int moving = ck->rdirty[i].from_content || contains(r, __builtin_frame_address(0)) ||
+                         contains(r, &rt) || contains(r, &fj);
             if (it->kind == IT_NEW && !digest) w->changed += it->len;
             for (uint64_t o = 0; o < it->len && rc == 0; o += PAGE) {
                 const struct pgref *g = it->kind == IT_NEW && two_pass ? &pg[npg++] : NULL;
@@ -885,7 +889,7 @@ int rt_store_pages(struct rt_ckpt *ck)
                 int again = it->kind == IT_REF && ck->planned; /* a sparse frame's page, the program running */
                 if (again && !(src = prev_frame_data(w, it->pframe))) { rc = -1; break; }
                 if (again) src += it->skip + o;
-                rc = store_page(w, rfirst, it->addr + o, src, !again, it->region_file, g);
+                rc = store_page(w, rfirst, it->addr + o, src, !again && !(moving && it->src == it->addr), it->region_file, g);
             }
         }
         r->nextents = (uint32_t)(w->nm->nextents - rfirst);

@@ -60,6 +60,7 @@ static uint32_t vmflags(const char *s)
         if (a == 'd' && b == 'c') f |= LZ_RF_DONTFORK;
         if (a == 'w' && b == 'f') f |= LZ_RF_WIPEONFORK;
         if (a == 'l' && b == 'o') f |= LZ_RF_LOCKED;
+        if (a == 'd' && b == 'p') f |= LZ_RF_DROPPABLE;
         while (*s && *s != ' ' && *s != '\n') s++;
     }
     return f;
@@ -134,7 +135,6 @@ static size_t nadvice;
 /* after a restart: the restorer set every mapping's flags anew, some of
  * which a fork must know (the first pause reads smaps) */
 void rt_regions_forget(void) { vmf_n = 0; nadvice = 0; flags_stale = 1; }
-void rt_regions_stale(void) { flags_stale = 1; }
 
 /* The program's madvise: DONTFORK, WIPEONFORK, HUGEPAGE, DONTDUMP and their
  * opposites change flags a checkpoint needs; MADV_FREE lets the kernel drop
@@ -229,7 +229,7 @@ static void cache_refresh(struct rt_ckpt *ck, const char *s)
     struct vmf *keep = arena_alloc(&ck->arena, sizeof vmf_cache);
     size_t nk = 0;
     int lost = 0;
-    if (!keep) return;
+    if (!keep) { flags_stale = 1; if (nl) rt_map_learned_clear(); return; }
     while (*s && nk < VMF_MAX) {
         const char *q = s;
         uint64_t start = parse_hex(&q); q++;
@@ -266,7 +266,7 @@ int rt_capture_regions(struct rt_ckpt *ck)
     text[n] = 0;
     cache_refresh(ck, text);
     int have_flags = flags_stale ||
-                     (!cache_covers(ck, text) && (ck->trigger == LZ_TRIG_API || rt.nofork || !rt_map_ready() || locked_kb()));
+                     (!cache_covers(ck, text) && (ck->trigger == LZ_TRIG_API || rt.nofork || locked_kb()));
     if (have_flags) {
         flags_stale = 0;
         nadvice = 0;
@@ -409,11 +409,10 @@ int rt_settle_flags(struct rt_ckpt *ck)
 {
     int snapshot = ck->in_child && !ck->planned; /* a forked writer: its mappings are the snapshot */
     if (!rt_flags_needed(ck)) return 0;
-    if (!ck->smaps) { /* not read beside the writing: now */
-        if (!(ck->smaps = arena_alloc(&ck->arena, SMAPS_CAP))) return rt_fail(ck, "out of checkpoint scratch memory", 0);
-        rt_flags_read(ck);
-    }
+    if (!ck->smaps && !(ck->smaps = arena_alloc(&ck->arena, SMAPS_CAP))) return rt_fail(ck, "out of checkpoint scratch memory", 0);
+    if (!ck->smaps_len) rt_flags_read(ck); /* not read beside the writing: now */
     if (ck->smaps_len <= 0) return rt_fail(ck, "cannot read /proc/self/smaps", ck->smaps_len);
+    if (ck->smaps_len >= (long)SMAPS_CAP - 1) return rt_fail(ck, "the program has too many mappings (/proc/self/smaps over 64 MiB)", 0);
     const char *s = ck->smaps;
     for (size_t i = 0; i < ck->nregions; i++) {
         struct lz_region *r = &ck->regions[i];
@@ -429,6 +428,7 @@ int rt_settle_flags(struct rt_ckpt *ck)
             do { while (*s && *s != '\n') s++; if (*s) s++; } while (*s && !is_header(s));
         }
         int found = *s && start <= r->start && end >= r->end;
+        int overlaps = *s && start < r->end; /* part of it is there: not a fork's doing */
         if (found)
             for (const char *t = s + 1; *t;) {
                 while (*t && *t != '\n') t++;
@@ -437,9 +437,9 @@ int rt_settle_flags(struct rt_ckpt *ck)
                 if (!memcmp(t, "VmFlags:", 8)) flags = vmflags(t + 8);
             }
         int stored = r->kind == LZ_R_ANON || r->kind == LZ_R_FILE_PRIVATE;
-        if (snapshot && stored && (!found || (flags & LZ_RF_WIPEONFORK))) {
+        if (snapshot && stored && (!found || (flags & (LZ_RF_WIPEONFORK | LZ_RF_DROPPABLE)) == LZ_RF_WIPEONFORK)) {
             /* the pause did not know: the snapshot lacks this memory */
-            rt_map_learn(r->start, r->end, found ? flags : (r->flags & ~(LZ_RF_HEAP | LZ_RF_STACK)) | LZ_RF_DONTFORK);
+            if (found || !overlaps) rt_map_learn(r->start, r->end, found ? flags : (r->flags & ~(LZ_RF_HEAP | LZ_RF_STACK)) | LZ_RF_DONTFORK);
             rt_fmt(ck->err, sizeof ck->err,
                    "memory at %llx-%llx was excluded from fork (%s) after the previous checkpoint: the next checkpoint includes it",
                    (unsigned long long)r->start, (unsigned long long)r->end, found ? "MADV_WIPEONFORK" : "MADV_DONTFORK");
