@@ -8,6 +8,7 @@
  *   random    pseudo-random bytes: nothing compresses, no page repeats
  *   halfzero  each page: random doubles in [0,1) in its first half, zeros
  *             in its second (no page is all zeros: only compression halves it)
+ *   zeropages even pages zero (written), odd pages random doubles in [0,1)
  *   stamp     a distinct 8-byte stamp at the start of each page, the rest
  *             zero: every page differs, yet compresses to a few bytes
  * then prints "filled BYTES hugekb=K pte_kb=P" (AnonHugePages and VmPTE of
@@ -47,14 +48,13 @@ static inline uint64_t next64(void)
     return rng;
 }
 
-static enum { P_RANDOM, P_HALFZERO, P_STAMP } pattern;
+static enum { P_RANDOM, P_HALFZERO, P_ZEROPAGES, P_STAMP } pattern;
 static uint64_t stamp;
 
 static void write_page(unsigned char *p, size_t idx)
 {
     uint64_t *w = (uint64_t *)p;
     size_t n = PAGE / sizeof(uint64_t);
-    (void)idx;
     switch (pattern) {
     case P_RANDOM:
         for (size_t i = 0; i < n; i++) w[i] = next64();
@@ -65,6 +65,14 @@ static void write_page(unsigned char *p, size_t idx)
         memset(p + PAGE / 2, 0, PAGE / 2);
         break;
     }
+    case P_ZEROPAGES:
+        if (idx % 2 == 0) {
+            memset(p, 0, PAGE);
+        } else {
+            double *d = (double *)p;
+            for (size_t i = 0; i < n; i++) d[i] = (double)(next64() >> 11) * 0x1.0p-53;
+        }
+        break;
     case P_STAMP:
         memset(p, 0, PAGE);
         w[0] = ++stamp;
@@ -102,12 +110,13 @@ static void mem_stats(long *hugekb, long *ptekb)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: incrheap MIB random|halfzero|stamp none|nohuge|huge [TSFILE]\n");
+        fprintf(stderr, "usage: incrheap MIB random|halfzero|zeropages|stamp none|nohuge|huge [TSFILE]\n");
         return 2;
     }
     size_t bytes = strtoul(argv[1], NULL, 10) << 20;
     if (!strcmp(argv[2], "random")) pattern = P_RANDOM;
     else if (!strcmp(argv[2], "halfzero")) pattern = P_HALFZERO;
+    else if (!strcmp(argv[2], "zeropages")) pattern = P_ZEROPAGES;
     else if (!strcmp(argv[2], "stamp")) pattern = P_STAMP;
     else { fprintf(stderr, "incrheap: unknown pattern %s\n", argv[2]); return 2; }
     const char *tsfile = argc > 4 ? argv[4] : NULL;
