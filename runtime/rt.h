@@ -107,6 +107,8 @@ void rt_regions_forget(void); /* after a restart: the mappings' flags are read a
  * at the pause, from /proc/self/smaps (of the snapshot, when forked), and
  * the check that the snapshot holds every mapping.  0 or -1 (ck->err). */
 int rt_settle_flags(struct rt_ckpt *ck);
+/* DIR/packs/pack.ID, the page data checkpoint ID wrote. */
+void rt_pack_path(char *out, size_t len, uint64_t id);
 /* Its first half, which may run beside the writing: reads smaps into
  * ck->smaps if rt_settle_flags will need it (ck->smaps preallocated). */
 void rt_flags_read(struct rt_ckpt *ck);

@@ -575,7 +575,7 @@ static int open_pack(struct writer *w)
     char dir[LZ_PATH_MAX + 16];
     rt_fmt(dir, sizeof dir, "%s/" LZ_PACKS_DIR, rt.dir);
     lz_sc3(SYS_mkdirat, AT_FDCWD, dir, 0700);
-    rt_fmt(w->pack_path, sizeof w->pack_path, "%s/" LZ_PACK_PREFIX "%06llu", dir, (unsigned long long)w->ck->index);
+    rt_pack_path(w->pack_path, sizeof w->pack_path, w->ck->index);
     long e = 0;
     /* a writer beside the program: the disk written from a thread of its own */
     w->io = rt_packio_open(&w->ck->arena, w->pack_path, w->ck->in_child, &e);
@@ -729,7 +729,7 @@ static const char *prev_frame_data(struct writer *w, uint32_t f)
     if (w->rf_fd < 0 || w->rf_pack != pack) {
         if (w->rf_fd >= 0) lz_sc1(SYS_close, w->rf_fd);
         char path[LZ_PATH_MAX + 64];
-        rt_fmt(path, sizeof path, "%s/" LZ_PACKS_DIR "/" LZ_PACK_PREFIX "%06llu", rt.dir, (unsigned long long)pack);
+        rt_pack_path(path, sizeof path, pack);
         w->rf_fd = lz_sc4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
         w->rf_pack = pack;
         if (w->rf_fd < 0) { rt_fail(w->ck, "cannot read back an earlier checkpoint's pack", w->rf_fd); return NULL; }

@@ -142,6 +142,11 @@ int rt_begin_checkpoint(struct rt_ckpt *ck)
 
 static int finish(struct rt_ckpt *ck, const char *final);
 
+void rt_pack_path(char *out, size_t len, uint64_t id)
+{
+    rt_fmt(out, len, "%s/" LZ_PACKS_DIR "/" LZ_PACK_PREFIX "%06llu", rt.dir, (unsigned long long)id);
+}
+
 int rt_finish_checkpoint(struct rt_ckpt *ck)
 {
     char path[LZ_PATH_MAX + 96], final[LZ_PATH_MAX + 64];
@@ -156,7 +161,7 @@ int rt_finish_checkpoint(struct rt_ckpt *ck)
     rt_trace(ck->t0, "writer", rc == 0 ? "committed" : "failed");
     if (rc < 0) {
         /* a pack no manifest will reference; the journal in tmpdir stays */
-        rt_fmt(path, sizeof path, "%s/" LZ_PACKS_DIR "/" LZ_PACK_PREFIX "%06llu", rt.dir, (unsigned long long)ck->index);
+        rt_pack_path(path, sizeof path, ck->index);
         lz_sc1(SYS_unlink, path);
     }
     return rc;
