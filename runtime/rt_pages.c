@@ -474,7 +474,8 @@ struct writer {
     uint32_t rf_frame; long rf_fd; uint64_t rf_pack;
     char *rf_in, *rf_raw, *rf_work;
     char *cbuf; /* a compressed frame */
-    uint32_t failed_compress, skip_compress; /* frames in a row that did not compress; frames left uncompressed */
+    uint32_t failed_compress, skip_compress, backoff; /* frames in a row that did not compress; frames
+                                                       * left uncompressed; the skip after the next failure */
     struct pend pend[PENDING_SLOTS];
     struct rt_packio *io;
     uint32_t packidx; /* this pack in nm->packs */
@@ -638,9 +639,18 @@ static int flush_frame(struct writer *w)
     int attempt = w->codec != LZ_CODEC_NONE && w->skip_compress == 0;
     size_t n = attempt ? lz_compress(w->cctx, raw, w->spos, w->cbuf, w->spos) : 0;
     if (n == (size_t)-1) return rt_fail(w->ck, "cannot compress page data", 0);
-    if (w->skip_compress) w->skip_compress--;
-    else if (attempt) w->failed_compress = n ? 0 : w->failed_compress + 1;
-    if (w->failed_compress >= 4) { w->skip_compress = 28; w->failed_compress = 3; } /* then one try in 29 */
+    if (w->skip_compress) {
+        w->skip_compress--;
+    } else if (attempt && n) {
+        w->failed_compress = 0;
+        w->backoff = 0;
+    } else if (attempt && ++w->failed_compress >= 4) {
+        /* 4 in a row did not compress: skip 28 frames, then try one; each
+         * failed try doubles the skip, up to a GiB of data */
+        w->backoff = w->backoff ? (w->backoff < 512 ? w->backoff * 2 : 1024) : 28;
+        w->skip_compress = w->backoff;
+        w->failed_compress = 3;
+    }
     f->codec = n ? (uint32_t)w->codec : LZ_CODEC_NONE;
     if (!n) n = w->spos;
     f->pack = w->packidx;
