@@ -323,35 +323,44 @@ long rt_dirty_scan(uint64_t start, uint64_t end, struct rt_dirty_range *out, siz
     return (long)n;
 }
 
+/* One PAGEMAP_SCAN of [*addr,end) asking q's categories, into vec[64]:
+ * the number of regions found, *addr moved to where the walk stopped; or
+ * -errno (-EIO when the walk made no progress). */
+#define SCAN_VEC 64
+static long scan_step(struct pm_scan_arg q, uint64_t *addr, uint64_t end, struct page_region *vec)
+{
+    q.size = sizeof q;
+    q.start = *addr;
+    q.end = end;
+    q.vec = (uint64_t)(uintptr_t)vec;
+    q.vec_len = SCAN_VEC;
+    long r = lz_sc3(SYS_ioctl, st.pm_fd, PAGEMAP_SCAN, &q);
+    if (r < 0) return r;
+    if (q.walk_end <= *addr) return -EIO;
+    *addr = q.walk_end;
+    return r;
+}
+
 long rt_dirty_holding(uint64_t start, uint64_t end, struct rt_dirty_range *out, size_t cap, int swap)
 {
     long r = check_range(start, end);
     if (r < 0) return r;
-    struct page_region vec[64];
+    /* present but not the shared zero page, or swapped out */
+    struct pm_scan_arg q = {
+        .category_inverted = PAGE_IS_PFNZERO,
+        .category_mask = PAGE_IS_PFNZERO,
+        .category_anyof_mask = PAGE_IS_PRESENT | (swap ? PAGE_IS_SWAPPED : 0),
+        .return_mask = PAGE_IS_PRESENT | (swap ? PAGE_IS_SWAPPED : 0),
+    };
+    struct page_region vec[SCAN_VEC];
     size_t n = 0;
-    uint64_t addr = start;
-    while (addr < end) {
-        struct pm_scan_arg a = {
-            .size = sizeof a,
-            .start = addr,
-            .end = end,
-            .vec = (uint64_t)(uintptr_t)vec,
-            .vec_len = 64,
-            /* present but not the shared zero page, or swapped out */
-            .category_inverted = PAGE_IS_PFNZERO,
-            .category_mask = PAGE_IS_PFNZERO,
-            .category_anyof_mask = PAGE_IS_PRESENT | (swap ? PAGE_IS_SWAPPED : 0),
-            .return_mask = PAGE_IS_PRESENT | (swap ? PAGE_IS_SWAPPED : 0),
-        };
-        r = lz_sc3(SYS_ioctl, st.pm_fd, PAGEMAP_SCAN, &a);
-        if (r < 0) return r;
+    for (uint64_t addr = start; addr < end;) {
+        if ((r = scan_step(q, &addr, end, vec)) < 0) return r;
         for (long i = 0; i < r; i++) {
             if (n && out[n - 1].end == vec[i].start) { out[n - 1].end = vec[i].end; continue; }
             if (n == cap) return -ENOSPC;
             out[n++] = (struct rt_dirty_range){vec[i].start, vec[i].end};
         }
-        if (a.walk_end <= addr) return -EIO;
-        addr = a.walk_end;
     }
     return (long)n;
 }
@@ -361,26 +370,14 @@ long rt_dirty_huge(uint64_t start, uint64_t end, uint64_t *present, uint64_t *hu
     *present = *huge = 0;
     long r = check_range(start, end);
     if (r < 0) return r;
-    struct page_region vec[64];
-    uint64_t addr = start;
-    while (addr < end) {
-        struct pm_scan_arg a = {
-            .size = sizeof a,
-            .start = addr,
-            .end = end,
-            .vec = (uint64_t)(uintptr_t)vec,
-            .vec_len = 64,
-            .category_anyof_mask = PAGE_IS_PRESENT,
-            .return_mask = PAGE_IS_PRESENT | PAGE_IS_HUGE,
-        };
-        r = lz_sc3(SYS_ioctl, st.pm_fd, PAGEMAP_SCAN, &a);
-        if (r < 0) return r;
+    struct pm_scan_arg q = { .category_anyof_mask = PAGE_IS_PRESENT, .return_mask = PAGE_IS_PRESENT | PAGE_IS_HUGE };
+    struct page_region vec[SCAN_VEC];
+    for (uint64_t addr = start; addr < end;) {
+        if ((r = scan_step(q, &addr, end, vec)) < 0) return r;
         for (long i = 0; i < r; i++) {
             *present += vec[i].end - vec[i].start;
             if (vec[i].categories & PAGE_IS_HUGE) *huge += vec[i].end - vec[i].start;
         }
-        if (a.walk_end <= addr) return -EIO;
-        addr = a.walk_end;
     }
     return 0;
 }

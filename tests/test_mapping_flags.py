@@ -151,6 +151,17 @@ def test_libc_madvise(runner, incr_heap, advice, fork):
     check_restarts(runner, store, states, env=env)
 
 
+def advised_new_region(runner, incr_heap, advice: str, fork: str):
+    """A job (fork or nofork) whose new region 1 (4 MiB) got libc madvise
+    ADVICE and was checkpointed: (job, store, env, states)."""
+    env = NOFORK if fork == "nofork" else None
+    store = runner.base / "store"
+    job = start(runner, store, [incr_heap, 16, 3], "-i", "0", "-k", "10", env=env)
+    states = {}
+    job.cmd("newmap 4")
+    job.cmd(f"advise 1 {advice}")
+    take(job, runner, store, states)
+    return job, store, env, states
 
 
 @pytest.mark.parametrize("fork", ["fork", "nofork"])
@@ -159,13 +170,7 @@ def test_libc_madvise_after_restart(runner, incr_heap, advice, fork):
     """A program restarted with a MADV_DONTFORK / MADV_WIPEONFORK region (the
     restorer sets the flag again): its checkpoints succeed, the first one
     too, and restart exactly."""
-    env = NOFORK if fork == "nofork" else None
-    store = runner.base / "store"
-    job = start(runner, store, [incr_heap, 16, 3], "-i", "0", "-k", "10", env=env)
-    states = {}
-    job.cmd("newmap 4")
-    job.cmd(f"advise 1 {advice}")
-    take(job, runner, store, states)
+    job, store, env, states = advised_new_region(runner, incr_heap, advice, fork)
     job.kill()
     job = restart(runner, store, env=env)
     assert job.cmd("digest") == states[1]
@@ -207,22 +212,13 @@ def test_libc_madvise_periodic(runner, incr_heap):
     assert [vmflags(job, i) for i in range(3)] == [{"dc"}, {"dc"}, {"wf"}]
     job.kill()
 
-
-
-
 @pytest.mark.parametrize("fork", ["fork", "nofork"])
 @pytest.mark.parametrize("advice", ["dontfork", "wipeonfork"])
 def test_libc_madvise_moved(runner, incr_heap, advice, fork):
     """A region madvised (libc) MADV_DONTFORK / MADV_WIPEONFORK and
     checkpointed, then moved with mremap (it keeps the flag): the next
     checkpoint succeeds, and both restart exactly."""
-    env = NOFORK if fork == "nofork" else None
-    store = runner.base / "store"
-    job = start(runner, store, [incr_heap, 16, 3], "-i", "0", "-k", "10", env=env)
-    states = {}
-    job.cmd("newmap 4")
-    job.cmd(f"advise 1 {advice}")
-    take(job, runner, store, states)
+    job, store, env, states = advised_new_region(runner, incr_heap, advice, fork)
     job.cmd("mremap 1")
     assert vmflags(job, 1) == {FLAG[advice]}
     state = job.cmd("fill 1 3 30")
@@ -231,8 +227,6 @@ def test_libc_madvise_moved(runner, incr_heap, advice, fork):
     states[int(r.stdout)] = state
     job.kill()
     check_restarts(runner, store, states, env=env)
-
-
 
 
 @pytest.mark.parametrize("fork", ["fork", "nofork"])
