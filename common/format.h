@@ -1,4 +1,4 @@
-/* On-disk format of a Lazarus checkpoint (version 2).  Shared by the runtime
+/* On-disk format of a Lazarus checkpoint (version 3).  Shared by the runtime
  * (writer), the restorer and the CLI (readers).  Every structure has a fixed
  * size checked at compile time so that an image written by one build is read
  * the same way by another.  See ARCHITECTURE.md, "On-disk format". */
@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define LZ_MAGIC "LZRSCKPT"
-#define LZ_VERSION 2u
+#define LZ_VERSION 3u /* 3: threads (THREADS section), pending signals by thread */
 
 /* Names inside the store directory. */
 #define LZ_CKPT_PREFIX "ckpt."  /* committed: ckpt.%06llu/            */
@@ -47,6 +47,7 @@ enum lz_section_type {
     LZ_SEC_PACKS = 6,   /* struct lz_pack[]                       */
     LZ_SEC_AUXV = 7,    /* the process' auxiliary vector (raw)     */
     LZ_SEC_FRAMES = 8,  /* struct lz_frame[]                      */
+    LZ_SEC_THREADS = 9, /* struct lz_thread[], every thread, at least one */
 };
 
 struct lz_header {
@@ -102,11 +103,12 @@ struct lz_ksigaction { /* the kernel's layout for rt_sigaction */
 
 struct lz_siginfo_rec {
     int32_t signo;
-    int32_t pad;
+    int32_t tid;       /* pending for this thread only; 0 = for the process (any thread) */
     uint8_t info[128]; /* siginfo_t as dequeued */
 };
 
 #define LZ_MAX_PENDING 64
+#define LZ_MAX_THREADS 4096
 #define LZ_NRLIMITS 16
 
 struct lz_proc {
@@ -120,17 +122,9 @@ struct lz_proc {
     uint64_t start_code, end_code, start_data, end_data;
     uint64_t start_brk, brk, start_stack;
     uint64_t arg_start, arg_end, env_start, env_end;
-    /* thread state the kernel keeps outside the registers */
-    uint64_t fs_base, gs_base;
-    uint64_t rseq_addr;  uint32_t rseq_len, rseq_sig;
-    uint64_t robust_list, robust_len;
-    uint64_t tid_address;
-    uint64_t altstack_sp, altstack_size; int32_t altstack_flags, pad0;
-    struct lz_jmpctx ctx;
-    uint64_t handler_sigmask;    /* mask in force inside the checkpoint handler */
     struct lz_ksigaction sigactions[64]; /* index = signal - 1 */
     uint32_t npending, pad1;
-    struct lz_siginfo_rec pending[LZ_MAX_PENDING];
+    struct lz_siginfo_rec pending[LZ_MAX_PENDING]; /* of the process and of each thread */
     struct { int64_t interval_us, value_us; } itimers[3];
     struct { uint64_t cur, max; } rlimits[LZ_NRLIMITS];
     /* where the runtime wants the restorer to write struct lz_resume */
@@ -141,6 +135,26 @@ struct lz_proc {
     uint64_t vdso_offset;        /* offset of [vdso] inside the block */
     uint64_t reserved[8];
 };
+
+/* One thread: what the kernel keeps for it outside its registers, and where
+ * it resumes.  Each thread is stopped inside the runtime's checkpoint signal
+ * handler; its general, FPU/SSE/AVX registers and the program's signal mask
+ * are in the kernel's signal frame on its stack (part of the image), restored
+ * by rt_sigreturn when the handler returns after a restart. */
+struct lz_thread {
+    int32_t tid;
+    uint32_t flags;              /* LZ_TH_* */
+    char comm[16];
+    uint64_t fs_base, gs_base;
+    uint64_t rseq_addr;  uint32_t rseq_len, rseq_sig;
+    uint64_t robust_list, robust_len;
+    uint64_t tid_address;        /* clear_child_tid (set_tid_address) */
+    uint64_t altstack_sp, altstack_size; int32_t altstack_flags, pad0;
+    uint64_t handler_sigmask;    /* mask in force inside the handler */
+    struct lz_jmpctx ctx;        /* lz_save_context() inside the handler */
+    uint64_t reserved[4];
+};
+#define LZ_TH_CKPT 0x1u /* the thread that ran the checkpoint (resumes the runtime) */
 
 /* Region kinds */
 enum lz_region_kind {
@@ -267,5 +281,6 @@ LZ_STATIC_ASSERT(sizeof(struct lz_extent) == 24, "lz_extent size");
 LZ_STATIC_ASSERT(sizeof(struct lz_frame) == 32, "lz_frame size");
 LZ_STATIC_ASSERT(sizeof(struct lz_pack) == 24, "lz_pack size");
 LZ_STATIC_ASSERT(sizeof(struct lz_fd) == 72, "lz_fd size");
+LZ_STATIC_ASSERT(sizeof(struct lz_thread) == 216, "lz_thread size");
 
 #endif

@@ -104,13 +104,10 @@ static _Noreturn void restore_on_own_stack(void *unused)
         res.unmap[i].end = i == heap && brk_end > rc->own[i].end ? brk_end : rc->own[i].end;
     }
     memcpy((void *)rc->img.proc->resume_addr, &res, sizeof res);
-    const struct lz_proc *p = rc->img.proc;
-    struct lz_jmpctx jc = p->ctx;
-    uint64_t fs = p->fs_base;
+    restore_threads_prepare(rc);
     restore_mm(rc);               /* from here on: no malloc (brk is the program's) */
     restore_move_vdso(rc);        /* from here on: no libc time functions */
-    restore_thread_state(rc);     /* rseq, robust list, timers, pending signals, mask */
-    lz_final_jump(&jc, fs);
+    restore_threads_and_jump(rc); /* each thread's state, timers, pending signals */
 }
 
 int main(int argc, char **argv)

@@ -69,24 +69,3 @@ int restore_exe_fd(struct restore_ctx *rc)
     close(fd);
     return high;
 }
-
-void restore_thread_state(struct restore_ctx *rc)
-{
-    const struct lz_proc *p = rc->img.proc;
-    if (p->rseq_addr) lz_sc4(SYS_rseq, p->rseq_addr, p->rseq_len, 0, p->rseq_sig);
-    if (p->robust_list) lz_sc2(SYS_set_robust_list, p->robust_list, p->robust_len);
-    if (p->tid_address) lz_sc1(SYS_set_tid_address, p->tid_address);
-    long pid = lz_sc0(SYS_getpid), tid = lz_sc0(SYS_gettid);
-    for (uint32_t i = 0; i < p->npending; i++)
-        lz_sc4(SYS_rt_tgsigqueueinfo, pid, tid, p->pending[i].signo, p->pending[i].info);
-    for (int w = 0; w < 3; w++) {
-        struct itimerval it;
-        it.it_interval.tv_sec = p->itimers[w].interval_us / 1000000;
-        it.it_interval.tv_usec = p->itimers[w].interval_us % 1000000;
-        it.it_value.tv_sec = p->itimers[w].value_us / 1000000;
-        it.it_value.tv_usec = p->itimers[w].value_us % 1000000;
-        if (it.it_value.tv_sec || it.it_value.tv_usec) lz_sc3(SYS_setitimer, w, &it, NULL);
-    }
-    uint64_t mask = p->handler_sigmask;
-    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, 8);
-}

@@ -14,6 +14,9 @@
  * without the runtime (after an exec of a static binary, say) is harmless.
  * A program's own SIGURG handler is chained (rt_signals.c). */
 #define LZ_SIGCKPT SIGURG
+/* Its si_value: index << 2 | trigger for a checkpoint (from the supervisor),
+ * RT_STOP_VALUE for a thread asked to stop by the checkpointing thread. */
+#define RT_STOP_VALUE (1ull << 63)
 
 #define RT_API __attribute__((visibility("default")))
 
@@ -30,10 +33,6 @@ struct rt_state {
      * say): re-attached at restart like 0/1/2 */
     struct { int fd; uint64_t dev, ino; } inherited[64];
     int ninherited;
-    /* a file call is between recording its undo and making its change: a
-     * checkpoint arriving then is deferred to the call's end (rt_files.c) */
-    volatile int fs_busy, fs_deferred;
-    volatile uint64_t fs_deferred_value;
     int codec, level;      /* compression of new frames (--compress) */
     int nofork;            /* LAZARUS_NO_FORK=1: write checkpoints in the pause (benchmarks) */
     int tracing;           /* LAZARUS_TRACE=1 */
@@ -41,6 +40,18 @@ struct rt_state {
     int lazyfree;          /* the program called madvise(MADV_FREE) once: clean pages may vanish */
 };
 extern struct rt_state rt;
+
+/* Per thread (initial-exec TLS: no allocation, safe in a signal handler).  A
+ * thread inside a call the checkpoint must not cut in two (a file call
+ * between recording its undo and making its change, madvise and its log
+ * entry) is `busy`: a checkpoint it is asked to run, or a request to stop for
+ * another thread's checkpoint, waits until the call is done (rt_leave). */
+struct rt_self {
+    int busy;
+    int ckpt_deferred, stop_deferred;
+    uint64_t ckpt_value;
+};
+extern __thread struct rt_self rt_self __attribute__((tls_model("initial-exec")));
 extern struct lz_resume rt_resume_block; /* written by the restorer */
 
 /* Bump allocator over a private mapping that exists only during a checkpoint
@@ -74,6 +85,8 @@ struct rt_ckpt {
     uint64_t index;
     uint32_t trigger;
     struct lz_proc *proc;
+    struct lz_thread *threads; size_t nthreads; /* [0] the main thread (tid = pid) */
+    struct lz_thread *ckpt_thread;   /* the one running this checkpoint */
     struct lz_region *regions; size_t nregions;
     struct lz_extent *extents; size_t nextents, extents_cap;
     struct lz_fd *fds; size_t nfds;
@@ -98,6 +111,22 @@ struct rt_ckpt {
 };
 
 int lz_save_context(struct lz_jmpctx *c) __attribute__((returns_twice));
+
+/* Threads (rt_threads.c).  The thread that runs a checkpoint stops every
+ * other thread of the program inside the checkpoint signal handler first,
+ * each having recorded its own struct lz_thread, and lets them go once the
+ * snapshot is taken.  0, or -1 with ck->err (none is left stopped). */
+int rt_threads_stop(struct rt_ckpt *ck, void *ucontext);
+void rt_threads_release(struct rt_ckpt *ck);
+/* In the handler, a request to stop from the checkpointing thread. */
+void rt_thread_stopped(void *ucontext);
+/* After a restart: wait until every restored thread has left the restorer's
+ * code (before unmapping it), then let them run (after the runtime is ready). */
+void rt_threads_landed(void);
+void rt_threads_go(void);
+/* One thread's kernel-side state; its pending signals (only its own, not the
+ * process's) go into `pend` up to `max` and are queued again at once. */
+void rt_thread_capture(struct lz_thread *t, struct lz_siginfo_rec *pend, uint32_t *npend, uint32_t max, int with_shared);
 
 int rt_capture_proc(struct rt_ckpt *ck, void *ucontext);
 int rt_capture_fds(struct rt_ckpt *ck);
@@ -151,11 +180,11 @@ void rt_trace(uint64_t t0, const char *who, const char *step); /* LAZARUS_TRACE 
 
 /* Around a call the checkpoint must not interrupt half-way (file calls,
  * madvise): a checkpoint asked for meanwhile runs when it is done. */
-static inline void rt_enter(void) { rt.fs_busy++; __asm__ volatile("" ::: "memory"); }
+static inline void rt_enter(void) { rt_self.busy++; __asm__ volatile("" ::: "memory"); }
 static inline void rt_leave(void)
 {
     __asm__ volatile("" ::: "memory");
-    if (--rt.fs_busy == 0 && rt.fs_deferred) rt_redeliver_checkpoint();
+    if (--rt_self.busy == 0 && (rt_self.ckpt_deferred | rt_self.stop_deferred)) rt_redeliver_checkpoint();
 }
 
 /* Messages to the supervisor: one datagram, text. */

@@ -1,19 +1,15 @@
-/* Process-wide state outside the address space: identity, mm fields, thread
- * registers the kernel keeps (fs base, rseq, robust list), signal state,
- * timers, rlimits, cwd, umask. */
+/* Process-wide state outside the address space: identity, mm fields, signal
+ * actions, timers, rlimits, cwd, umask.  (Each thread's own state:
+ * rt_threads.c.) */
 #include "rt.h"
 #include "hash.h"
-#include <asm/prctl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/rseq.h>
 #include <sys/time.h>
 #include <ucontext.h>
-
-#define RSEQ_SIG_X86 0x53053053
 
 static uint64_t xgetbv0(void)
 {
@@ -51,31 +47,6 @@ static int read_mm_fields(struct lz_proc *p)
     return 0;
 }
 
-static void capture_pending(struct lz_proc *p)
-{
-    /* Pending signals are dequeued to learn their siginfo and queued again
-     * at once, so the running program sees no difference. */
-    uint64_t pend = 0;
-    lz_sc2(SYS_rt_sigpending, &pend, 8);
-    pend &= ~(1ull << (LZ_SIGCKPT - 1));
-    for (int sig = 1; sig <= 64 && pend && p->npending < LZ_MAX_PENDING; sig++) {
-        if (!(pend & (1ull << (sig - 1)))) continue;
-        for (;;) {
-            uint64_t one = 1ull << (sig - 1);
-            struct timespec zero = {0, 0};
-            struct lz_siginfo_rec *r = &p->pending[p->npending];
-            long got = lz_sc4(SYS_rt_sigtimedwait, &one, r->info, &zero, 8);
-            if (got != sig) break;
-            r->signo = sig;
-            p->npending++;
-            if (sig < 32 || p->npending >= LZ_MAX_PENDING) break; /* standard signals don't queue */
-        }
-    }
-    long pid = lz_sc0(SYS_getpid), tid = lz_sc0(SYS_gettid);
-    for (uint32_t i = 0; i < p->npending; i++)
-        lz_sc4(SYS_rt_tgsigqueueinfo, pid, tid, p->pending[i].signo, p->pending[i].info);
-}
-
 int rt_capture_proc(struct rt_ckpt *ck, void *ucontext)
 {
     (void)ucontext;
@@ -91,7 +62,8 @@ int rt_capture_proc(struct rt_ckpt *ck, void *ucontext)
     lz_sc1(SYS_umask, um);
     p->umask = (uint32_t)um;
     p->personality = (uint32_t)lz_sc1(SYS_personality, 0xffffffff);
-    lz_sc2(SYS_prctl, PR_GET_NAME, p->comm);
+    long cn = rt_read_file("/proc/self/comm", p->comm, sizeof p->comm); /* the main thread's name */
+    if (cn > 0) p->comm[cn - 1] = 0;
     long n = lz_sc2(SYS_getcwd, buf, sizeof buf);
     if (n < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot read the working directory (errno %ld)", -n); return -1; }
     p->cwd = strings_add(&ck->strings, buf);
@@ -100,29 +72,10 @@ int rt_capture_proc(struct rt_ckpt *ck, void *ucontext)
     p->xcr0 = xgetbv0();
     if (read_mm_fields(p) < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot read /proc/self/stat"); return -1; }
     p->brk = (uint64_t)lz_sc1(SYS_brk, 0);
-    lz_sc2(SYS_arch_prctl, ARCH_GET_FS, &p->fs_base);
-    lz_sc2(SYS_arch_prctl, ARCH_GET_GS, &p->gs_base);
-    if (__rseq_size > 0) {
-        p->rseq_addr = p->fs_base + (uint64_t)__rseq_offset;
-        p->rseq_sig = RSEQ_SIG_X86;
-        /* Registering again tells us the registered length: -EBUSY = same. */
-        uint32_t lens[2] = {32, __rseq_size};
-        p->rseq_len = 0;
-        for (int i = 0; i < 2 && !p->rseq_len; i++)
-            if (lz_sc4(SYS_rseq, p->rseq_addr, lens[i], 0, RSEQ_SIG_X86) == -EBUSY) p->rseq_len = lens[i];
-        if (!p->rseq_len) p->rseq_addr = 0; /* not registered (e.g. glibc.pthread.rseq=0) */
-    }
-    lz_sc3(SYS_get_robust_list, 0, &p->robust_list, &p->robust_len);
-    lz_sc2(SYS_prctl, PR_GET_TID_ADDRESS, &p->tid_address);
-    stack_t ss;
-    lz_sc2(SYS_sigaltstack, NULL, &ss);
-    p->altstack_sp = (uint64_t)ss.ss_sp; p->altstack_size = ss.ss_size; p->altstack_flags = ss.ss_flags & ~SS_ONSTACK;
     for (int sig = 1; sig <= 64; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP) continue;
         lz_sc4(SYS_rt_sigaction, sig, NULL, &p->sigactions[sig - 1], 8);
     }
-    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &p->handler_sigmask, 8);
-    capture_pending(p);
     for (int w = 0; w < 3; w++) {
         struct itimerval it;
         lz_sc2(SYS_getitimer, w, &it);

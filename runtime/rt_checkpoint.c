@@ -48,7 +48,9 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     ck->strings.buf = arena_alloc(&ck->arena, ck->strings.cap);
     ck->strings.buf[0] = 0;
     ck->strings.len = 1;
-    int rc = rt_capture_proc(ck, uc);
+    int rc = rt_threads_stop(ck, uc);
+    trace(t0, "threads stopped");
+    if (rc == 0) rc = rt_capture_proc(ck, uc);
     if (rc == 0) rc = rt_capture_fds(ck);
     trace(t0, "process and descriptors");
     if (rc == 0) rc = rt_capture_regions(ck);
@@ -61,7 +63,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     trace(t0, "directory and file journal");
     int forked = 0;
     if (rc == 0) {
-        if (lz_save_context(&ck->proc->ctx) != 0) {
+        if (lz_save_context(&ck->ckpt_thread->ctx) != 0) {
             /* We are the restored program: `ck` and the arena are gone. */
             rt_resume(NULL);
             return;
@@ -81,6 +83,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
             if (!forked) rc = rt_finish_checkpoint(ck);
         }
     }
+    rt_threads_release(ck); /* the snapshot is taken (or failed) */
     trace(t0, forked ? "forked" : "written");
     if (trigger == LZ_TRIG_API) {
         rt.api_index = index;
@@ -96,7 +99,8 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     else lz_sc2(SYS_munmap, ck->arena.base, ck->arena.cap);
 }
 
-/* The checkpoint asked for during a file call, now that it is done. */
+/* A checkpoint, or a request to stop, that came during a call the checkpoint
+ * must not cut in two, now that the call is done. */
 void rt_redeliver_checkpoint(void)
 {
     siginfo_t si;
@@ -105,21 +109,25 @@ void rt_redeliver_checkpoint(void)
     si.si_code = SI_QUEUE;
     si.si_pid = (pid_t)lz_sc0(SYS_getpid);
     si.si_uid = (uid_t)lz_sc0(SYS_getuid);
-    si.si_value.sival_ptr = (void *)rt.fs_deferred_value;
-    rt.fs_deferred = 0;
+    si.si_value.sival_ptr = (void *)(rt_self.ckpt_deferred ? rt_self.ckpt_value : RT_STOP_VALUE);
+    rt_self.ckpt_deferred = rt_self.stop_deferred = 0; /* a thread running a checkpoint stops no more */
     lz_sc4(SYS_rt_tgsigqueueinfo, si.si_pid, lz_sc0(SYS_gettid), LZ_SIGCKPT, &si);
 }
 
 void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc)
 {
     int saved_errno = errno;
-    if (!rt.active || si->si_code != SI_QUEUE || si->si_value.sival_ptr == NULL) {
+    uint64_t v = (uint64_t)si->si_value.sival_ptr;
+    if (!rt.active || si->si_code != SI_QUEUE || v == 0) {
         rt_chain_program_signal(sig, si, uc);
-    } else if (rt.fs_busy) {
-        rt.fs_deferred_value = (uint64_t)si->si_value.sival_ptr;
-        rt.fs_deferred = 1;
+    } else if (v == RT_STOP_VALUE) {
+        if (si->si_pid != lz_sc0(SYS_getpid)) rt_chain_program_signal(sig, si, uc);
+        else if (rt_self.busy) rt_self.stop_deferred = 1;
+        else rt_thread_stopped(uc);
+    } else if (rt_self.busy) {
+        rt_self.ckpt_value = v;
+        rt_self.ckpt_deferred = 1;
     } else {
-        uint64_t v = (uint64_t)si->si_value.sival_ptr;
         do_checkpoint(v >> 2, (uint32_t)(v & 3), uc);
     }
     errno = saved_errno;

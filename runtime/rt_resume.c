@@ -1,7 +1,7 @@
 /* First steps of a restored program, still inside the checkpoint handler.
- * The restorer has already rebuilt memory, descriptors and the per-thread
- * kernel state; what is left is to drop the restorer and rejoin the new
- * supervisor.  Returning from the handler then restores every register and
+ * The restorer has already rebuilt memory, descriptors, every thread and its
+ * kernel state; what is left is to drop the restorer (once every thread has
+ * left its code), rejoin the new supervisor and let the other threads run.  Returning from the handler then restores every register and
  * the signal mask from the signal frame (rt_sigreturn). */
 #include "rt.h"
 #include "track.h"
@@ -15,6 +15,7 @@ void rt_resume(struct rt_ckpt *unused)
     (void)unused;
     struct lz_resume *r = &rt_resume_block;
     if (r->magic != LZ_RESUME_MAGIC) lz_sc1(SYS_exit_group, 125); /* cannot happen: restorer bug */
+    rt_threads_landed(); /* every thread is out of the restorer's code before it goes */
     for (int i = 0; i < 4; i++)
         if (r->unmap[i].end > r->unmap[i].start) lz_sc2(SYS_munmap, r->unmap[i].start, r->unmap[i].end - r->unmap[i].start);
     if (r->exe_fd >= 0) {
@@ -45,4 +46,5 @@ void rt_resume(struct rt_ckpt *unused)
         lz_sc3(SYS_write, 2, msg, n);
     }
     rt_notify("RESTORED %llu %ld", (unsigned long long)r->index, lz_sc0(SYS_getpid));
+    rt_threads_go();
 }

@@ -180,7 +180,8 @@ static int finish(struct rt_ckpt *ck, const char *final)
     }
     if (ck->strings.overflow) { rt_fmt(ck->err, sizeof ck->err, "the checkpoint's string table is full"); return -1; }
 
-    size_t size = sizeof(struct lz_header) + 9 * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
+    size_t size = sizeof(struct lz_header) + 10 * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
+                  ck->nthreads * sizeof(struct lz_thread) +
                   ck->nregions * sizeof(struct lz_region) + nm->nextents * sizeof(struct lz_extent) +
                   nm->nframes * sizeof(struct lz_frame) + ck->nfds * sizeof(struct lz_fd) +
                   nm->npacks * sizeof(struct lz_pack) + ck->strings.len + ck->auxv_len + sizeof(struct lz_trailer);
@@ -195,7 +196,7 @@ static int finish(struct rt_ckpt *ck, const char *final)
     h->parent = rt.parent;
     h->created_ns = rt_now_ns(0 /* CLOCK_REALTIME */);
     h->trigger = ck->trigger;
-    h->nsections = 8;
+    h->nsections = 9;
     h->mem_bytes = ck->mem_bytes;
     h->data_bytes = ck->data_bytes;
     h->stored_bytes = ck->stored_bytes;
@@ -203,6 +204,7 @@ static int finish(struct rt_ckpt *ck, const char *final)
     h->codec = (uint32_t)ck->codec;
     char *p = m + sizeof *h;
     p = put_section(p, LZ_SEC_PROC, ck->proc, sizeof *ck->proc);
+    p = put_section(p, LZ_SEC_THREADS, ck->threads, ck->nthreads * sizeof *ck->threads);
     p = put_section(p, LZ_SEC_REGIONS, ck->regions, ck->nregions * sizeof *ck->regions);
     p = put_section(p, LZ_SEC_EXTENTS, nm->extents, nm->nextents * sizeof *nm->extents);
     p = put_section(p, LZ_SEC_FRAMES, nm->frames, nm->nframes * sizeof *nm->frames);

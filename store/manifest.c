@@ -37,6 +37,21 @@ static int check_contents(struct lz_image *img, char *why, size_t whylen)
     const struct lz_proc *p = img->proc;
     if (!str_ok(img, p->cwd) || !str_ok(img, p->exe)) FAIL("manifest process record is malformed");
     if (p->npending > LZ_MAX_PENDING) FAIL("manifest process record is malformed");
+    if (img->nthreads == 0 || img->nthreads > LZ_MAX_THREADS) FAIL("manifest thread list is malformed");
+    int ckpt_threads = 0;
+    for (size_t i = 0; i < img->nthreads; i++) {
+        const struct lz_thread *t = &img->threads[i];
+        if (t->tid <= 0 || (i == 0) != (t->tid == p->pid)) FAIL("manifest thread list is malformed");
+        for (size_t j = 0; j < i; j++)
+            if (img->threads[j].tid == t->tid) FAIL("manifest thread list is malformed");
+        ckpt_threads += (t->flags & LZ_TH_CKPT) != 0;
+    }
+    if (ckpt_threads != 1) FAIL("manifest thread list is malformed");
+    for (uint32_t i = 0; i < p->npending; i++) {
+        int found = p->pending[i].tid == 0;
+        for (size_t j = 0; j < img->nthreads && !found; j++) found = img->threads[j].tid == p->pending[i].tid;
+        if (!found || p->pending[i].signo < 1 || p->pending[i].signo > 64) FAIL("manifest process record is malformed");
+    }
     for (size_t i = 0; i < img->npacks; i++)
         if (img->packs[i].path == 0 || !str_ok(img, img->packs[i].path) || !*lz_str(img, img->packs[i].path))
             FAIL("manifest pack list is malformed");
@@ -120,6 +135,9 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
             img->packs = p; img->npacks = n / sizeof(struct lz_pack); break;
         case LZ_SEC_STRINGS: img->strings = p; img->strings_len = n; break;
         case LZ_SEC_AUXV: img->auxv = p; img->auxv_len = n; break;
+        case LZ_SEC_THREADS:
+            if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
+            img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;
         default: break; /* unknown sections of the same version are skipped */
         }
         off += (n + 7) & ~(size_t)7;

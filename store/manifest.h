@@ -10,6 +10,7 @@ struct lz_image {
     size_t size;
     const struct lz_header *hdr;
     const struct lz_proc *proc;
+    const struct lz_thread *threads; size_t nthreads; /* the main thread (tid = pid) first */
     const struct lz_region *regions; size_t nregions;
     const struct lz_extent *extents; size_t nextents;
     const struct lz_frame *frames;   size_t nframes;

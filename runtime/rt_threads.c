@@ -1,0 +1,332 @@
+/* Every thread of the program in one checkpoint.  The thread that takes the
+ * checkpoint signal (the "checkpointing thread") asks each other thread, by a
+ * thread-directed SIGURG, to stop inside the same handler.  There a thread
+ * records its own kernel-side state (struct lz_thread) and its resume point,
+ * counts itself in and waits on a futex; its registers and the program's
+ * signal mask are in the signal frame on its stack, part of the image.  The
+ * snapshot is taken once all have stopped, and they are let go after it.
+ *
+ * A thread inside a call that must not be cut in two (rt_enter) stops when
+ * the call is done.  A thread that does not stop in time (it blocks SIGURG
+ * with a raw system call, or sits in a file call that never returns) fails
+ * that checkpoint with its name, never a partial one.
+ *
+ * After a restart the restorer recreates every thread with its TID and jumps
+ * into lz_save_context()'s second return; each waits there until the
+ * checkpointing thread has unmapped the restorer and rejoined the supervisor
+ * (rt_threads_landed, rt_threads_go). */
+#include "rt.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/rseq.h>
+#include <asm/prctl.h>
+
+__thread struct rt_self rt_self __attribute__((tls_model("initial-exec")));
+
+#define RSEQ_SIG_X86 0x53053053
+#define STOP_TIMEOUT_NS (10ull * 1000000000ull)
+
+static struct {
+    volatile uint32_t stopping;  /* a round is under way: threads asked to stop join it */
+    volatile uint32_t round;     /* number of the round */
+    volatile uint32_t released;  /* futex: the last round whose threads may go */
+    volatile uint32_t arrived;   /* futex: threads stopped in this round */
+    volatile uint32_t nslots;    /* records handed out in ck->threads */
+    struct rt_ckpt *volatile ck;
+    /* after a restart: */
+    volatile uint32_t landed;    /* futex: restored threads back in the runtime's code */
+    uint32_t nstopped;           /* threads that were stopped when the snapshot was taken */
+    volatile uint32_t go;        /* futex: bumped when a restarted runtime lets its threads run */
+} T;
+
+static void futex_wait_ns(volatile uint32_t *w, uint32_t seen, uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    lz_sc4(SYS_futex, w, 128 /* FUTEX_WAIT_PRIVATE */, seen, &ts);
+}
+static void futex_wake_all(volatile uint32_t *w) { lz_sc3(SYS_futex, w, 129 /* FUTEX_WAKE_PRIVATE */, 0x7fffffff); }
+
+/* "SigPnd:" and "ShdPnd:" of /proc/thread-self/status: this thread's own
+ * pending signals and the process's. */
+static void read_pending(uint64_t *own, uint64_t *shared)
+{
+    char buf[4096];
+    long n = rt_read_file("/proc/thread-self/status", buf, sizeof buf - 1);
+    *own = *shared = 0;
+    if (n <= 0) return;
+    buf[n] = 0;
+    for (char *l = buf; *l;) {
+        uint64_t *dst = !memcmp(l, "SigPnd:", 7) ? own : !memcmp(l, "ShdPnd:", 7) ? shared : NULL;
+        if (dst) {
+            char *s = l + 7;
+            while (*s == ' ' || *s == '\t') s++;
+            uint64_t v = 0;
+            for (;; s++) {
+                int d = *s >= '0' && *s <= '9' ? *s - '0' : *s >= 'a' && *s <= 'f' ? *s - 'a' + 10 : -1;
+                if (d < 0) break;
+                v = v << 4 | (uint64_t)d;
+            }
+            *dst = v;
+        }
+        while (*l && *l != '\n') l++;
+        if (*l) l++;
+    }
+}
+
+/* Dequeues the signals in `set` (own ones first: the kernel takes a thread's
+ * own queue before the process's) to learn their siginfo; `shared` chooses
+ * which queue the records describe.  Queued again by the caller. */
+static void take_pending(uint64_t set, int shared, int32_t tid, struct lz_siginfo_rec *pend, uint32_t *npend, uint32_t max)
+{
+    for (int sig = 1; sig <= 64; sig++) {
+        if (!(set & (1ull << (sig - 1)))) continue;
+        for (;;) {
+            struct lz_siginfo_rec r;
+            memset(&r, 0, sizeof r);
+            uint64_t one = 1ull << (sig - 1);
+            struct timespec zero = {0, 0};
+            if (lz_sc4(SYS_rt_sigtimedwait, &one, r.info, &zero, 8) != sig) break;
+            r.signo = sig;
+            r.tid = shared ? 0 : tid;
+            uint32_t k = __atomic_fetch_add(npend, 1, __ATOMIC_RELAXED);
+            if (k < max) pend[k] = r;
+            else { /* no room: queued again at once, not recorded */
+                __atomic_fetch_sub(npend, 1, __ATOMIC_RELAXED);
+                lz_sc4(SYS_rt_tgsigqueueinfo, lz_sc0(SYS_getpid), lz_sc0(SYS_gettid), sig, r.info);
+                return;
+            }
+            if (sig < 32) break; /* standard signals do not queue */
+            uint64_t own, sh;
+            read_pending(&own, &sh);
+            if (!((shared ? sh : own) & one)) break;
+        }
+    }
+}
+
+void rt_thread_capture(struct lz_thread *t, struct lz_siginfo_rec *pend, uint32_t *npend, uint32_t max, int with_shared)
+{
+    memset(t, 0, sizeof *t);
+    t->tid = (int32_t)lz_sc0(SYS_gettid);
+    lz_sc2(SYS_prctl, PR_GET_NAME, t->comm);
+    lz_sc2(SYS_arch_prctl, ARCH_GET_FS, &t->fs_base);
+    lz_sc2(SYS_arch_prctl, ARCH_GET_GS, &t->gs_base);
+    if (__rseq_size > 0) {
+        t->rseq_addr = t->fs_base + (uint64_t)__rseq_offset;
+        t->rseq_sig = RSEQ_SIG_X86;
+        /* Registering again tells us the registered length: -EBUSY = same. */
+        uint32_t lens[2] = {32, __rseq_size};
+        for (int i = 0; i < 2 && !t->rseq_len; i++)
+            if (lz_sc4(SYS_rseq, t->rseq_addr, lens[i], 0, RSEQ_SIG_X86) == -EBUSY) t->rseq_len = lens[i];
+        if (!t->rseq_len) t->rseq_addr = 0; /* not registered (e.g. glibc.pthread.rseq=0) */
+    }
+    lz_sc3(SYS_get_robust_list, 0, &t->robust_list, &t->robust_len);
+    lz_sc2(SYS_prctl, PR_GET_TID_ADDRESS, &t->tid_address);
+    stack_t ss;
+    lz_sc2(SYS_sigaltstack, NULL, &ss);
+    t->altstack_sp = (uint64_t)ss.ss_sp;
+    t->altstack_size = ss.ss_size;
+    t->altstack_flags = ss.ss_flags & ~SS_ONSTACK;
+    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &t->handler_sigmask, 8);
+    /* Pending signals: dequeued for their siginfo and queued again at once
+     * (all blocked here), so the running program sees no difference.  The
+     * process's are queued again to this thread: the kernel lets a thread
+     * queue a signal with any siginfo only to itself. */
+    uint64_t pend_now = 0, urg = 1ull << (LZ_SIGCKPT - 1);
+    lz_sc2(SYS_rt_sigpending, &pend_now, 8);
+    if (!(pend_now & ~urg)) return;
+    uint64_t own, shared;
+    read_pending(&own, &shared);
+    uint32_t first = *npend < max ? *npend : max;
+    take_pending(own & ~urg, 0, t->tid, pend, npend, max);
+    if (with_shared) take_pending(shared & ~urg, 1, t->tid, pend, npend, max);
+    long pid = lz_sc0(SYS_getpid);
+    uint32_t last = *npend < max ? *npend : max;
+    for (uint32_t i = first; i < last; i++)
+        if (pend[i].tid == t->tid || (with_shared && pend[i].tid == 0)) /* others may be adding theirs */
+            lz_sc4(SYS_rt_tgsigqueueinfo, pid, t->tid, pend[i].signo, pend[i].info);
+}
+
+/* A thread asked to stop: record, count in, wait to be let go. */
+void rt_thread_stopped(void *ucontext)
+{
+    (void)ucontext;
+    if (!__atomic_load_n(&T.stopping, __ATOMIC_ACQUIRE)) return; /* late: that round is over */
+    uint32_t round = T.round;
+    struct rt_ckpt *ck = T.ck;
+    uint32_t k = __atomic_fetch_add(&T.nslots, 1, __ATOMIC_ACQ_REL);
+    if (k < LZ_MAX_THREADS) {
+        struct lz_thread *t = &ck->threads[k];
+        rt_thread_capture(t, ck->proc->pending, &ck->proc->npending, LZ_MAX_PENDING, 0);
+        volatile uint32_t go = T.go;
+        if (lz_save_context(&t->ctx) != 0) {
+            /* restored: out of the restorer's code now; run once the runtime is back */
+            __atomic_fetch_add(&T.landed, 1, __ATOMIC_RELEASE);
+            futex_wake_all(&T.landed);
+            while (__atomic_load_n(&T.go, __ATOMIC_ACQUIRE) == go) futex_wait_ns(&T.go, go, 1000000000ull);
+            return;
+        }
+    }
+    __atomic_fetch_add(&T.arrived, 1, __ATOMIC_RELEASE);
+    futex_wake_all(&T.arrived);
+    while (__atomic_load_n(&T.released, __ATOMIC_ACQUIRE) != round) futex_wait_ns(&T.released, T.released, 1000000000ull);
+}
+
+/* The program's threads, from /proc/self/task. */
+static long list_tasks(int32_t *tids, long cap)
+{
+    long dfd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (dfd < 0) return dfd;
+    char buf[8192];
+    long n, count = 0;
+    while ((n = lz_sc3(SYS_getdents64, dfd, buf, sizeof buf)) > 0) {
+        for (long off = 0; off < n;) {
+            struct { uint64_t ino; int64_t off; uint16_t reclen; uint8_t type; char name[]; } *d = (void *)(buf + off);
+            off += d->reclen;
+            int32_t v = 0;
+            const char *s = d->name;
+            if (*s < '0' || *s > '9') continue;
+            while (*s >= '0' && *s <= '9') v = v * 10 + (*s++ - '0');
+            if (count < cap) tids[count] = v;
+            count++;
+        }
+    }
+    lz_sc1(SYS_close, dfd);
+    return n < 0 ? n : count;
+}
+
+static int stopped_already(const struct rt_ckpt *ck, int32_t tid)
+{
+    uint32_t n = __atomic_load_n(&T.nslots, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n && i < LZ_MAX_THREADS; i++)
+        if (ck->threads[i].tid == tid) return 1;
+    return 0;
+}
+
+/* A thread that will never answer: gone, or a zombie (the main thread after
+ * pthread_exit). */
+static int task_state(int32_t tid)
+{
+    char path[64], buf[512];
+    rt_fmt(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    long n = rt_read_file(path, buf, sizeof buf - 1);
+    if (n <= 0) return 'X';
+    buf[n] = 0;
+    char *s = buf + n;
+    while (s > buf && *s != ')') s--;
+    return s[0] == ')' && s[1] == ' ' ? s[2] : '?';
+}
+
+static int fail_stop(struct rt_ckpt *ck, int32_t tid, const char *why)
+{
+    char path[64], comm[32] = "?";
+    rt_fmt(path, sizeof path, "/proc/self/task/%d/comm", tid);
+    long n = rt_read_file(path, comm, sizeof comm - 1);
+    if (n > 0) comm[n - (comm[n - 1] == '\n')] = 0;
+    rt_fmt(ck->err, sizeof ck->err, "thread %d (%s) %s", tid, comm, why);
+    rt_threads_release(ck);
+    return -1;
+}
+
+int rt_threads_stop(struct rt_ckpt *ck, void *ucontext)
+{
+    (void)ucontext;
+    ck->threads = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *ck->threads);
+    int32_t *asked = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *asked);
+    int32_t *tids = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *tids);
+    if (!ck->threads || !asked || !tids) { rt_fmt(ck->err, sizeof ck->err, "out of scratch memory"); return -1; }
+    long pid = lz_sc0(SYS_getpid), self = lz_sc0(SYS_gettid);
+    T.ck = ck;
+    T.nslots = 1; /* slot 0: this thread, filled last (with the process's pending signals) */
+    T.arrived = 0;
+    T.round++;
+    __atomic_store_n(&T.stopping, 1, __ATOMIC_RELEASE);
+    long nasked = 0, gone = 0;
+    uint64_t t0 = rt_now_ns(1);
+    for (;;) {
+        long n = list_tasks(tids, LZ_MAX_THREADS);
+        if (n < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot list the program's threads (errno %ld)", -n); rt_threads_release(ck); return -1; }
+        if (n > LZ_MAX_THREADS) { rt_fmt(ck->err, sizeof ck->err, "the program has %ld threads; a checkpoint holds at most %d", n, LZ_MAX_THREADS); rt_threads_release(ck); return -1; }
+        long before = nasked;
+        for (long i = 0; i < n; i++) {
+            if (tids[i] == self) continue;
+            int seen = 0;
+            for (long j = 0; j < nasked && !seen; j++) seen = asked[j] == tids[i];
+            if (seen) continue;
+            siginfo_t si;
+            memset(&si, 0, sizeof si);
+            si.si_signo = LZ_SIGCKPT;
+            si.si_code = SI_QUEUE;
+            si.si_pid = (pid_t)pid;
+            si.si_uid = (uid_t)lz_sc0(SYS_getuid);
+            si.si_value.sival_ptr = (void *)RT_STOP_VALUE;
+            long r = lz_sc4(SYS_rt_tgsigqueueinfo, pid, tids[i], LZ_SIGCKPT, &si);
+            if (r == -ESRCH) continue; /* it just exited */
+            if (r < 0) return fail_stop(ck, tids[i], "cannot be asked to stop for the checkpoint");
+            asked[nasked++] = tids[i];
+        }
+        if (nasked == before && __atomic_load_n(&T.arrived, __ATOMIC_ACQUIRE) + gone >= (uint32_t)nasked) break;
+        /* wait for all asked to stop; those that exit meanwhile are not waited for */
+        while (__atomic_load_n(&T.arrived, __ATOMIC_ACQUIRE) + gone < (uint32_t)nasked) {
+            uint32_t seen = T.arrived;
+            futex_wait_ns(&T.arrived, seen, 20000000ull);
+            if (__atomic_load_n(&T.arrived, __ATOMIC_ACQUIRE) + gone >= (uint32_t)nasked) break;
+            gone = 0;
+            for (long j = 0; j < nasked; j++) {
+                if (stopped_already(ck, asked[j])) continue;
+                int st = task_state(asked[j]);
+                if (st == 'Z' && asked[j] == pid)
+                    return fail_stop(ck, asked[j], "(the main thread) has exited while other threads run on; such a program cannot be checkpointed yet");
+                if (st == 'X' || st == 'Z') gone++;
+            }
+            if (rt_now_ns(1) - t0 > STOP_TIMEOUT_NS)
+                for (long j = 0; j < nasked; j++)
+                    if (!stopped_already(ck, asked[j]) && task_state(asked[j]) != 'X')
+                        return fail_stop(ck, asked[j], "did not stop for the checkpoint within 10 s (it blocks SIGURG, or is inside a file call that has not returned)");
+        }
+    }
+    uint32_t n = __atomic_load_n(&T.nslots, __ATOMIC_ACQUIRE);
+    if (n > LZ_MAX_THREADS) { rt_fmt(ck->err, sizeof ck->err, "the program has more than %d threads", LZ_MAX_THREADS); rt_threads_release(ck); return -1; }
+    /* this thread, with the process's pending signals */
+    rt_thread_capture(&ck->threads[0], ck->proc->pending, &ck->proc->npending, LZ_MAX_PENDING, 1);
+    ck->threads[0].flags = LZ_TH_CKPT;
+    /* the main thread first: the restorer's own thread becomes it */
+    for (uint32_t i = 1; i < n; i++)
+        if (ck->threads[i].tid == pid) {
+            struct lz_thread tmp = ck->threads[0];
+            ck->threads[0] = ck->threads[i];
+            ck->threads[i] = tmp;
+        }
+    if (ck->threads[0].tid != pid) { rt_fmt(ck->err, sizeof ck->err, "the program's main thread did not stop for the checkpoint"); rt_threads_release(ck); return -1; }
+    for (uint32_t i = 0; i < n; i++)
+        if (ck->threads[i].flags & LZ_TH_CKPT) ck->ckpt_thread = &ck->threads[i];
+    ck->nthreads = n;
+    /* what a restored runtime finds in its memory */
+    T.landed = 0;
+    T.nstopped = n - 1;
+    return 0;
+}
+
+void rt_threads_release(struct rt_ckpt *ck)
+{
+    (void)ck;
+    if (!__atomic_load_n(&T.stopping, __ATOMIC_ACQUIRE)) return;
+    __atomic_store_n(&T.stopping, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&T.released, T.round, __ATOMIC_RELEASE);
+    futex_wake_all(&T.released);
+}
+
+void rt_threads_landed(void)
+{
+    /* the restorer is unmapped next: every thread must be out of its code */
+    while (__atomic_load_n(&T.landed, __ATOMIC_ACQUIRE) < T.nstopped)
+        futex_wait_ns(&T.landed, T.landed, 100000000ull);
+    __atomic_store_n(&T.stopping, 0, __ATOMIC_RELEASE);
+}
+
+void rt_threads_go(void)
+{
+    __atomic_fetch_add(&T.go, 1, __ATOMIC_RELEASE);
+    futex_wake_all(&T.go);
+}
