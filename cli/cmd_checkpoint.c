@@ -40,7 +40,21 @@ int cmd_checkpoint(int argc, char **argv)
     close(s);
     if (n <= 0) { lz_err("the job ended before the checkpoint was complete"); return 1; }
     buf[n] = 0;
-    if (!strncmp(buf, "OK ", 3)) { printf("%s\n", buf + 3); return 0; }
+    if (!strncmp(buf, "OK ", 3)) {
+        /* OK index pause_ns stored processes threads: the index alone on stdout (scripts read
+         * it), what the checkpoint holds on stderr */
+        unsigned long long v[5] = {0};
+        int got = sscanf(buf + 3, "%llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4]);
+        printf("%llu\n", v[0]);
+        fflush(stdout);
+        if (got == 5 && v[4] > 0) {
+            char stored[32];
+            human_bytes(stored, sizeof stored, v[2]);
+            fprintf(stderr, "lazarus: checkpoint %llu: %llu process%s, %llu thread%s, paused %.1f ms, %s stored\n", v[0],
+                    v[3], v[3] == 1 ? "" : "es", v[4], v[4] == 1 ? "" : "s", (double)v[1] / 1e6, stored);
+        }
+        return 0;
+    }
     lz_err("%s", !strncmp(buf, "ERR ", 4) ? buf + 4 : buf);
     return 1;
 }

@@ -13,7 +13,8 @@
 
 static const char help[] =
     "usage: lazarus list [-d DIR] [--json]\n"
-    "One row per checkpoint: index, time, trigger; MEMORY the address space captured,\n"
+    "One row per checkpoint: index, time, trigger; THREADS the threads it holds;\n"
+    "MEMORY the address space captured,\n"
     "CHANGED the memory written since the checkpoint before, STORED the bytes it\n"
     "added to the packs (after reuse and compression); PAUSE how long the program was\n"
     "stopped, DURABLE how long until the checkpoint was on disk; FILES the paths\n"
@@ -43,7 +44,7 @@ int cmd_list(int argc, char **argv)
     uint64_t *fstat_files = calloc((size_t)n + 1, sizeof *fstat_files), *fstat_bytes = calloc((size_t)n + 1, sizeof *fstat_bytes);
     fj_store_stats(dir, v, n, fstat_files, fstat_bytes);
     if (o.json) printf("[");
-    else printf("%6s  %-20s  %-9s  %10s  %10s  %10s  %9s  %9s  %6s  %10s\n", "INDEX", "TIME (UTC)", "TRIGGER", "MEMORY",
+    else printf("%6s  %-20s  %-9s  %7s  %10s  %10s  %10s  %9s  %9s  %6s  %10s\n", "INDEX", "TIME (UTC)", "TRIGGER", "THREADS", "MEMORY",
                 "CHANGED", "STORED", "PAUSE", "DURABLE", "FILES", "UNDO");
     int bad = 0, shown = 0;
     for (int i = 0; i < n; i++) {
@@ -63,17 +64,17 @@ int cmd_list(int argc, char **argv)
             printf("%s\n  {\"index\": %" PRIu64 ", \"time\": \"%s\", \"created_ns\": %" PRIu64 ", \"trigger\": \"%s\", "
                    "\"memory_bytes\": %" PRIu64 ", \"data_bytes\": %" PRIu64 ", \"changed_bytes\": %" PRIu64
                    ", \"stored_bytes\": %" PRIu64 ", \"codec\": \"%s\", \"pause_ms\": %.3f, \"durable_ms\": %.3f"
-                   ", \"parent\": %" PRIu64 ", \"pid\": %d, \"files\": %" PRIu64 ", \"undo_bytes\": %" PRIu64 "}",
+                   ", \"parent\": %" PRIu64 ", \"pid\": %d, \"processes\": 1, \"threads\": %zu, \"files\": %" PRIu64 ", \"undo_bytes\": %" PRIu64 "}",
                    shown ? "," : "", h->index, when, h->created_ns, lz_trigger_name(h->trigger), h->mem_bytes,
                    h->data_bytes, h->changed_bytes, h->stored_bytes, lz_codec_name((int)h->codec),
-                   (double)h->pause_ns / 1e6, (double)h->durable_ns / 1e6, h->parent, img.proc->pid, files, undo);
+                   (double)h->pause_ns / 1e6, (double)h->durable_ns / 1e6, h->parent, img.proc->pid, img.nthreads, files, undo);
         } else {
             human_bytes(mem, sizeof mem, h->mem_bytes);
             human_bytes(changed, sizeof changed, h->changed_bytes);
             human_bytes(stored, sizeof stored, h->stored_bytes);
             human_bytes(ub, sizeof ub, undo);
-            printf("%6" PRIu64 "  %-20s  %-9s  %10s  %10s  %10s  %7.1fms  %7.1fms  %6" PRIu64 "  %10s\n", h->index, when,
-                   lz_trigger_name(h->trigger), mem, changed, stored, (double)h->pause_ns / 1e6,
+            printf("%6" PRIu64 "  %-20s  %-9s  %7zu  %10s  %10s  %10s  %7.1fms  %7.1fms  %6" PRIu64 "  %10s\n", h->index, when,
+                   lz_trigger_name(h->trigger), img.nthreads, mem, changed, stored, (double)h->pause_ns / 1e6,
                    (double)h->durable_ns / 1e6, files, ub);
         }
         shown++;

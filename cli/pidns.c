@@ -1,5 +1,5 @@
 /* Starting the restorer in a process that has the checkpointed PID: as root
- * by clone3(set_tid) where the PID is free; otherwise inside a private PID
+ * by clone3(set_tid) where the PID and the thread IDs are free; otherwise inside a private PID
  * namespace (with a user namespace mapping only the caller's own uid and gid,
  * for ordinary users), where a small init is PID 1 and the program gets its
  * old number.  The init reports the program's wait status on a pipe. */
@@ -64,10 +64,18 @@ static int write_file(pid_t pid, const char *name, const char *text)
     return rc;
 }
 
+/* Every thread ID but the PID is free here (the restorer makes the threads). */
+static int thread_ids_free(const struct lz_image *img)
+{
+    for (size_t i = 1; i < img->nthreads; i++)
+        if (kill(img->threads[i].tid, 0) == 0 || errno != ESRCH) return 0;
+    return 1;
+}
+
 pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image *img, const char *ckpt_dir, uint64_t index)
 {
     pid_t want = img->proc->pid;
-    if (geteuid() == 0) {
+    if (geteuid() == 0 && thread_ids_free(img)) {
         pid_t p = clone3_pid(0, want);
         if (p == 0) exec_restorer(child_ctl, ckpt_dir, s->dir, index, s->compress);
         if (p > 0) { s->prog = p; return p; }

@@ -148,10 +148,14 @@ static void on_runtime_message(struct sv_state *st, char *msg)
     } else if (!strncmp(msg, "API", 3)) {
         request(st, LZ_TRIG_API, -1);
     } else if (!strncmp(msg, "OK ", 3)) {
-        uint64_t idx = strtoull(msg + 3, NULL, 10);
+        /* OK index pause memory changed stored durable threads */
+        uint64_t f[7] = {0};
+        char *p = msg + 3;
+        for (int i = 0; i < 7 && *p; i++) f[i] = strtoull(p, &p, 10);
+        uint64_t idx = f[0];
         st->in_progress = 0;
         lz_store_retain(s->dir, s->keep, idx, s->first_index);
-        snprintf(out, sizeof out, "OK %" PRIu64, idx);
+        snprintf(out, sizeof out, "OK %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64, idx, f[1], f[4], (uint64_t)1, f[6]);
         finish_clients(st, out);
     } else if (!strncmp(msg, "ERR ", 4)) {
         char *p = msg + 4;

@@ -870,9 +870,11 @@ void fj_after_mkdir(int dirfd, const char *path)
     unlock();
 }
 
-static char pending_a[LZ_PATH_MAX], pending_b[LZ_PATH_MAX];
-static uint64_t pending_dev, pending_ino, pending_xdev, pending_xino;
-static int pending, pending_x;
+/* between fj_before_rename and fj_after_rename, per thread (threads rename at once) */
+#define PER_THREAD static __thread __attribute__((tls_model("initial-exec")))
+PER_THREAD char pending_a[LZ_PATH_MAX], pending_b[LZ_PATH_MAX];
+PER_THREAD uint64_t pending_dev, pending_ino, pending_xdev, pending_xino;
+PER_THREAD int pending, pending_x;
 
 void fj_after_rename(int ok)
 {

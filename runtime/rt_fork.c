@@ -25,10 +25,10 @@
 
 int rt_result(struct rt_ckpt *ck, int rc, char *msg, size_t len)
 {
-    int n = rc == 0 ? rt_fmt(msg, len, "OK %llu %llu %llu %llu %llu %llu", (unsigned long long)ck->index,
+    int n = rc == 0 ? rt_fmt(msg, len, "OK %llu %llu %llu %llu %llu %llu %llu", (unsigned long long)ck->index,
                              (unsigned long long)rt_pause_ns(ck), (unsigned long long)ck->mem_bytes,
                              (unsigned long long)ck->changed_bytes, (unsigned long long)ck->stored_bytes,
-                             (unsigned long long)ck->durable_ns)
+                             (unsigned long long)ck->durable_ns, (unsigned long long)ck->nthreads)
                     : rt_fmt(msg, len, "ERR %llu %s", (unsigned long long)ck->index, ck->err);
     return n > (int)len - 1 ? (int)len - 1 : n;
 }

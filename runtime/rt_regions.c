@@ -158,7 +158,8 @@ RT_API int madvise(void *addr, size_t len, int advice)
     if (fork) flags_stale = 1;
     if (r == 0 && (set | clear)) {
         uint64_t a = (uint64_t)addr & ~4095ull, b = ((uint64_t)addr + len + 4095) & ~4095ull;
-        if (nadvice < ADVICE_MAX) advice_log[nadvice++] = (__typeof__(advice_log[0])){a, b, set, clear};
+        size_t k = __atomic_fetch_add(&nadvice, 1, __ATOMIC_RELAXED); /* threads advise at once */
+        if (k < ADVICE_MAX) advice_log[k] = (__typeof__(advice_log[0])){a, b, set, clear};
         else flags_stale = 1;
     }
     rt_leave();
@@ -168,7 +169,7 @@ RT_API int madvise(void *addr, size_t len, int advice)
 
 static uint32_t advised(uint64_t start, uint64_t end, uint32_t flags)
 {
-    for (size_t k = 0; k < nadvice; k++)
+    for (size_t k = 0; k < nadvice && k < ADVICE_MAX; k++)
         if (advice_log[k].start < end && advice_log[k].end > start)
             flags = (flags | advice_log[k].set) & ~advice_log[k].clear;
     return flags;
