@@ -48,6 +48,7 @@ struct sv_state {
     int restore_msg_shown;
     uint64_t beat_ns;
     int writer_fd;        /* the forked writer's report pipe, -1 = none */
+    char unckpt[600];     /* the program exec'd one Lazarus cannot checkpoint: why ("" = none) */
     char writer_msg[1200];
     size_t writer_len;
 };
@@ -98,6 +99,14 @@ static void request(struct sv_state *st, uint32_t trigger, int client)
         st->deferred = 1;
         return;
     }
+    if (st->unckpt[0] && !st->child_gone) {
+        if (client >= 0) {
+            char msg[700];
+            snprintf(msg, sizeof msg, "ERR the program now runs %s: it cannot be checkpointed", st->unckpt);
+            reply(client, msg);
+        }
+        return;
+    }
     if (!st->runtime_ready || st->child_gone) {
         if (client >= 0)
             reply(client, "ERR the program is not running under the Lazarus runtime (is it statically linked, or did it exec a program that is?)");
@@ -124,6 +133,11 @@ static void on_runtime_message(struct sv_state *st, char *msg)
     char out[1200];
     if (!strncmp(msg, "HELLO", 5)) {
         st->runtime_ready = 1;
+        st->unckpt[0] = 0; /* an exec'd program with the runtime */
+    } else if (!strncmp(msg, "UNCHECKPOINTABLE ", 17)) {
+        snprintf(st->unckpt, sizeof st->unckpt, "%s", msg + 17);
+    } else if (!strncmp(msg, "CHECKPOINTABLE", 14)) {
+        st->unckpt[0] = 0;
     } else if (!strncmp(msg, "RESTORED", 8)) {
         /* the program is back from N: what came after N is an abandoned branch
          * (a rollback of files already removed it; with none to roll back it

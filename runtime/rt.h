@@ -22,6 +22,7 @@
 
 struct rt_state {
     int active;            /* this process is the job's program */
+    int pid;               /* its PID */
     int ctl_fd;            /* SOCK_SEQPACKET to the supervisor */
     uint64_t parent;       /* checkpoint this run was restarted from */
     char dir[LZ_PATH_MAX]; /* the store, absolute */
@@ -124,6 +125,8 @@ void rt_thread_stopped(void *ucontext);
  * code (before unmapping it), then let them run (after the runtime is ready). */
 void rt_threads_landed(void);
 void rt_threads_go(void);
+/* Refuses (-1, ck->err) a checkpoint of a program with child processes (rt_procs.c). */
+int rt_check_children(struct rt_ckpt *ck);
 /* One thread's kernel-side state; its pending signals (only its own, not the
  * process's) go into `pend` up to `max` and are queued again at once. */
 void rt_thread_capture(struct lz_thread *t, struct lz_siginfo_rec *pend, uint32_t *npend, uint32_t max, int with_shared);

@@ -49,6 +49,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     ck->strings.buf[0] = 0;
     ck->strings.len = 1;
     int rc = rt_threads_stop(ck, uc);
+    if (rc == 0) rc = rt_check_children(ck);
     trace(t0, "threads stopped");
     if (rc == 0) rc = rt_capture_proc(ck, uc);
     if (rc == 0) rc = rt_capture_fds(ck);

@@ -115,6 +115,7 @@ __attribute__((constructor)) static void rt_init(void)
     memcpy(rt.dir, dir, strlen(dir) + 1);
     rt.ctl_fd = cfd;
     rt.active = 1;
+    rt.pid = getpid();
     for (int fd = 3; fd < 1024 && rt.ninherited < 64; fd++) {
         struct stat st;
         if (fd != cfd && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {

@@ -27,6 +27,7 @@ void rt_resume(struct rt_ckpt *unused)
     rt.ctl_fd = r->ctl_fd;
     rt.parent = r->index;
     rt.active = 1;
+    rt.pid = (int)lz_sc0(SYS_getpid);
     if (r->codec >= 0) { rt.codec = r->codec; rt.level = r->level; }
     if (rt.api_waiting) {
         rt.api_index = r->index;

@@ -1,0 +1,190 @@
+/* Programs the job starts that Lazarus cannot checkpoint, named when they
+ * start.  The runtime reaches a new program only through LD_PRELOAD, which a
+ * statically linked program (Go, musl-static, busybox...) never reads, and
+ * which an exec with a cleaned environment drops.  Every exec is interposed:
+ * such a program is named on stderr before it starts, and if it replaces the
+ * job's program itself the supervisor hears of it and refuses checkpoints
+ * with that reason (a process without the runtime cannot answer one).
+ * (Children of the program are refused at checkpoint time: rt_procs.c.) */
+#include "rt.h"
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define RUNTIME_NAME "liblazarus-rt.so"
+
+/* 1: an ELF executable without a program interpreter (statically linked).
+ * A script counts as its interpreter (one level, like the kernel's usual case). */
+static int is_static(const char *path, int depth)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0; /* the exec fails the same way */
+    unsigned char buf[4096];
+    ssize_t n = pread(fd, buf, sizeof buf, 0);
+    close(fd);
+    if (n >= 4 && buf[0] == '#' && buf[1] == '!' && depth == 0) {
+        char interp[256];
+        size_t i = 2, k = 0;
+        while (i < (size_t)n && (buf[i] == ' ' || buf[i] == '\t')) i++;
+        while (i < (size_t)n && k + 1 < sizeof interp && buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\n') interp[k++] = (char)buf[i++];
+        interp[k] = 0;
+        return k ? is_static(interp, 1) : 0;
+    }
+    if (n < (ssize_t)sizeof(Elf64_Ehdr) || memcmp(buf, ELFMAG, SELFMAG) || buf[EI_CLASS] != ELFCLASS64) return 0;
+    const Elf64_Ehdr *eh = (const void *)buf;
+    if (eh->e_phentsize != sizeof(Elf64_Phdr) || eh->e_phoff > (uint64_t)n ||
+        (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) > (uint64_t)n - eh->e_phoff)
+        return 0; /* program headers beyond the first page: not worth a second read */
+    const Elf64_Phdr *ph = (const void *)(buf + eh->e_phoff);
+    for (int i = 0; i < eh->e_phnum; i++)
+        if (ph[i].p_type == PT_INTERP) return 0;
+    return 1;
+}
+
+/* execvp's search of PATH, for the file it will run. */
+static const char *resolve(const char *file, char *out, size_t len)
+{
+    if (strchr(file, '/')) return file;
+    const char *path = getenv("PATH");
+    if (!path) path = "/bin:/usr/bin";
+    for (const char *p = path;; p++) {
+        const char *e = strchr(p, ':');
+        size_t dl = e ? (size_t)(e - p) : strlen(p);
+        if (snprintf(out, len, "%.*s%s%s", (int)dl, p, dl ? "/" : "", file) < (int)len && access(out, X_OK) == 0) return out;
+        if (!e) return file;
+        p = e;
+    }
+}
+
+static int keeps_runtime(char *const envp[])
+{
+    for (int i = 0; envp && envp[i]; i++)
+        if (!strncmp(envp[i], "LD_PRELOAD=", 11) && strstr(envp[i], RUNTIME_NAME)) return 1;
+    return 0;
+}
+
+/* Before an exec: name the program if it will run without the runtime. */
+static void check_exec(const char *file, int search, char *const envp[], int replaces)
+{
+    if (!getenv("LAZARUS_DIR")) return; /* not in a job */
+    char buf[LZ_PATH_MAX];
+    const char *path = search ? resolve(file, buf, sizeof buf) : file;
+    const char *why = is_static(path, 0) ? "is statically linked" : !keeps_runtime(envp) ? "is started without LD_PRELOAD" : NULL;
+    if (!why) return;
+    fprintf(stderr, "lazarus: process %d starts %s, which %s: Lazarus cannot checkpoint it; checkpoints are refused while it runs\n",
+            getpid(), path, why);
+    /* the job's program itself is being replaced (not a vfork child sharing its memory) */
+    if (replaces && rt.active && lz_sc0(SYS_getpid) == rt.pid) rt_notify("UNCHECKPOINTABLE %s, which %s", path, why);
+}
+
+/* The exec failed: the program (with the runtime) runs on. */
+static int exec_failed(void)
+{
+    int e = errno;
+    if (rt.active && lz_sc0(SYS_getpid) == rt.pid) rt_notify("CHECKPOINTABLE");
+    errno = e;
+    return -1;
+}
+
+#define REAL(ret, name, ...)                                                  \
+    static ret (*real_##name)(__VA_ARGS__);                                   \
+    if (!real_##name) real_##name = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #name)
+
+extern char **environ;
+
+RT_API int execve(const char *path, char *const argv[], char *const envp[])
+{
+    REAL(int, execve, const char *, char *const[], char *const[]);
+    check_exec(path, 0, envp, 1);
+    real_execve(path, argv, envp);
+    return exec_failed();
+}
+
+RT_API int execv(const char *path, char *const argv[]) { return execve(path, argv, environ); }
+
+RT_API int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    REAL(int, execvpe, const char *, char *const[], char *const[]);
+    check_exec(file, 1, envp, 1);
+    real_execvpe(file, argv, envp);
+    return exec_failed();
+}
+
+RT_API int execvp(const char *file, char *const argv[]) { return execvpe(file, argv, environ); }
+
+RT_API int fexecve(int fd, char *const argv[], char *const envp[])
+{
+    REAL(int, fexecve, int, char *const[], char *const[]);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    check_exec(path, 0, envp, 1);
+    real_fexecve(fd, argv, envp);
+    return exec_failed();
+}
+
+/* execl, execlp, execle: glibc's call execve/execvpe inside libc, out of
+ * our reach, so they are rebuilt on the vector forms. */
+#define MAX_ARGS 4096
+#define COLLECT(first, ap, argv)                                              \
+    do {                                                                      \
+        int n_ = 0;                                                           \
+        argv[n_++] = (char *)(first);                                         \
+        while (argv[n_ - 1] && n_ < MAX_ARGS) argv[n_++] = va_arg(ap, char *); \
+        if (argv[n_ - 1]) { errno = E2BIG; va_end(ap); return -1; }           \
+    } while (0)
+
+RT_API int execl(const char *path, const char *arg, ...)
+{
+    char *argv[MAX_ARGS];
+    va_list ap;
+    va_start(ap, arg);
+    COLLECT(arg, ap, argv);
+    va_end(ap);
+    return execve(path, argv, environ);
+}
+
+RT_API int execlp(const char *file, const char *arg, ...)
+{
+    char *argv[MAX_ARGS];
+    va_list ap;
+    va_start(ap, arg);
+    COLLECT(arg, ap, argv);
+    va_end(ap);
+    return execvpe(file, argv, environ);
+}
+
+RT_API int execle(const char *path, const char *arg, ...)
+{
+    char *argv[MAX_ARGS];
+    va_list ap;
+    va_start(ap, arg);
+    COLLECT(arg, ap, argv);
+    char *const *envp = va_arg(ap, char *const *);
+    va_end(ap);
+    return execve(path, argv, envp);
+}
+
+RT_API int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *at,
+                       char *const argv[], char *const envp[])
+{
+    REAL(int, posix_spawn, pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,
+         char *const[], char *const[]);
+    check_exec(path, 0, envp, 0);
+    return real_posix_spawn(pid, path, fa, at, argv, envp);
+}
+
+RT_API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *at,
+                        char *const argv[], char *const envp[])
+{
+    REAL(int, posix_spawnp, pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,
+         char *const[], char *const[]);
+    check_exec(file, 1, envp, 0);
+    return real_posix_spawnp(pid, file, fa, at, argv, envp);
+}
