@@ -1,0 +1,50 @@
+/* Starts processes Lazarus cannot checkpoint (yet), for tests/test_job_processes.py.
+ *   spawner child GOFILE        fork a child that waits for GOFILE, reap it, wait for GOFILE.2
+ *   spawner exec STATIC GOFILE  print "ready", wait for GOFILE, exec STATIC (replaces the program)
+ *   spawner noenv PROG          posix_spawn PROG with an empty environment, reap it
+ * Every mode prints "ready" when the state to test is in place, and "done" at the end. */
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void wait_for(const char *path)
+{
+    while (access(path, F_OK) != 0) usleep(20000);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    if (argc == 3 && !strcmp(argv[1], "child")) {
+        pid_t p = fork();
+        if (p == 0) { wait_for(argv[2]); _exit(7); }
+        printf("ready %d\n", p);
+        int st;
+        waitpid(p, &st, 0);
+        printf("child exit %d\n", WEXITSTATUS(st));
+        char again[4096];
+        snprintf(again, sizeof again, "%s.2", argv[2]);
+        wait_for(again);
+    } else if (argc == 4 && !strcmp(argv[1], "exec")) {
+        printf("ready\n");
+        wait_for(argv[3]);
+        execl(argv[2], argv[2], (char *)0);
+        perror("exec");
+        return 1;
+    } else if (argc == 3 && !strcmp(argv[1], "noenv")) {
+        char *args[] = {argv[2], NULL}, *env[] = {NULL};
+        pid_t p;
+        if (posix_spawn(&p, argv[2], NULL, NULL, args, env) != 0) return 1;
+        printf("ready\n");
+        int st;
+        waitpid(p, &st, 0);
+    } else {
+        fprintf(stderr, "usage: spawner child GOFILE | exec STATIC GOFILE | noenv PROG\n");
+        return 2;
+    }
+    printf("done\n");
+    return 0;
+}
