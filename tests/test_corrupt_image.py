@@ -32,13 +32,16 @@ def _flip(p):
         f.write(bytes([b[0] ^ 0x10]))
 
 
+FORMAT_VERSION = 3  # common/format.h LZ_VERSION
+
+
 def _foreign_version(p):
     with open(p, "r+b") as f:
         head = f.read(12)
         assert head[:8] == b"LZRSCKPT", head
-        assert struct.unpack("<I", head[8:12])[0] == 2, head
+        assert struct.unpack("<I", head[8:12])[0] == FORMAT_VERSION, head
         f.seek(8)
-        f.write(struct.pack("<I", 3))
+        f.write(struct.pack("<I", FORMAT_VERSION + 1))
 
 
 def _remove(p):
@@ -46,7 +49,7 @@ def _remove(p):
 
 
 def frames_of(manifest):
-    """(pack id, offset, stored bytes) of every frame a v2 manifest lists."""
+    """(pack id, offset, stored bytes) of every frame a manifest lists."""
     data = Path(manifest).read_bytes()
     header_size = struct.unpack_from("<I", data, 12)[0]
     nsections = struct.unpack_from("<I", data, 52)[0]
@@ -156,8 +159,8 @@ def test_corrupt_image_refused(kind, runner, pristine):
         assert len(lines) == 1, f"{kind}: want exactly one line on stderr\n{r}"
         if kind == "foreign-version":
             assert "version" in lines[0].lower(), f"the line should say it is the version\n{r}"
-            assert re.search(r"\b3\b", lines[0]) and re.search(r"\b2\b", lines[0]), (
-                f"the line should name the image's version (3) and the one this build reads (2)\n{r}")
+            assert re.search(rf"\b{FORMAT_VERSION + 1}\b", lines[0]) and re.search(rf"\b{FORMAT_VERSION}\b", lines[0]), (
+                f"the line should name the image's version ({FORMAT_VERSION + 1}) and the one this build reads ({FORMAT_VERSION})\n{r}")
         if cmd == "restart":
             assert r.stdout == "", f"{kind}: the program must not have run\n{r}"
             deadline = time.monotonic() + 3
