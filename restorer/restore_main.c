@@ -83,6 +83,7 @@ static _Noreturn void restore_on_own_stack(void *unused)
     restore_descriptors(rc);
     restore_process_state(rc);
     restore_trace("descriptors and process state restored");
+    restore_threads_prepare(rc); /* their stacks: in the heap measured below */
     /* hand the runtime what it needs to know about this restart */
     struct lz_resume res;
     memset(&res, 0, sizeof res);
@@ -104,7 +105,6 @@ static _Noreturn void restore_on_own_stack(void *unused)
         res.unmap[i].end = i == heap && brk_end > rc->own[i].end ? brk_end : rc->own[i].end;
     }
     memcpy((void *)rc->img.proc->resume_addr, &res, sizeof res);
-    restore_threads_prepare(rc);
     restore_mm(rc);               /* from here on: no malloc (brk is the program's) */
     restore_move_vdso(rc);        /* from here on: no libc time functions */
     restore_threads_and_jump(rc); /* each thread's state, timers, pending signals */
