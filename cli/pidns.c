@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -33,7 +34,24 @@ static pid_t clone3_pid(uint64_t flags, pid_t want)
     return (pid_t)syscall(SYS_clone3, &a, sizeof a);
 }
 
-static _Noreturn void exec_restorer(int ctl, const char *ckpt_dir, const char *store, uint64_t index, const char *compress)
+/* In a user namespace of its own, an ordinary user's process has every
+ * capability there until it execs the restorer (its uid is not 0 there, so
+ * exec drops them); the restorer needs CAP_SYS_ADMIN over the PID namespace
+ * to give each thread its TID (clone3 set_tid).  It is kept as an ambient
+ * capability across the exec, and the restorer drops every capability before
+ * the program runs again (LAZARUS_DROP_CAPS). */
+static int keep_sys_admin(void)
+{
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d) < 0) return -1;
+    d[CAP_SYS_ADMIN / 32].inheritable |= 1u << (CAP_SYS_ADMIN % 32);
+    if (syscall(SYS_capset, &h, d) < 0) return -1;
+    return prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SYS_ADMIN, 0, 0);
+}
+
+static _Noreturn void exec_restorer(int ctl, const char *ckpt_dir, const char *store, uint64_t index, const char *compress,
+                                    int in_userns)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     char idx[32], fd[16];
@@ -45,7 +63,10 @@ static _Noreturn void exec_restorer(int ctl, const char *ckpt_dir, const char *s
     /* rseq off in the restorer: the program's registration is installed at the end */
     char cz[64];
     snprintf(cz, sizeof cz, "LAZARUS_COMPRESS=%s", compress);
-    char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", cz, getenv("LAZARUS_TRACE") ? "LAZARUS_TRACE=1" : NULL, NULL};
+    char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", cz, NULL, NULL, NULL};
+    int ne = 2;
+    if (in_userns && keep_sys_admin() == 0) env[ne++] = "LAZARUS_DROP_CAPS=1";
+    if (getenv("LAZARUS_TRACE")) env[ne++] = "LAZARUS_TRACE=1";
     /* no randomization: the restorer then sits just below the stack top */
     personality(ADDR_NO_RANDOMIZE);
     execve(bin, args, env);
@@ -77,7 +98,7 @@ pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image 
     pid_t want = img->proc->pid;
     if (geteuid() == 0 && thread_ids_free(img)) {
         pid_t p = clone3_pid(0, want);
-        if (p == 0) exec_restorer(child_ctl, ckpt_dir, s->dir, index, s->compress);
+        if (p == 0) exec_restorer(child_ctl, ckpt_dir, s->dir, index, s->compress, 0);
         if (p > 0) { s->prog = p; return p; }
     }
     int sync[2], status[2];
@@ -88,7 +109,7 @@ pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image 
         lz_warn("cannot create a PID namespace (%s): the program gets a new PID, not %d", strerror(errno), want);
         close(sync[0]); close(sync[1]); close(status[0]); close(status[1]);
         pid_t p = fork();
-        if (p == 0) exec_restorer(child_ctl, ckpt_dir, s->dir, index, s->compress);
+        if (p == 0) exec_restorer(child_ctl, ckpt_dir, s->dir, index, s->compress, 0);
         s->prog = p;
         return p;
     }
@@ -105,7 +126,7 @@ pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image 
             lz_warn("cannot restore PID %d (%s): the program gets a new one", want, strerror(errno));
             p = fork();
         }
-        if (p == 0) { close(status[1]); exec_restorer(child_ctl, ckpt_dir, s->dir, index, s->compress); }
+        if (p == 0) { close(status[1]); exec_restorer(child_ctl, ckpt_dir, s->dir, index, s->compress, (flags & CLONE_NEWUSER) != 0); }
         close(child_ctl);
         for (;;) {
             int st;

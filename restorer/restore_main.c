@@ -23,6 +23,7 @@ static char restorer_stack[1 << 20] __attribute__((aligned(64)));
 static struct restore_ctx ctx;
 static int tracing;
 static int compress_codec = -1, compress_level; /* read before the initial stack (environment) goes */
+static int drop_caps;
 static uint64_t trace_t0;
 
 /* LAZARUS_TRACE=1: time of each step on stderr (raw clock: the vDSO moves) */
@@ -83,7 +84,7 @@ static _Noreturn void restore_on_own_stack(void *unused)
     restore_descriptors(rc);
     restore_process_state(rc);
     restore_trace("descriptors and process state restored");
-    restore_threads_prepare(rc); /* their stacks: in the heap measured below */
+    restore_threads_prepare(rc, drop_caps); /* their stacks: in the heap measured below */
     /* hand the runtime what it needs to know about this restart */
     struct lz_resume res;
     memset(&res, 0, sizeof res);
@@ -117,6 +118,7 @@ int main(int argc, char **argv)
         return 2;
     }
     tracing = getenv("LAZARUS_TRACE") != NULL;
+    drop_caps = getenv("LAZARUS_DROP_CAPS") != NULL;
     const char *cz = getenv("LAZARUS_COMPRESS");
     if (cz && *cz && lz_codec_parse(cz, &compress_codec, &compress_level, NULL, 0) < 0) compress_codec = -1;
     restore_trace("started");
@@ -147,7 +149,10 @@ int main(int argc, char **argv)
         snprintf(next, sizeof next, "LAZARUS_RESTORE_ATTEMPT=%d", attempt + 1);
         char cz[64];
         snprintf(cz, sizeof cz, "LAZARUS_COMPRESS=%s", getenv("LAZARUS_COMPRESS") ? getenv("LAZARUS_COMPRESS") : "");
-        char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, cz, tracing ? "LAZARUS_TRACE=1" : NULL, NULL};
+        char *env[6] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, cz};
+        int ne = 3;
+        if (drop_caps) env[ne++] = "LAZARUS_DROP_CAPS=1";
+        if (tracing) env[ne++] = "LAZARUS_TRACE=1";
         personality((unsigned long)personality(0xffffffff) & ~(unsigned long)ADDR_NO_RANDOMIZE);
         execve("/proc/self/exe", argv, env);
         restore_fail("%s, and cannot re-run the restorer elsewhere: %s", why, strerror(errno));

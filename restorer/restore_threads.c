@@ -21,20 +21,32 @@
 long lz_clone3_call(struct clone_args *args, size_t size, void (*fn)(void *), void *arg);
 
 static const struct lz_proc *proc;
+static int drop_caps; /* capabilities kept only to set TIDs (cli/pidns.c): none reach the program */
 static char *stacks;
 static volatile uint32_t ready, go;
 
-void restore_threads_prepare(struct restore_ctx *rc)
+void restore_threads_prepare(struct restore_ctx *rc, int caps_to_drop)
 {
     proc = rc->img.proc;
+    drop_caps = caps_to_drop;
     if (rc->img.nthreads > 1) {
         stacks = malloc((rc->img.nthreads - 1) * (size_t)THREAD_STACK);
         if (!stacks) restore_fail("out of memory for %zu threads", rc->img.nthreads);
     }
 }
 
+/* Capabilities are per thread: each drops its own. */
+static void drop_capabilities(void)
+{
+    if (!drop_caps) return;
+    struct { uint32_t version; int pid; } h = {0x20080522 /* _LINUX_CAPABILITY_VERSION_3 */, 0};
+    uint32_t d[6] = {0};
+    lz_sc2(SYS_capset, &h, d);
+}
+
 static void thread_state(const struct lz_thread *t, long pid, long tid)
 {
+    drop_capabilities();
     if (t->rseq_addr) lz_sc4(SYS_rseq, t->rseq_addr, t->rseq_len, 0, t->rseq_sig);
     if (t->robust_list) lz_sc2(SYS_set_robust_list, t->robust_list, t->robust_len);
     if (t->tid_address) lz_sc1(SYS_set_tid_address, t->tid_address);
@@ -79,7 +91,7 @@ _Noreturn void restore_threads_and_jump(struct restore_ctx *rc)
         a.set_tid = (uint64_t)(uintptr_t)&want;
         a.set_tid_size = 1;
         long r = lz_clone3_call(&a, sizeof a, thread_main, (void *)t);
-        if (r == -EEXIST || r == -EPERM) {
+        if (r == -EEXIST || r == -EPERM || r == -EINVAL) {
             /* like the PID (cli/pidns.c): a warning, and the thread runs on with a new TID */
             lz_warn("cannot restore thread ID %d (%s): the thread gets a new one", t->tid, strerror((int)-r));
             a.set_tid = 0;

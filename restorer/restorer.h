@@ -36,7 +36,7 @@ void restore_process_state(struct restore_ctx *rc);
 void restore_mm(struct restore_ctx *rc);
 int restore_exe_fd(struct restore_ctx *rc);
 /* Before restore_mm (it allocates their stacks), then last. */
-void restore_threads_prepare(struct restore_ctx *rc);
+void restore_threads_prepare(struct restore_ctx *rc, int drop_caps);
 _Noreturn void restore_threads_and_jump(struct restore_ctx *rc);
 
 _Noreturn void lz_final_jump(const struct lz_jmpctx *ctx, uint64_t fs_base);
