@@ -1,8 +1,9 @@
 /* Every thread of the program, recreated with its TID (clone3 set_tid): each
  * sets its own kernel-side state (TLS base, rseq, robust list, clear-tid
- * address, alternate stack, name, its own pending signals, mask), then all
- * jump back into the runtime's checkpoint handler at once.  The restorer's
- * own thread becomes the main thread.  From restore_mm() on nothing here may
+ * address, name, its own pending signals, mask), then all
+ * jump back into the runtime's checkpoint handler at once (the alternate
+ * signal stack and the program's mask come back with rt_sigreturn, from the
+ * signal frame).  The restorer's own thread becomes the main thread.  From restore_mm() on nothing here may
  * use libc: the threads run without a TLS of their own. */
 #include "restorer.h"
 #include "lzsys.h"
@@ -50,10 +51,6 @@ static void thread_state(const struct lz_thread *t, long pid, long tid)
     if (t->rseq_addr) lz_sc4(SYS_rseq, t->rseq_addr, t->rseq_len, 0, t->rseq_sig);
     if (t->robust_list) lz_sc2(SYS_set_robust_list, t->robust_list, t->robust_len);
     if (t->tid_address) lz_sc1(SYS_set_tid_address, t->tid_address);
-    if (t->altstack_size && !(t->altstack_flags & SS_DISABLE)) {
-        stack_t ss = {(void *)t->altstack_sp, t->altstack_flags, t->altstack_size};
-        lz_sc2(SYS_sigaltstack, &ss, NULL);
-    }
     lz_sc2(SYS_prctl, PR_SET_NAME, t->comm);
     for (uint32_t i = 0; i < proc->npending; i++)
         if (proc->pending[i].tid == t->tid)
