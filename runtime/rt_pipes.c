@@ -265,7 +265,46 @@ static int peek_queue(struct rt_ckpt *ck, const struct lz_fd *f, const struct so
     return 0;
 }
 
-static int capture_socket(struct rt_ckpt *ck, const struct lz_fd *f, const struct sockinfo *si, uint32_t peer_sndbuf,
+static uint32_t wmem(long fd)
+{
+    uint32_t m[SK_MEMINFO_VARS];
+    int len = sizeof m;
+    return lz_sc5(SYS_getsockopt, fd, SOL_SOCKET, SO_MEMINFO, m, &len) < 0 ? 0 : m[SK_MEMINFO_WMEM_ALLOC];
+}
+
+/* A peek does not see every queued message: the kernel marks an empty
+ * message "peeked" the first time a peek returns it, and a peek at an offset
+ * skips such a message from then on (an earlier checkpoint's look, or the
+ * program's own MSG_PEEK).  Every message the peer sent and this socket has
+ * not read is charged to the peer's send buffer; the same messages sent on a
+ * scratch pair cost the same, so a shortfall of whole empty messages means
+ * some were not seen.  1 if so; 0 if not, or if it cannot be told. */
+static int hidden_messages(int type, long peer, const char *buf, size_t len)
+{
+    uint32_t charged = wmem(peer);
+    if (!charged) return 0;
+    int x[2];
+    if (lz_sc4(SYS_socketpair, AF_UNIX, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, x) < 0) return 0;
+    int room = (int)(charged > (1u << 29) ? 1u << 29 : charged), hidden = 0;
+    lz_sc5(SYS_setsockopt, x[1], SOL_SOCKET, SO_SNDBUF, &room, sizeof room);
+    long e = 0;
+    for (size_t off = 0; off + 4 <= len && e >= 0;) {
+        uint32_t l;
+        memcpy(&l, buf + off, 4);
+        e = lz_sc6(SYS_sendto, x[1], (long)(buf + off + 4), l, MSG_DONTWAIT | MSG_NOSIGNAL, 0, 0);
+        off += 4 + l;
+    }
+    uint32_t seen = wmem(x[1]);
+    if (e >= 0 && lz_sc6(SYS_sendto, x[1], (long)buf, 0, MSG_DONTWAIT | MSG_NOSIGNAL, 0, 0) == 0) {
+        uint32_t empty = wmem(x[1]) - seen;
+        hidden = charged > seen && empty && (charged - seen) % empty == 0;
+    }
+    lz_sc1(SYS_close, x[0]);
+    lz_sc1(SYS_close, x[1]);
+    return hidden;
+}
+
+static int capture_socket(struct rt_ckpt *ck, const struct lz_fd *f, const struct sockinfo *si, long peer,
                           struct lz_chan *c, char **data)
 {
     memset(c, 0, sizeof *c);
@@ -280,8 +319,14 @@ static int capture_socket(struct rt_ckpt *ck, const struct lz_fd *f, const struc
     if (!c->capacity || !c->sndbuf) return refuse(ck, f, "a local socket whose buffer sizes cannot be read");
     /* what is queued here was charged to the peer's send buffer (at most one
      * message over it); untouched scratch pages cost nothing */
+    int peer_sndbuf = 0;
+    getopt_int((int)peer, SOL_SOCKET, SO_SNDBUF, &peer_sndbuf);
     size_t cap = 4 * (size_t)peer_sndbuf + (1u << 20);
-    return peek_queue(ck, f, si, c, data, cap);
+    if (peek_queue(ck, f, si, c, data, cap) < 0) return -1;
+    if (si->type != SOCK_STREAM && hidden_messages(si->type, peer, *data, c->bytes))
+        return refuse(ck, f, "a local socket holding empty messages that the kernel no longer shows to a peek (an "
+                             "earlier checkpoint or the program peeked at them); it can be checkpointed once they are read");
+    return 0;
 }
 
 /* ------------------------------------------------------------ the table */
@@ -355,10 +400,8 @@ int rt_capture_chans(struct rt_ckpt *ck)
             while (j < ck->nfds && !(is_chan_end(&ck->fds[j]) && ck->fds[j].kind == LZ_FD_SOCKET && ck->fds[j].ino == peer[i])) j++;
             if (j == ck->nfds || peer[j] != f->ino)
                 return refuse(ck, f, "one end of a local socket pair whose other end this process does not hold");
-            int peer_sndbuf = 0;
-            getopt_int(ck->fds[j].fd, SOL_SOCKET, SO_SNDBUF, &peer_sndbuf);
             long k = chan_slot(ck, n);
-            rc = k < 0 ? -1 : capture_socket(ck, f, &si[i], (uint32_t)peer_sndbuf, &ck->chans[k], &ck->chan_data[k]);
+            rc = k < 0 ? -1 : capture_socket(ck, f, &si[i], ck->fds[j].fd, &ck->chans[k], &ck->chan_data[k]);
         }
         if (rc == 0) ck->nchans++;
     }
