@@ -4,12 +4,12 @@
  *
  * Prints `start`.  The producer thread writes records 0..RECORDS-1 (8-byte
  * header: number and length, then 1..2000 bytes from a fixed generator)
- * into a 16 KiB pipe with blocking writes, pausing 1 ms every 8 records; the
- * consumer thread reads them with blocking reads, checks each (`LOST` and
+ * into a 16 KiB pipe with blocking writes; the consumer thread reads them
+ * with blocking reads, pausing 1 ms every 8 records, checks each (`LOST` and
  * exit 3 on a mismatch), and appends `NUMBER CHECKSUM` (FNV-1a of the
- * record's bytes) as one line to OUTFILE with write(2).  Both threads are
- * usually blocked in the pipe, or have a record half written or half read,
- * when a checkpoint comes.  Prints `consumed N` every 2000 records and at
+ * record's bytes) as one line to OUTFILE with write(2).  The pipe is nearly
+ * always full, the producer blocked in a write (often with part of a record
+ * written), when a checkpoint comes.  Prints `consumed N` every 2000 records and at
  * the end `done records N checksum X` (FNV-1a of every byte read): the same
  * for every run, as is OUTFILE.
  */
@@ -90,10 +90,6 @@ static void *producer(void *unused)
         uint32_t hdr[2] = {(uint32_t)k, (uint32_t)len};
         memcpy(buf, hdr, 8);
         write_all(p[1], buf, len + 8);
-        if (k % 8 == 7) {
-            struct timespec ts = {0, 1000000};
-            while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
-        }
     }
     return NULL;
 }
@@ -117,6 +113,10 @@ static void *consumer(void *unused)
         char line[64];
         int n = snprintf(line, sizeof line, "%ld %016" PRIx64 "\n", k, h);
         write_all(out, line, (size_t)n);
+        if (k % 8 == 7) {
+            struct timespec ts = {0, 1000000};
+            while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
+        }
         if (k % 2000 == 1999) {
             printf("consumed %ld\n", k + 1);
             fflush(stdout);
