@@ -150,7 +150,6 @@ static long diag_unix(long nl, uint32_t ino, struct sockinfo *si)
     req.h.nlmsg_len = sizeof req;
     req.h.nlmsg_type = SOCK_DIAG_BY_FAMILY;
     req.h.nlmsg_flags = NLM_F_REQUEST;
-    req.h.nlmsg_seq = ino;
     req.r.sdiag_family = AF_UNIX;
     req.r.udiag_states = ~0u;
     req.r.udiag_ino = ino;
@@ -162,7 +161,8 @@ static long diag_unix(long nl, uint32_t ino, struct sockinfo *si)
     long n = lz_sc6(SYS_sendto, nl, (long)&req, sizeof req, 0, (long)&sa, sizeof sa);
     if (n < 0) return n;
     union { struct nlmsghdr h; char b[4096]; } buf;
-    do n = lz_sc6(SYS_recvfrom, nl, (long)&buf, sizeof buf, 0, 0, 0);
+    /* the kernel answers within sendto: never wait in the pause */
+    do n = lz_sc6(SYS_recvfrom, nl, (long)&buf, sizeof buf, MSG_DONTWAIT, 0, 0);
     while (n == -EINTR);
     if (n < (long)sizeof(struct nlmsghdr) || buf.h.nlmsg_len > (uint32_t)n) return n < 0 ? n : -EIO;
     if (buf.h.nlmsg_type == NLMSG_ERROR) {
@@ -230,8 +230,8 @@ static int peek_queue(struct rt_ckpt *ck, const struct lz_fd *f, const struct so
     uint64_t payload = 0;
     const char *why = buf ? NULL : "too much data queued for the checkpoint's scratch memory";
     while (!why) {
-        size_t room = cap - len - (msgs ? 4 : 0);
         if (len + (msgs ? 4 : 0) >= cap) { why = "more data queued on the socket than its buffers can hold"; break; }
+        size_t room = cap - len - (msgs ? 4 : 0);
         struct iovec iov = {buf + len + (msgs ? 4 : 0), room};
         struct msghdr mh;
         memset(&mh, 0, sizeof mh);
