@@ -3,15 +3,18 @@
  *   pipe_records ROUNDS [SLEEP_US]
  *
  * Makes a pipe of 128 KiB (F_SETPIPE_SZ), its read end O_NONBLOCK, its write
- * end FD_CLOEXEC, and prints `start fds R W`.  Round r writes batch r (about
- * 16 records of 1..3000 bytes, from a fixed generator) into the pipe, sleeps
- * SLEEP_US (default 2000) with the batch in flight, then reads batch r-1 back,
- * so one batch or two are always in the pipe.  Every record is checked
- * against the generator (`LOST` and exit 3 on a mismatch or a missing byte);
- * once a batch is read, the pipe must be empty: the read must fail with
- * EAGAIN.  The descriptors' flags and the pipe's size are checked every round
- * (`FLAGS` and exit 3).  Prints `round N` every 100 rounds and at the end
- * `records N bytes B checksum X`: the same for every run with the same ROUNDS.
+ * end FD_CLOEXEC, a dup D of the read end (one open file with it) and a
+ * second, blocking, read description B opened on /proc/self/fd/R, and prints
+ * `start fds R W D B`.  Reads go through R and D in turn.  Round r writes
+ * batch r (about 16 records of 1..3000 bytes, from a fixed generator) into
+ * the pipe, sleeps SLEEP_US (default 2000) with the batch in flight, then
+ * reads batch r-1 back, so one batch or two are always in the pipe.  Every
+ * record is checked against the generator (`LOST` and exit 3 on a mismatch
+ * or a missing byte); once a batch is read, the pipe must be empty: the read
+ * must fail with EAGAIN.  The descriptors' flags, which of them share an
+ * open file (kcmp) and the pipe's size are checked every round (`FLAGS` and
+ * exit 3).  Prints `round N` every 100 rounds and at the end `records N
+ * bytes B checksum X`: the same for every run with the same ROUNDS.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -21,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/kcmp.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -55,13 +60,21 @@ static void lost(const char *what, uint64_t k)
     exit(3);
 }
 
-static void check_flags(int r, int w)
+static int same_file(int a, int b)
 {
-    int fr = fcntl(r, F_GETFL), fw = fcntl(w, F_GETFL);
+    pid_t me = getpid();
+    return syscall(SYS_kcmp, me, me, KCMP_FILE, a, b) == 0;
+}
+
+static void check_flags(int r, int w, int d, int b)
+{
+    int fr = fcntl(r, F_GETFL), fw = fcntl(w, F_GETFL), fb = fcntl(b, F_GETFL);
     int dr = fcntl(r, F_GETFD), dw = fcntl(w, F_GETFD);
     if ((fr & O_ACCMODE) != O_RDONLY || !(fr & O_NONBLOCK) || (fw & O_ACCMODE) != O_WRONLY || (fw & O_NONBLOCK) ||
-        (dr & FD_CLOEXEC) || !(dw & FD_CLOEXEC) || fcntl(w, F_GETPIPE_SZ) != PIPE_SIZE) {
-        printf("FLAGS read %#x/%d write %#x/%d size %d\n", fr, dr, fw, dw, fcntl(w, F_GETPIPE_SZ));
+        (dr & FD_CLOEXEC) || !(dw & FD_CLOEXEC) || fcntl(w, F_GETPIPE_SZ) != PIPE_SIZE || (fb & O_ACCMODE) != O_RDONLY ||
+        (fb & O_NONBLOCK) || !same_file(r, d) || same_file(r, b) || same_file(r, w)) {
+        printf("FLAGS read %#x/%d write %#x/%d second reader %#x size %d shared %d/%d\n", fr, dr, fw, dw, fb,
+               fcntl(w, F_GETPIPE_SZ), same_file(r, d), same_file(r, b));
         fflush(stdout);
         exit(3);
     }
@@ -104,12 +117,19 @@ int main(int argc, char **argv)
         perror("pipe");
         return 1;
     }
-    printf("start fds %d %d\n", p[0], p[1]);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", p[0]);
+    int d = dup(p[0]), b = open(path, O_RDONLY);
+    if (d < 0 || b < 0) {
+        perror("dup");
+        return 1;
+    }
+    printf("start fds %d %d %d %d\n", p[0], p[1], d, b);
     fflush(stdout);
     static unsigned char buf[MAXLEN + 16], want[MAXLEN];
     uint64_t checksum = 1469598103934665603ull, bytes = 0, records = 0;
     for (long r = 0; r <= rounds; r++) {
-        check_flags(p[0], p[1]);
+        check_flags(p[0], p[1], d, b);
         if (r < rounds)
             for (uint64_t k = (uint64_t)r * BATCH; k < (uint64_t)(r + 1) * BATCH; k++) {
                 size_t len = record(k, buf + 8);
@@ -122,10 +142,11 @@ int main(int argc, char **argv)
         if (r == 0) continue;
         for (uint64_t k = (uint64_t)(r - 1) * BATCH; k < (uint64_t)r * BATCH; k++) {
             uint32_t hdr[2];
-            read_exact(p[0], (unsigned char *)hdr, 8, k);
+            int rd = k % 2 ? d : p[0];
+            read_exact(rd, (unsigned char *)hdr, 8, k);
             size_t len = record(k, want);
             if (hdr[0] != (uint32_t)k || hdr[1] != len) lost("header", k);
-            read_exact(p[0], buf, len, k);
+            read_exact(rd, buf, len, k);
             if (memcmp(buf, want, len)) lost("bytes", k);
             for (size_t i = 0; i < len; i++) checksum = (checksum ^ buf[i]) * 1099511628211ull;
             bytes += len;

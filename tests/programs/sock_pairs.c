@@ -3,16 +3,17 @@
  *   sock_pairs ROUNDS [SLEEP_US]
  *
  * Makes a SOCK_STREAM, a SOCK_DGRAM and a SOCK_SEQPACKET pair; the second
- * end of each is O_NONBLOCK.  Prints `start fds A0 A1 B0 B1 C0 C1`.  Round
- * r sends batch r (12 messages of 0..1500 bytes from a fixed generator, both
- * ways, the stream ones framed by a 4-byte length) on every pair, sleeps
- * SLEEP_US (default 2000) with it in flight, then receives batch r-1
- * without waiting and checks each message, its length (message boundaries,
- * empty messages included) and bytes (`LOST` and exit 3 on any difference,
- * or if a queue is not empty after the last batch).  The descriptors' flags
- * are checked every round (`FLAGS`, exit 3).  Prints `round N` every 100
- * rounds and at the end `messages N bytes B checksum X`: the same for every
- * run.
+ * end of each is O_NONBLOCK; a dup D of the datagram pair's second end takes
+ * every other message sent to it.  Prints `start fds A0 A1 B0 B1 C0 C1 D`.
+ * Round r sends batch r (12 messages of 0..1500 bytes from a fixed
+ * generator, both ways, the stream ones framed by a 4-byte length) on every
+ * pair, sleeps SLEEP_US (default 2000) with it in flight, then receives
+ * batch r-1 without waiting and checks each message, its length (message
+ * boundaries, empty messages included) and bytes (`LOST` and exit 3 on any
+ * difference, or if a queue is not empty after the last batch).  The
+ * descriptors' flags and that D shares B1's open file (kcmp) are checked
+ * every round (`FLAGS`, exit 3).  Prints `round N` every 100 rounds and at
+ * the end `messages N bytes B checksum X`: the same for every run.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -22,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/kcmp.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -134,7 +137,12 @@ int main(int argc, char **argv)
             perror("socketpair");
             return 1;
         }
-    printf("start fds %d %d %d %d %d %d\n", sv[0][0], sv[0][1], sv[1][0], sv[1][1], sv[2][0], sv[2][1]);
+    int dd = dup(sv[1][1]);
+    if (dd < 0) {
+        perror("dup");
+        return 1;
+    }
+    printf("start fds %d %d %d %d %d %d %d\n", sv[0][0], sv[0][1], sv[1][0], sv[1][1], sv[2][0], sv[2][1], dd);
     fflush(stdout);
     unsigned char buf[MAXLEN];
     for (long r = 0; r <= rounds; r++) {
@@ -149,6 +157,11 @@ int main(int argc, char **argv)
                     exit(3);
                 }
             }
+        if (syscall(SYS_kcmp, getpid(), getpid(), KCMP_FILE, sv[1][1], dd) != 0) {
+            printf("FLAGS dgram end 1 and its dup are no longer one open file\n");
+            fflush(stdout);
+            exit(3);
+        }
         if (r < rounds)
             for (uint64_t k = (uint64_t)r * BATCH; k < (uint64_t)(r + 1) * BATCH; k++)
                 for (int t = 0; t < 3; t++)
@@ -158,7 +171,7 @@ int main(int argc, char **argv)
         if (r == 0) continue;
         for (uint64_t k = (uint64_t)(r - 1) * BATCH; k < (uint64_t)r * BATCH; k++)
             for (int t = 0; t < 3; t++)
-                for (int d = 0; d < 2; d++) recv_msg(sv[t][1 - d], t, d, k);
+                for (int d = 0; d < 2; d++) recv_msg(t == 1 && d == 0 && k % 2 ? dd : sv[t][1 - d], t, d, k);
         if (r == rounds)
             for (int t = 0; t < 3; t++)
                 for (int e = 0; e < 2; e++)
