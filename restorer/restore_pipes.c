@@ -106,13 +106,16 @@ static void set_buf(int s, int opt, int force, uint32_t want)
     if (getint(s, opt) < (int)want) setsockopt(s, SOL_SOCKET, force, &half, sizeof half);
 }
 
-/* Queues c's data on socket `to` by sending it from `from`, its peer. */
-static void refill_socket(struct restore_ctx *rc, const struct lz_chan *c, int from, int to_fd)
+/* Queues c's data on socket `to` by sending it from `from`, its peer (whose
+ * record is `sender`). */
+static void refill_socket(struct restore_ctx *rc, const struct lz_chan *c, const struct lz_chan *sender, int from, int to_fd)
 {
     char *data = load(rc, c);
     if (!data) return;
-    /* the data was charged to the sender's buffer: room for all of it meanwhile */
-    uint64_t room = 2 * c->bytes + 65536;
+    /* the data was charged to the sender's buffer, each message with its
+     * overhead: room for all of it meanwhile (set to the recorded size after) */
+    uint64_t room = 2 * c->bytes + 1024ull * c->nmsgs + 65536;
+    if (room < sender->sndbuf) room = sender->sndbuf;
     if (room > (uint64_t)getint(from, SO_SNDBUF)) set_buf(from, SO_SNDBUF, SO_SNDBUFFORCE, room > (1u << 30) ? 1u << 30 : (uint32_t)room);
     int msgs = c->kind != LZ_CH_STREAM;
     for (uint64_t off = 0; off < c->bytes;) {
@@ -139,8 +142,8 @@ static void make_socketpair(struct restore_ctx *rc, const struct lz_chan *a, con
     sv[0] = park(sv[0], base);
     sv[1] = park(sv[1], base);
     if (sv[0] < 0 || sv[1] < 0) restore_fail("cannot make the socket pair of descriptors %d and %d: %s", fa, fb, strerror(errno));
-    refill_socket(rc, a, sv[1], fa);
-    refill_socket(rc, b, sv[0], fb);
+    refill_socket(rc, a, b, sv[1], fa);
+    refill_socket(rc, b, a, sv[0], fb);
     const struct lz_chan *cs[2] = {a, b};
     for (int k = 0; k < 2; k++) {
         const struct lz_chan *c = cs[k];
