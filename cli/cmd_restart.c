@@ -128,6 +128,8 @@ int cmd_restart(int argc, char **argv)
         return 1;
     }
     if (check_identity(&img, why, sizeof why) < 0) { lz_err("cannot restart from checkpoint %" PRIu64 ": %s", index, why); return 1; }
+    /* small (pipe and socket buffers): checked before any file is rolled back */
+    if (lz_check_chans(ckpt, &img, index, why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return 1; }
     struct lz_job job;
     lz_job_read(dir, &job);
     /* indices are never reused, also of checkpoints the rollback drops and of

@@ -8,7 +8,8 @@
 #include <stdint.h>
 
 #define LZ_MAGIC "LZRSCKPT"
-#define LZ_VERSION 3u /* 3: threads (THREADS section), pending signals by thread */
+#define LZ_VERSION 3u /* 3: threads (THREADS section), pending signals by thread; pipes and
+                         * local socket pairs (CHANS section, LZ_FD_PIPE, LZ_FD_SOCKET) */
 
 /* Names inside the store directory. */
 #define LZ_CKPT_PREFIX "ckpt."  /* committed: ckpt.%06llu/            */
@@ -48,6 +49,7 @@ enum lz_section_type {
     LZ_SEC_AUXV = 7,    /* the process' auxiliary vector (raw)     */
     LZ_SEC_FRAMES = 8,  /* struct lz_frame[]                      */
     LZ_SEC_THREADS = 9, /* struct lz_thread[], every thread, at least one */
+    LZ_SEC_CHANS = 10,  /* struct lz_chan[]: pipes and local socket pairs the program made */
 };
 
 struct lz_header {
@@ -244,6 +246,10 @@ enum lz_fd_kind {
     LZ_FD_CTL = 6,    /* the runtime's control socket */
     LZ_FD_GHOST = 7,  /* a deleted (or O_TMPFILE) regular file still open: its content is
                        * the file `path` inside the checkpoint directory */
+    LZ_FD_PIPE = 8,   /* an end of a pipe the program made: `ino` is the pipe's (its lz_chan),
+                       * `flags` its access mode and O_NONBLOCK */
+    LZ_FD_SOCKET = 9, /* an end of an AF_UNIX socket pair the program made (both ends in the
+                       * table): `ino` is this end's socket inode (its lz_chan) */
 };
 
 struct lz_fd {
@@ -257,6 +263,37 @@ struct lz_fd {
     uint64_t ino, dev, size;
     int64_t mtime_ns;
     uint32_t mode, pad;
+};
+
+/* A pipe, or one socket of a local pair, with what is in flight in it: the
+ * bytes a read would return next, read at the checkpoint without consuming
+ * them, kept in the file `path` of the checkpoint directory.  Keyed by inode,
+ * the kernel's name for the object, so that the ends of one pipe held by
+ * several processes can be matched (process trees). */
+enum lz_chan_kind {
+    LZ_CH_PIPE = 1,      /* data: the bytes, in order */
+    LZ_CH_STREAM = 2,    /* AF_UNIX SOCK_STREAM; data: the bytes this socket would receive */
+    LZ_CH_DGRAM = 3,     /* AF_UNIX SOCK_DGRAM; data: each message as u32 length + bytes */
+    LZ_CH_SEQPACKET = 4, /* AF_UNIX SOCK_SEQPACKET; data as for DGRAM */
+};
+#define LZ_CHAN_MAX_BYTES (1u << 30) /* data of one object at most (buffers are far smaller) */
+#define LZ_CHS_PASSCRED 0x1u         /* SO_PASSCRED was on */
+
+struct lz_chan {
+    uint64_t ino;       /* the pipe's inode; a socket's own inode (its receive queue) */
+    uint64_t peer;      /* socket: the other end's inode (its own lz_chan); pipe: 0 */
+    uint32_t kind;      /* enum lz_chan_kind */
+    uint32_t path;      /* string offset: the data file in the checkpoint directory (a plain
+                         * name), 0 when nothing is in flight */
+    uint64_t bytes;     /* size of the data file (message lengths included) */
+    uint64_t xxh3;      /* XXH3-64 of the data file, checked before the data is used */
+    uint32_t nmsgs;     /* DGRAM/SEQPACKET: messages in the file; else 0 */
+    uint32_t capacity;  /* pipe: F_GETPIPE_SZ; socket: SO_RCVBUF as getsockopt returns it */
+    uint32_t sndbuf;    /* socket: SO_SNDBUF as getsockopt returns it; pipe: 0 */
+    uint32_t shutdown;  /* socket: 1 receive side shut down, 2 send side (sock_diag's mask) */
+    int32_t peek_off;   /* socket: the program's SO_PEEK_OFF (-1: off) */
+    uint32_t sockflags; /* LZ_CHS_* */
+    uint64_t reserved[2];
 };
 
 /* Written by the restorer into the restored runtime (at lz_proc.resume_addr)
@@ -282,5 +319,6 @@ LZ_STATIC_ASSERT(sizeof(struct lz_frame) == 32, "lz_frame size");
 LZ_STATIC_ASSERT(sizeof(struct lz_pack) == 24, "lz_pack size");
 LZ_STATIC_ASSERT(sizeof(struct lz_fd) == 72, "lz_fd size");
 LZ_STATIC_ASSERT(sizeof(struct lz_thread) == 216, "lz_thread size");
+LZ_STATIC_ASSERT(sizeof(struct lz_chan) == 80, "lz_chan size");
 
 #endif

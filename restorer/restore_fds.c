@@ -1,6 +1,8 @@
 /* Descriptors at their old numbers: files and directories reopened by path
  * at their offsets, 0/1/2 terminals and pipes taken from `lazarus restart`,
- * shared descriptions re-shared with dup, the control socket re-attached. */
+ * pipes and socket pairs the program made rebuilt with their data
+ * (restore_pipes.c), shared descriptions re-shared with dup, the control
+ * socket re-attached. */
 #include "restorer.h"
 #include "util.h"
 #include <dirent.h>
@@ -62,6 +64,7 @@ void restore_descriptors(struct restore_ctx *rc)
     int ctl = fcntl(rc->ctl_fd, F_DUPFD_CLOEXEC, base);
     if (ctl < 0) restore_fail("lost the control socket: %s", strerror(errno));
     if (rc->ctl_fd != ctl) close(rc->ctl_fd);
+    int *chan = restore_chans(rc, base);
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < img->nfds; i++) {
             const struct lz_fd *f = &img->fds[i];
@@ -86,6 +89,11 @@ void restore_descriptors(struct restore_ctx *rc)
                 src = reopen_ghost(rc, f, path);
                 opened = 1;
                 break;
+            case LZ_FD_PIPE:
+            case LZ_FD_SOCKET:
+                src = chan[i];
+                opened = 1;
+                break;
             case LZ_FD_DUP: src = f->dup_of; break;
             case LZ_FD_CTL: src = ctl; break;
             default: restore_fail("descriptor %d has an unknown kind in the image", f->fd);
@@ -98,6 +106,7 @@ void restore_descriptors(struct restore_ctx *rc)
                 restore_fail("cannot restore the offset of descriptor %d (%s): %s", f->fd, path, strerror(errno));
         }
     free(stdio);
+    free(chan);
     /* Close every descriptor the program did not have. */
     char *keep = calloc((size_t)base + 64, 1);
     for (size_t i = 0; i < img->nfds; i++) keep[img->fds[i].fd] = 1;

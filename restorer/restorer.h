@@ -32,6 +32,10 @@ void restore_finish_protections(struct restore_ctx *rc);
 void restore_move_vdso(struct restore_ctx *rc);
 int image_max_fd(const struct lz_image *img);
 void restore_descriptors(struct restore_ctx *rc);
+/* Pipes and socket pairs made anew with their data (restore_pipes.c): per
+ * descriptor record of a pipe or socket, an open file parked at >= base to
+ * be moved to its number (-1 for the other records); malloc'ed. */
+int *restore_chans(struct restore_ctx *rc, int base);
 void restore_process_state(struct restore_ctx *rc);
 void restore_mm(struct restore_ctx *rc);
 int restore_exe_fd(struct restore_ctx *rc);

@@ -91,6 +91,8 @@ struct rt_ckpt {
     struct lz_region *regions; size_t nregions;
     struct lz_extent *extents; size_t nextents, extents_cap;
     struct lz_fd *fds; size_t nfds;
+    struct lz_chan *chans; size_t nchans; /* pipes and socket pairs (rt_pipes.c) */
+    char **chan_data;                /* per chan, its data in flight (chans[k].bytes) */
     struct rt_strings strings;
     struct rt_region_dirty *rdirty;  /* one per region */
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
@@ -133,6 +135,13 @@ void rt_thread_capture(struct lz_thread *t, struct lz_siginfo_rec *pend, uint32_
 
 int rt_capture_proc(struct rt_ckpt *ck, void *ucontext);
 int rt_capture_fds(struct rt_ckpt *ck);
+/* Pipes and AF_UNIX socket pairs among the descriptors (after the dups are
+ * known): their records and data in flight, read without consuming it; the
+ * writer stores the data beside the manifest.  0 or -1 (ck->err). */
+int rt_capture_chans(struct rt_ckpt *ck);
+int rt_store_chans(struct rt_ckpt *ck);
+/* A new file of the checkpoint (O_EXCL, 0600), written and fsynced: 0 or -errno. */
+long rt_write_file(const char *path, const void *buf, size_t len);
 int rt_capture_regions(struct rt_ckpt *ck);
 void rt_regions_forget(void); /* after a restart: the mappings' flags are read anew */
 /* The writer's part of capturing regions: the flags of mappings that were new

@@ -1,7 +1,8 @@
 /* The descriptor table: regular files and directories by path, identity,
  * offset and flags; 0/1/2 terminals, pipes and sockets are re-attached to the
- * restarter's; a few character devices are reopened.  Anything else makes
- * the checkpoint fail with a message naming the descriptor. */
+ * restarter's; a few character devices are reopened; pipes and socket pairs
+ * the program made are rt_pipes.c's.  Anything else makes the checkpoint
+ * fail with a message naming the descriptor. */
 #include "rt.h"
 #include "rt_dirty.h"
 #include "track.h"
@@ -68,6 +69,9 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
         if (out->offset < 0) out->offset = 0;
         return 0;
     }
+    /* made by the program: known to be restorable once the dups are known (rt_pipes.c) */
+    if (S_ISFIFO(st.st_mode) && !strncmp(path, "pipe:[", 6)) { out->kind = LZ_FD_PIPE; return 0; }
+    if (S_ISSOCK(st.st_mode) && !strncmp(path, "socket:[", 8)) { out->kind = LZ_FD_SOCKET; return 0; }
     const char *what = deleted ? "a deleted file" : S_ISSOCK(st.st_mode) ? "a socket" : S_ISFIFO(st.st_mode) ? "a pipe"
                      : S_ISCHR(st.st_mode) ? "a character device" : "of a kind Lazarus cannot restore yet";
     rt_fmt(ck->err, sizeof ck->err, "descriptor %d (%s) is %s", fd, path, what);
@@ -112,5 +116,5 @@ int rt_capture_fds(struct rt_ckpt *ck)
                 break;
             }
         }
-    return 0;
+    return rt_capture_chans(ck);
 }

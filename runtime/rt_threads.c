@@ -173,9 +173,34 @@ void rt_thread_stopped(void *ucontext)
     while (__atomic_load_n(&T.released, __ATOMIC_ACQUIRE) != round) futex_wait_ns(&T.released, T.released, 1000000000ull);
 }
 
-/* The program's threads, from /proc/self/task. */
-static long list_tasks(int32_t *tids, long cap)
+/* The number in the last field of a "Name:\t..." line of a status file. */
+static int32_t status_last(const char *buf, const char *name)
 {
+    size_t nl = rt_strlen(name);
+    for (const char *l = buf; *l;) {
+        if (!memcmp(l, name, nl)) {
+            int32_t v = -1;
+            for (const char *s = l + nl; *s && *s != '\n'; s++)
+                if (*s >= '0' && *s <= '9') { v = 0; while (*s >= '0' && *s <= '9') v = v * 10 + (*s++ - '0'); s--; }
+            return v;
+        }
+        while (*l && *l != '\n') l++;
+        if (*l) l++;
+    }
+    return -1;
+}
+
+/* The program's threads, from /proc/self/task: their ids as the program sees
+ * them (tids), and as that /proc names them (hosts).  After a restart in a
+ * PID namespace of its own (an ordinary user's), /proc is still the outer
+ * namespace's: its names are translated through NSpid. */
+static long list_tasks(int32_t *tids, int32_t *hosts, long cap)
+{
+    char self[32];
+    long sl = lz_sc4(SYS_readlinkat, AT_FDCWD, "/proc/self", self, sizeof self - 1);
+    int32_t self_pid = 0;
+    for (long i = 0; i < sl && self[i] >= '0' && self[i] <= '9'; i++) self_pid = self_pid * 10 + (self[i] - '0');
+    int outer = self_pid != (int32_t)lz_sc0(SYS_getpid);
     long dfd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (dfd < 0) return dfd;
     char buf[8192];
@@ -188,7 +213,17 @@ static long list_tasks(int32_t *tids, long cap)
             const char *s = d->name;
             if (*s < '0' || *s > '9') continue;
             while (*s >= '0' && *s <= '9') v = v * 10 + (*s++ - '0');
-            if (count < cap) tids[count] = v;
+            int32_t tid = v;
+            if (outer) {
+                char path[64], st[2048];
+                rt_fmt(path, sizeof path, "/proc/self/task/%d/status", v);
+                long k = rt_read_file(path, st, sizeof st - 1);
+                if (k <= 0) continue; /* gone */
+                st[k] = 0;
+                tid = status_last(st, "NSpid:");
+                if (tid <= 0) continue;
+            }
+            if (count < cap) { tids[count] = tid; hosts[count] = v; }
             count++;
         }
     }
@@ -205,7 +240,7 @@ static int stopped_already(const struct rt_ckpt *ck, int32_t tid)
 }
 
 /* A thread that will never answer: gone, or a zombie (the main thread after
- * pthread_exit). */
+ * pthread_exit).  By its /proc name (list_tasks). */
 static int task_state(int32_t tid)
 {
     char path[64], buf[512];
@@ -218,10 +253,10 @@ static int task_state(int32_t tid)
     return s[0] == ')' && s[1] == ' ' ? s[2] : '?';
 }
 
-static int fail_stop(struct rt_ckpt *ck, int32_t tid, const char *why)
+static int fail_stop(struct rt_ckpt *ck, int32_t tid, int32_t host, const char *why)
 {
     char path[64], comm[32] = "?";
-    rt_fmt(path, sizeof path, "/proc/self/task/%d/comm", tid);
+    rt_fmt(path, sizeof path, "/proc/self/task/%d/comm", host);
     long n = rt_read_file(path, comm, sizeof comm - 1);
     if (n > 0) comm[n - (comm[n - 1] == '\n')] = 0;
     rt_fmt(ck->err, sizeof ck->err, "thread %d (%s) %s", tid, comm, why);
@@ -235,7 +270,9 @@ int rt_threads_stop(struct rt_ckpt *ck, void *ucontext)
     ck->threads = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *ck->threads);
     int32_t *asked = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *asked);
     int32_t *tids = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *tids);
-    if (!ck->threads || !asked || !tids) { rt_fmt(ck->err, sizeof ck->err, "out of scratch memory"); return -1; }
+    int32_t *hosts = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *hosts);
+    int32_t *asked_host = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *asked_host);
+    if (!ck->threads || !asked || !tids || !hosts || !asked_host) { rt_fmt(ck->err, sizeof ck->err, "out of scratch memory"); return -1; }
     long pid = lz_sc0(SYS_getpid), self = lz_sc0(SYS_gettid);
     T.ck = ck;
     T.nslots = 1; /* slot 0: this thread, filled last (with the process's pending signals) */
@@ -245,7 +282,7 @@ int rt_threads_stop(struct rt_ckpt *ck, void *ucontext)
     long nasked = 0, gone = 0;
     uint64_t t0 = rt_now_ns(1);
     for (;;) {
-        long n = list_tasks(tids, LZ_MAX_THREADS);
+        long n = list_tasks(tids, hosts, LZ_MAX_THREADS);
         if (n < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot list the program's threads (errno %ld)", -n); rt_threads_release(ck); return -1; }
         if (n > LZ_MAX_THREADS) { rt_fmt(ck->err, sizeof ck->err, "the program has %ld threads; a checkpoint holds at most %d", n, LZ_MAX_THREADS); rt_threads_release(ck); return -1; }
         long before = nasked;
@@ -263,7 +300,8 @@ int rt_threads_stop(struct rt_ckpt *ck, void *ucontext)
             si.si_value.sival_ptr = (void *)RT_STOP_VALUE;
             long r = lz_sc4(SYS_rt_tgsigqueueinfo, pid, tids[i], LZ_SIGCKPT, &si);
             if (r == -ESRCH) continue; /* it just exited */
-            if (r < 0) return fail_stop(ck, tids[i], "cannot be asked to stop for the checkpoint");
+            if (r < 0) return fail_stop(ck, tids[i], hosts[i], "cannot be asked to stop for the checkpoint");
+            asked_host[nasked] = hosts[i];
             asked[nasked++] = tids[i];
         }
         if (nasked == before && __atomic_load_n(&T.arrived, __ATOMIC_ACQUIRE) + gone >= (uint32_t)nasked) break;
@@ -275,15 +313,15 @@ int rt_threads_stop(struct rt_ckpt *ck, void *ucontext)
             gone = 0;
             for (long j = 0; j < nasked; j++) {
                 if (stopped_already(ck, asked[j])) continue;
-                int st = task_state(asked[j]);
+                int st = task_state(asked_host[j]);
                 if (st == 'Z' && asked[j] == pid)
-                    return fail_stop(ck, asked[j], "(the main thread) has exited while other threads run on; such a program cannot be checkpointed yet");
+                    return fail_stop(ck, asked[j], asked_host[j], "(the main thread) has exited while other threads run on; such a program cannot be checkpointed yet");
                 if (st == 'X' || st == 'Z') gone++;
             }
             if (rt_now_ns(1) - t0 > STOP_TIMEOUT_NS)
                 for (long j = 0; j < nasked; j++)
-                    if (!stopped_already(ck, asked[j]) && task_state(asked[j]) != 'X')
-                        return fail_stop(ck, asked[j], "did not stop for the checkpoint within 10 s (it blocks SIGURG, or is inside a file call that has not returned)");
+                    if (!stopped_already(ck, asked[j]) && task_state(asked_host[j]) != 'X')
+                        return fail_stop(ck, asked[j], asked_host[j], "did not stop for the checkpoint within 10 s (it blocks SIGURG, or is inside a file call that has not returned)");
         }
     }
     uint32_t n = __atomic_load_n(&T.nslots, __ATOMIC_ACQUIRE);

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-static long write_file(const char *path, const void *buf, size_t len)
+long rt_write_file(const char *path, const void *buf, size_t len)
 {
     long fd = lz_sc4(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) return fd;
@@ -179,8 +179,10 @@ static int finish(struct rt_ckpt *ck, const char *final)
         packs[i] = (struct lz_pack){strings_add(&ck->strings, rel), 0, nm->packs[i].size, nm->packs[i].id};
     }
     if (ck->strings.overflow) { rt_fmt(ck->err, sizeof ck->err, "the checkpoint's string table is full"); return -1; }
+    if (rt_store_chans(ck) < 0) return -1;
 
-    size_t size = sizeof(struct lz_header) + 10 * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
+    size_t size = sizeof(struct lz_header) + 11 * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
+                  ck->nchans * sizeof(struct lz_chan) +
                   ck->nthreads * sizeof(struct lz_thread) +
                   ck->nregions * sizeof(struct lz_region) + nm->nextents * sizeof(struct lz_extent) +
                   nm->nframes * sizeof(struct lz_frame) + ck->nfds * sizeof(struct lz_fd) +
@@ -196,7 +198,7 @@ static int finish(struct rt_ckpt *ck, const char *final)
     h->parent = rt.parent;
     h->created_ns = rt_now_ns(0 /* CLOCK_REALTIME */);
     h->trigger = ck->trigger;
-    h->nsections = 9;
+    h->nsections = 10;
     h->mem_bytes = ck->mem_bytes;
     h->data_bytes = ck->data_bytes;
     h->stored_bytes = ck->stored_bytes;
@@ -209,6 +211,7 @@ static int finish(struct rt_ckpt *ck, const char *final)
     p = put_section(p, LZ_SEC_EXTENTS, nm->extents, nm->nextents * sizeof *nm->extents);
     p = put_section(p, LZ_SEC_FRAMES, nm->frames, nm->nframes * sizeof *nm->frames);
     p = put_section(p, LZ_SEC_FDS, ck->fds, ck->nfds * sizeof *ck->fds);
+    p = put_section(p, LZ_SEC_CHANS, ck->chans, ck->nchans * sizeof *ck->chans);
     p = put_section(p, LZ_SEC_PACKS, packs, nm->npacks * sizeof *packs);
     p = put_section(p, LZ_SEC_STRINGS, ck->strings.buf, ck->strings.len);
     p = put_section(p, LZ_SEC_AUXV, ck->auxv, ck->auxv_len);
@@ -219,7 +222,7 @@ static int finish(struct rt_ckpt *ck, const char *final)
     struct lz_trailer t = {lz_hash(m, (size_t)(p - m))};
     memcpy(p, &t, sizeof t);
     rt_fmt(path, sizeof path, "%s/" LZ_MANIFEST, ck->tmpdir);
-    long e = write_file(path, m, h->manifest_size);
+    long e = rt_write_file(path, m, h->manifest_size);
     if (e == 0) e = fsync_path(ck->tmpdir);
     if (e < 0) return rt_fail(ck, "cannot write the checkpoint's manifest", e);
     rt_map_filled(ck->index);

@@ -2,6 +2,7 @@
 #include "hash.h"
 #include "util.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,73 @@ static int str_ok(const struct lz_image *img, uint32_t off)
 static int codec_ok(uint32_t c)
 {
     return c == LZ_CODEC_NONE || c == LZ_CODEC_LZ4 || c == LZ_CODEC_ZSTD;
+}
+
+/* A file name inside the checkpoint directory: no directory part. */
+static int plain_name(const struct lz_image *img, uint32_t off)
+{
+    const char *s = lz_str(img, off);
+    return off && str_ok(img, off) && *s && strcmp(s, ".") && strcmp(s, "..") && !strchr(s, '/');
+}
+
+static const struct lz_chan *find_chan(const struct lz_image *img, uint64_t ino)
+{
+    for (size_t i = 0; i < img->nchans; i++)
+        if (img->chans[i].ino == ino) return &img->chans[i];
+    return NULL;
+}
+
+static const struct lz_fd *find_fd(const struct lz_image *img, int32_t fd)
+{
+    for (size_t i = 0; i < img->nfds; i++)
+        if (img->fds[i].fd == fd) return &img->fds[i];
+    return NULL;
+}
+
+/* The descriptor table, and the pipes and socket pairs its descriptors
+ * name: every record the restorer follows (dup_of, ino, peer) exists. */
+static int check_fds(struct lz_image *img, char *why, size_t whylen)
+{
+    for (size_t i = 0; i < img->nchans; i++) {
+        const struct lz_chan *c = &img->chans[i];
+        int sock = c->kind == LZ_CH_STREAM || c->kind == LZ_CH_DGRAM || c->kind == LZ_CH_SEQPACKET;
+        int msgs = c->kind == LZ_CH_DGRAM || c->kind == LZ_CH_SEQPACKET;
+        if ((c->kind != LZ_CH_PIPE && !sock) || c->ino == 0 || c->bytes > LZ_CHAN_MAX_BYTES ||
+            (c->bytes ? !plain_name(img, c->path) : c->path != 0) || (msgs ? c->bytes < 4ull * c->nmsgs : c->nmsgs != 0) ||
+            c->capacity == 0 || (c->kind == LZ_CH_PIPE && (c->bytes > c->capacity || c->peer || c->sndbuf || c->shutdown)) ||
+            (sock && (c->sndbuf == 0 || c->shutdown > 3 || c->peek_off < -1)) || c->sockflags & ~LZ_CHS_PASSCRED)
+            FAIL("manifest pipe or socket record %zu is malformed", i);
+        if (find_chan(img, c->ino) != c) FAIL("manifest pipe or socket record %zu is malformed", i);
+        if (sock) { /* both ends, each the other's peer, of one type */
+            const struct lz_chan *p = c->peer != c->ino ? find_chan(img, c->peer) : NULL;
+            if (!p || p->peer != c->ino || p->kind != c->kind) FAIL("manifest pipe or socket record %zu is malformed", i);
+        }
+        for (size_t j = 0; j < i; j++)
+            if (c->path && img->chans[j].path && !strcmp(lz_str(img, c->path), lz_str(img, img->chans[j].path)))
+                FAIL("manifest pipe or socket record %zu is malformed", i);
+    }
+    for (size_t i = 0; i < img->nfds; i++) {
+        const struct lz_fd *f = &img->fds[i];
+        if (!str_ok(img, f->path) || f->fd < 0 || find_fd(img, f->fd) != f) FAIL("manifest descriptor table is malformed");
+        if (f->kind == LZ_FD_DUP) {
+            const struct lz_fd *o = find_fd(img, f->dup_of);
+            if (!o || o->kind == LZ_FD_DUP) FAIL("manifest descriptor table is malformed");
+        }
+        if (f->kind == LZ_FD_PIPE || f->kind == LZ_FD_SOCKET) {
+            const struct lz_chan *c = find_chan(img, f->ino);
+            if (!c || (c->kind == LZ_CH_PIPE) != (f->kind == LZ_FD_PIPE) || (f->flags & O_ACCMODE) == 3)
+                FAIL("manifest descriptor %d is malformed", f->fd);
+        }
+    }
+    /* a socket is one open file: exactly one descriptor opens it (others are dups) */
+    for (size_t i = 0; i < img->nchans; i++) {
+        const struct lz_chan *c = &img->chans[i];
+        int n = 0;
+        for (size_t j = 0; j < img->nfds; j++)
+            n += (img->fds[j].kind == LZ_FD_PIPE || img->fds[j].kind == LZ_FD_SOCKET) && img->fds[j].ino == c->ino;
+        if (n == 0 || (c->kind != LZ_CH_PIPE && n != 1)) FAIL("manifest pipe or socket record %zu is malformed", i);
+    }
+    return 0;
 }
 
 static int check_contents(struct lz_image *img, char *why, size_t whylen)
@@ -82,9 +150,7 @@ static int check_contents(struct lz_image *img, char *why, size_t whylen)
             at = x->addr + x->length;
         }
     }
-    for (size_t i = 0; i < img->nfds; i++)
-        if (!str_ok(img, img->fds[i].path) || img->fds[i].fd < 0) FAIL("manifest descriptor table is malformed");
-    return 0;
+    return check_fds(img, why, whylen);
 }
 
 int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, size_t whylen)
@@ -135,6 +201,9 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
             img->packs = p; img->npacks = n / sizeof(struct lz_pack); break;
         case LZ_SEC_STRINGS: img->strings = p; img->strings_len = n; break;
         case LZ_SEC_AUXV: img->auxv = p; img->auxv_len = n; break;
+        case LZ_SEC_CHANS:
+            if (n % sizeof(struct lz_chan)) FAIL("manifest pipe and socket list is malformed");
+            img->chans = p; img->nchans = n / sizeof(struct lz_chan); break;
         case LZ_SEC_THREADS:
             if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
             img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;

@@ -16,6 +16,7 @@ struct lz_image {
     const struct lz_frame *frames;   size_t nframes;
     const struct lz_fd *fds;         size_t nfds;
     const struct lz_pack *packs;     size_t npacks;
+    const struct lz_chan *chans;     size_t nchans;
     const char *strings;             size_t strings_len;
     const void *auxv;                size_t auxv_len;
 };
@@ -31,4 +32,10 @@ static inline const char *lz_str(const struct lz_image *img, uint32_t off)
     return off ? img->strings + off : "";
 }
 const char *lz_trigger_name(uint32_t trigger);
+/* The data in flight of pipe or socket c (store/chans.c): its file in
+ * ckpt_dir, checked against the size and checksum of the record.  0 and
+ * *data malloc'ed (NULL if nothing is in flight), or -1 with a one-line
+ * reason naming the file. */
+int lz_chan_data(const char *ckpt_dir, const struct lz_image *img, const struct lz_chan *c, void **data,
+                 char *why, size_t whylen);
 #endif

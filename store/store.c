@@ -548,6 +548,7 @@ int lz_verify_ckpt(const char *dir, uint64_t index, char *why, size_t whylen)
                  f->stored, lz_codec_name((int)f->codec), f->offset, shown);
         rc = -1;
     }
+    if (rc == 0) rc = lz_check_chans(ck, &img, index, why, whylen);
     free(buf);
     free(raw);
     free(work);
@@ -556,6 +557,20 @@ int lz_verify_ckpt(const char *dir, uint64_t index, char *why, size_t whylen)
     free(fds);
     lz_image_free(&img);
     return rc;
+}
+
+int lz_check_chans(const char *ckpt_dir, const struct lz_image *img, uint64_t index, char *why, size_t whylen)
+{
+    char inner[LZ_PATH_MAX + 512];
+    for (size_t i = 0; i < img->nchans; i++) {
+        void *data;
+        if (lz_chan_data(ckpt_dir, img, &img->chans[i], &data, inner, sizeof inner) < 0) {
+            snprintf(why, whylen, "checkpoint %" PRIu64 " is damaged: %s", index, inner);
+            return -1;
+        }
+        free(data);
+    }
+    return 0;
 }
 
 int lz_store_pick(const char *dir, int have_at, uint64_t at, uint64_t *index, char *why, size_t whylen)

@@ -68,6 +68,9 @@ int lz_store_lock(const char *dir);
 /* Re-reads every extent of checkpoint `index` and checks its checksum.
  * Returns 0 if intact, -1 with a one-line reason. */
 int lz_verify_ckpt(const char *dir, uint64_t index, char *why, size_t whylen);
+/* Reads the data in flight of every pipe and socket of a checkpoint and
+ * checks it (lz_chan_data): 0, or -1 with "checkpoint N is damaged: ...". */
+int lz_check_chans(const char *ckpt_dir, const struct lz_image *img, uint64_t index, char *why, size_t whylen);
 /* Resolves --at N / newest; returns 0 and the index or -1 with a reason. */
 int lz_store_pick(const char *dir, int have_at, uint64_t at, uint64_t *index, char *why, size_t whylen);
 #endif
