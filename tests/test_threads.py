@@ -78,15 +78,6 @@ def plain_run(argv, env=None, files=(), before=None, timeout=300):
     return _plain[key]
 
 
-# Runtime/restorer bugs these tests found (reproductions in the commit message
-# that marked them); each marks exactly the variants it breaks.
-BUG_TIDS = ("restorer: as an ordinary user (restart in a PID namespace) clone3(set_tid) of every thread "
-            "but the main one fails with EPERM; the threads get new TIDs and glibc's pthread_kill() no "
-            "longer finds them (ESRCH)")
-BUG_NS_TASKS = ("runtime: a checkpoint of a program restarted in a PID namespace (always so for an ordinary "
-                "user) reads /proc/self/task, whose TIDs are the host's: no other thread is asked to stop, the "
-                "checkpoint silently holds only the thread that took it, and a restart from it hangs")
-USER_XFAIL_RESTARTS = pytest.mark.xfail(strict=True, reason=BUG_NS_TASKS + "; " + BUG_TIDS)
 
 
 # tests where the identity does not change what is checked run once: as root
@@ -142,7 +133,7 @@ def check_killed_run(kr, expected_out, kills):
 
 
 @pytest.mark.parametrize("mode,nthreads", [("root", 2), ("root", 4),
-                                           pytest.param("user", 4, marks=USER_XFAIL_RESTARTS)])
+                                           ("user", 4)])
 def test_openmp_killed_at_random_instants(mode, nthreads, runner, tprogs, rng):
     """OpenMP reduction in 24 phases over 32 MiB, a line appended to
     result.txt after each phase; SIGKILL at 5 random instants (`-i 1`),
@@ -163,7 +154,7 @@ def test_openmp_killed_at_random_instants(mode, nthreads, runner, tprogs, rng):
     assert "gets a new one" not in err, kr.describe()
 
 
-@pytest.mark.parametrize("mode", ["root", pytest.param("user", marks=USER_XFAIL_RESTARTS)])
+@pytest.mark.parametrize("mode", ["root", "user"])
 def test_producer_consumer_killed_at_random_instants(mode, runner, tprogs, rng):
     """4 producers, 3 consumers, a 16-slot queue (mutex + 2 condition
     variables) in 60 rounds; SIGKILL at 5 random instants, restart until
@@ -311,7 +302,7 @@ def test_thread_state_after_restart(mode, runner, tprogs):
     assert not re.search(r"^(start|before|ready)", run.out, re.M), "the restart started over"
 
 
-@pytest.mark.parametrize("mode", ["root", pytest.param("user", marks=pytest.mark.xfail(strict=True, reason=BUG_TIDS))])
+@pytest.mark.parametrize("mode", ["root", "user"])
 def test_thread_ids_after_restart(mode, runner, tprogs):
     """The same restart: every thread has its TID again, as /proc shows it
     from outside and as gettid() tells the thread; glibc's own record of the
@@ -343,7 +334,7 @@ def wait_restored(r: Proc, comm: str, names) -> dict:
     raise AssertionError(f"threads after the restart: {seen}, want {sorted(names)}\n{r.stderr}")
 
 
-@pytest.mark.parametrize("mode", ["root", pytest.param("user", marks=pytest.mark.xfail(strict=True, reason=BUG_NS_TASKS))])
+@pytest.mark.parametrize("mode", ["root", "user"])
 def test_checkpoint_after_restart_has_every_thread(mode, runner, tprogs):
     """A restarted program checkpointed again (still at the probe's known
     point): the new checkpoint holds every thread, by name (TIDs: see
