@@ -33,6 +33,7 @@ static struct {
     volatile uint32_t round;     /* number of the round */
     volatile uint32_t released;  /* futex: the last round whose threads may go */
     volatile uint32_t arrived;   /* futex: threads stopped in this round */
+    volatile uint32_t expect;    /* the count the checkpointing thread waits for: woken only then */
     volatile uint32_t nslots;    /* records handed out in ck->threads */
     struct rt_ckpt *volatile ck;
     /* after a restart: */
@@ -168,8 +169,8 @@ void rt_thread_stopped(void *ucontext)
             return;
         }
     }
-    __atomic_fetch_add(&T.arrived, 1, __ATOMIC_RELEASE);
-    futex_wake_all(&T.arrived);
+    if (__atomic_add_fetch(&T.arrived, 1, __ATOMIC_SEQ_CST) >= __atomic_load_n(&T.expect, __ATOMIC_SEQ_CST))
+        futex_wake_all(&T.arrived); /* the last one: one wake-up, not one per thread */
     while (__atomic_load_n(&T.released, __ATOMIC_ACQUIRE) != round) futex_wait_ns(&T.released, T.released, 1000000000ull);
 }
 
@@ -277,6 +278,7 @@ int rt_threads_stop(struct rt_ckpt *ck, void *ucontext)
     T.ck = ck;
     T.nslots = 1; /* slot 0: this thread, filled last (with the process's pending signals) */
     T.arrived = 0;
+    T.expect = 1; /* until the count is known, every arrival wakes us */
     T.round++;
     __atomic_store_n(&T.stopping, 1, __ATOMIC_RELEASE);
     long nasked = 0, gone = 0;
@@ -307,7 +309,12 @@ int rt_threads_stop(struct rt_ckpt *ck, void *ucontext)
         if (nasked == before && __atomic_load_n(&T.arrived, __ATOMIC_ACQUIRE) + gone >= (uint32_t)nasked) break;
         /* wait for all asked to stop; those that exit meanwhile are not waited for */
         while (__atomic_load_n(&T.arrived, __ATOMIC_ACQUIRE) + gone < (uint32_t)nasked) {
-            uint32_t seen = T.arrived;
+            /* the arriving thread adds, then reads `expect`; we store `expect`, then read the
+             * count: one of the two sees the other (sequentially consistent), so the last
+             * arrival is never missed */
+            __atomic_store_n(&T.expect, (uint32_t)(nasked - gone), __ATOMIC_SEQ_CST);
+            uint32_t seen = __atomic_load_n(&T.arrived, __ATOMIC_SEQ_CST);
+            if (seen + gone >= (uint32_t)nasked) break;
             futex_wait_ns(&T.arrived, seen, 20000000ull);
             if (__atomic_load_n(&T.arrived, __ATOMIC_ACQUIRE) + gone >= (uint32_t)nasked) break;
             gone = 0;
