@@ -15,7 +15,8 @@
  * A program's own SIGURG handler is chained (rt_signals.c). */
 #define LZ_SIGCKPT SIGURG
 /* Its si_value: index << 2 | trigger for a checkpoint (from the supervisor),
- * RT_STOP_VALUE for a thread asked to stop by the checkpointing thread. */
+ * RT_STOP_VALUE | round for a thread asked to stop by the checkpointing thread
+ * (the round tells a request still pending from an abandoned round). */
 #define RT_STOP_VALUE (1ull << 63)
 
 #define RT_API __attribute__((visibility("default")))
@@ -50,7 +51,7 @@ extern struct rt_state rt;
 struct rt_self {
     int busy;
     int ckpt_deferred, stop_deferred;
-    uint64_t ckpt_value;
+    uint64_t ckpt_value, stop_value;
 };
 extern __thread struct rt_self rt_self __attribute__((tls_model("initial-exec")));
 extern struct lz_resume rt_resume_block; /* written by the restorer */
@@ -122,7 +123,7 @@ int lz_save_context(struct lz_jmpctx *c) __attribute__((returns_twice));
 int rt_threads_stop(struct rt_ckpt *ck, void *ucontext);
 void rt_threads_release(struct rt_ckpt *ck);
 /* In the handler, a request to stop from the checkpointing thread. */
-void rt_thread_stopped(void *ucontext);
+void rt_thread_stopped(void *ucontext, uint32_t round);
 /* After a restart: wait until every restored thread has left the restorer's
  * code (before unmapping it), then let them run (after the runtime is ready). */
 void rt_threads_landed(void);

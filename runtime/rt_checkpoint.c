@@ -110,7 +110,7 @@ void rt_redeliver_checkpoint(void)
     si.si_code = SI_QUEUE;
     si.si_pid = (pid_t)lz_sc0(SYS_getpid);
     si.si_uid = (uid_t)lz_sc0(SYS_getuid);
-    si.si_value.sival_ptr = (void *)(rt_self.ckpt_deferred ? rt_self.ckpt_value : RT_STOP_VALUE);
+    si.si_value.sival_ptr = (void *)(rt_self.ckpt_deferred ? rt_self.ckpt_value : rt_self.stop_value);
     rt_self.ckpt_deferred = rt_self.stop_deferred = 0; /* a thread running a checkpoint stops no more */
     lz_sc4(SYS_rt_tgsigqueueinfo, si.si_pid, lz_sc0(SYS_gettid), LZ_SIGCKPT, &si);
 }
@@ -121,10 +121,10 @@ void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc)
     uint64_t v = (uint64_t)si->si_value.sival_ptr;
     if (!rt.active || si->si_code != SI_QUEUE || v == 0) {
         rt_chain_program_signal(sig, si, uc);
-    } else if (v == RT_STOP_VALUE) {
+    } else if (v & RT_STOP_VALUE) {
         if (si->si_pid != lz_sc0(SYS_getpid)) rt_chain_program_signal(sig, si, uc);
-        else if (rt_self.busy) rt_self.stop_deferred = 1;
-        else rt_thread_stopped(uc);
+        else if (rt_self.busy) { rt_self.stop_value = v; rt_self.stop_deferred = 1; }
+        else rt_thread_stopped(uc, (uint32_t)v);
     } else if (rt_self.busy) {
         rt_self.ckpt_value = v;
         rt_self.ckpt_deferred = 1;

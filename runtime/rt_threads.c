@@ -150,11 +150,12 @@ void rt_thread_capture(struct lz_thread *t, struct lz_siginfo_rec *pend, uint32_
 }
 
 /* A thread asked to stop: record, count in, wait to be let go. */
-void rt_thread_stopped(void *ucontext)
+void rt_thread_stopped(void *ucontext, uint32_t round)
 {
     (void)ucontext;
-    if (!__atomic_load_n(&T.stopping, __ATOMIC_ACQUIRE)) return; /* late: that round is over */
-    uint32_t round = T.round;
+    /* late: that round is over (a request deferred by a long file call, say); counting it in
+     * another round would let that round go on before a thread it asked has stopped */
+    if (!__atomic_load_n(&T.stopping, __ATOMIC_ACQUIRE) || round != T.round) return;
     struct rt_ckpt *ck = T.ck;
     uint32_t k = __atomic_fetch_add(&T.nslots, 1, __ATOMIC_ACQ_REL);
     if (k < LZ_MAX_THREADS) {
@@ -299,7 +300,7 @@ int rt_threads_stop(struct rt_ckpt *ck, void *ucontext)
             si.si_code = SI_QUEUE;
             si.si_pid = (pid_t)pid;
             si.si_uid = (uid_t)lz_sc0(SYS_getuid);
-            si.si_value.sival_ptr = (void *)RT_STOP_VALUE;
+            si.si_value.sival_ptr = (void *)(RT_STOP_VALUE | T.round);
             long r = lz_sc4(SYS_rt_tgsigqueueinfo, pid, tids[i], LZ_SIGCKPT, &si);
             if (r == -ESRCH) continue; /* it just exited */
             if (r < 0) return fail_stop(ck, tids[i], hosts[i], "cannot be asked to stop for the checkpoint");
