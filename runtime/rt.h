@@ -6,6 +6,7 @@
 #define LZ_RT_H
 #include "format.h"
 #include "lzsys.h"
+#include <dlfcn.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,6 +21,10 @@
 #define RT_STOP_VALUE (1ull << 63)
 
 #define RT_API __attribute__((visibility("default")))
+/* In an interposed libc function: real_NAME, the next definition of NAME (libc's). */
+#define REAL(ret, name, ...)                                                  \
+    static ret (*real_##name)(__VA_ARGS__);                                   \
+    if (!real_##name) real_##name = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #name)
 
 struct rt_state {
     int active;            /* this process is the job's program */

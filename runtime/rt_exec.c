@@ -93,10 +93,6 @@ static int exec_failed(void)
     return -1;
 }
 
-#define REAL(ret, name, ...)                                                  \
-    static ret (*real_##name)(__VA_ARGS__);                                   \
-    if (!real_##name) real_##name = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #name)
-
 extern char **environ;
 
 RT_API int execve(const char *path, char *const argv[], char *const envp[])

@@ -23,10 +23,6 @@
 #include <unistd.h>
 #include <utime.h>
 
-#define REAL(ret, name, ...)                                                  \
-    static ret (*real_##name)(__VA_ARGS__);                                   \
-    if (!real_##name) real_##name = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #name)
-
 #define enter rt_enter
 #define leave rt_leave
 
