@@ -1,8 +1,9 @@
-"""Processes of a job that Lazarus cannot checkpoint (yet) are never left out
-silently: a child process makes a checkpoint fail with a message naming it; a
+"""Processes (and a thread layout) of a job that Lazarus cannot checkpoint
+(yet) are never left out silently: a child process makes a checkpoint fail with a message naming it; a
 statically linked program (no LD_PRELOAD reaches it), or one started with an
 environment without the runtime, is named on stderr when it starts, and while
 the job's program has become one, checkpoints are refused with that reason.
+A program whose main thread has exited while another runs is refused by name.
 The job runs on and finishes correctly in every case."""
 import os
 import shutil
@@ -26,12 +27,12 @@ def progs():
     if cp.returncode != 0:
         pytest.fail(f"cannot link a static test program (libc6-dev provides libc.a):\n{cp.stderr}")
     os.chmod(static, 0o755)
-    yield spawner, static
+    yield spawner, static, _compile("main_exits", d, ["-pthread"])
     shutil.rmtree(d, ignore_errors=True)
 
 
 def test_child_process_refuses_checkpoint(runner, progs):
-    spawner, _ = progs
+    spawner, _, _ = progs
     store, go = runner.base / "store", runner.base / "go"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", spawner, "child", go)
     child = int(proc.wait_for_output(r"^ready (\d+)$", timeout=60).group(1))
@@ -51,7 +52,7 @@ def test_child_process_refuses_checkpoint(runner, progs):
 
 
 def test_static_program_named_and_refused(runner, progs):
-    spawner, static = progs
+    spawner, static, _ = progs
     store, go = runner.base / "store", runner.base / "go"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", spawner, "exec", static, go)
     proc.wait_for_output(r"^ready$", timeout=60)
@@ -76,9 +77,22 @@ def test_static_program_named_and_refused(runner, progs):
 
 
 def test_program_without_runtime_environment_named(runner, progs):
-    spawner, _ = progs
+    spawner, _, _ = progs
     store = runner.base / "store"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", spawner, "noenv", "/bin/true")
     assert proc.wait(timeout=60) == 0, proc.stderr
     assert "starts /bin/true, which is started without LD_PRELOAD" in proc.stderr, proc.stderr
     assert proc.stdout.endswith("done\n"), proc.stdout
+
+
+def test_main_thread_exited_refused(runner, progs):
+    _, _, main_exits = progs
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", main_exits)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    r = runner.lz("checkpoint", "-d", store, timeout=60)
+    assert r.rc != 0 and "(the main thread) has exited" in r.stderr, str(r)
+    assert len(r.stderr_lines()) == 1, str(r)
+    assert runner.indexes(store) == [], "nothing may be committed"
+    assert proc.wait(timeout=60) == 0, proc.stderr
+    assert proc.stdout == "ready\nworker done\n", proc.stdout
