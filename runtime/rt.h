@@ -94,6 +94,7 @@ struct rt_ckpt {
     struct lz_proc *proc;
     struct lz_thread *threads; size_t nthreads; /* [0] the main thread (tid = pid) */
     struct lz_thread *ckpt_thread;   /* the one running this checkpoint */
+    int32_t *task_names; size_t ntasks; /* the threads as /proc/self/task names them (rt_threads.c) */
     struct lz_region *regions; size_t nregions;
     struct lz_extent *extents; size_t nextents, extents_cap;
     struct lz_fd *fds; size_t nfds;
@@ -125,19 +126,17 @@ int lz_save_context(struct lz_jmpctx *c) __attribute__((returns_twice));
  * other thread of the program inside the checkpoint signal handler first,
  * each having recorded its own struct lz_thread, and lets them go once the
  * snapshot is taken.  0, or -1 with ck->err (none is left stopped). */
-int rt_threads_stop(struct rt_ckpt *ck, void *ucontext);
-void rt_threads_release(struct rt_ckpt *ck);
+int rt_threads_stop(struct rt_ckpt *ck);
+void rt_threads_release(void);
 /* In the handler, a request to stop from the checkpointing thread. */
-void rt_thread_stopped(void *ucontext, uint32_t round);
+void rt_thread_stopped(uint32_t round);
 /* After a restart: wait until every restored thread has left the restorer's
  * code (before unmapping it), then let them run (after the runtime is ready). */
 void rt_threads_landed(void);
 void rt_threads_go(void);
-/* Refuses (-1, ck->err) a checkpoint of a program with child processes (rt_procs.c). */
+/* Refuses (-1, ck->err) a checkpoint of a program with child processes (rt_procs.c);
+ * after rt_threads_stop, whose list of the threads it reads. */
 int rt_check_children(struct rt_ckpt *ck);
-/* One thread's kernel-side state; its pending signals (only its own, not the
- * process's) go into `pend` up to `max` and are queued again at once. */
-void rt_thread_capture(struct lz_thread *t, struct lz_siginfo_rec *pend, uint32_t *npend, uint32_t max, int with_shared);
 
 int rt_capture_proc(struct rt_ckpt *ck, void *ucontext);
 int rt_capture_fds(struct rt_ckpt *ck);
@@ -162,9 +161,16 @@ void rt_flags_read(struct rt_ckpt *ck);
 int rt_flags_prepare(struct rt_ckpt *ck); /* 1 when ck->smaps is to be read (allocated) */
 int rt_flags_needed(const struct rt_ckpt *ck);
 
-/* Futexes between the writer's threads (private: one address space). */
+/* Futexes between threads of one address space (the writer's; the program's
+ * during a checkpoint): private. */
 static inline void rt_futex_wait(volatile uint32_t *w, uint32_t seen) { lz_sc4(SYS_futex, w, 128 /* FUTEX_WAIT_PRIVATE */, seen, 0); }
 static inline void rt_futex_wake(volatile uint32_t *w) { lz_sc3(SYS_futex, w, 129 /* FUTEX_WAKE_PRIVATE */, 1); }
+static inline void rt_futex_wait_ns(volatile uint32_t *w, uint32_t seen, uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    lz_sc4(SYS_futex, w, 128 /* FUTEX_WAIT_PRIVATE */, seen, &ts);
+}
+static inline void rt_futex_wake_all(volatile uint32_t *w) { lz_sc3(SYS_futex, w, 129 /* FUTEX_WAKE_PRIVATE */, 0x7fffffff); }
 void rt_pages_forget(void);   /* after a restart: what is tracked is decided again */
 /* A mapping mostly in transparent huge pages is left untracked (compared by
  * digest): 1 if [start,end) is one, now remembered as such. */

@@ -48,7 +48,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     ck->strings.buf = arena_alloc(&ck->arena, ck->strings.cap);
     ck->strings.buf[0] = 0;
     ck->strings.len = 1;
-    int rc = rt_threads_stop(ck, uc);
+    int rc = rt_threads_stop(ck);
     if (rc == 0) rc = rt_check_children(ck);
     trace(t0, "threads stopped");
     if (rc == 0) rc = rt_capture_proc(ck, uc);
@@ -84,7 +84,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
             if (!forked) rc = rt_finish_checkpoint(ck);
         }
     }
-    rt_threads_release(ck); /* the snapshot is taken (or failed) */
+    rt_threads_release(); /* the snapshot is taken (or failed) */
     trace(t0, forked ? "forked" : "written");
     if (trigger == LZ_TRIG_API) {
         rt.api_index = index;
@@ -124,7 +124,7 @@ void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc)
     } else if (v & RT_STOP_VALUE) {
         if (si->si_pid != lz_sc0(SYS_getpid)) rt_chain_program_signal(sig, si, uc);
         else if (rt_self.busy) { rt_self.stop_value = v; rt_self.stop_deferred = 1; }
-        else rt_thread_stopped(uc, (uint32_t)v);
+        else rt_thread_stopped((uint32_t)v);
     } else if (rt_self.busy) {
         rt_self.ckpt_value = v;
         rt_self.ckpt_deferred = 1;

@@ -4,7 +4,6 @@
  * naming them, and the program runs on.  Threads are stopped already, so no
  * new child can appear while this looks. */
 #include "rt.h"
-#include <fcntl.h>
 #include <string.h>
 
 static int append(char *out, size_t cap, size_t *len, const char *s)
@@ -17,10 +16,10 @@ static int append(char *out, size_t cap, size_t *len, const char *s)
 }
 
 /* The children of one thread (its name in /proc/self/task), added to names. */
-static int add_children(const char *task, char *names, size_t cap, size_t *len, int count)
+static int add_children(int32_t task, char *names, size_t cap, size_t *len, int count)
 {
     char path[64], buf[4096];
-    rt_fmt(path, sizeof path, "/proc/self/task/%s/children", task);
+    rt_fmt(path, sizeof path, "/proc/self/task/%d/children", task);
     long n = rt_read_file(path, buf, sizeof buf - 1);
     if (n <= 0) return count;
     buf[n] = 0;
@@ -50,20 +49,9 @@ int rt_check_children(struct rt_ckpt *ck)
     size_t len = 0;
     int count = 0;
     names[0] = 0;
-    /* by the names of /proc/self/task: after an ordinary user's restart /proc is
-     * the outer PID namespace's, not the program's */
-    long dfd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-    if (dfd < 0) return 0;
-    char dents[4096];
-    long nd;
-    while ((nd = lz_sc3(SYS_getdents64, dfd, dents, sizeof dents)) > 0) {
-        for (long off = 0; off < nd;) {
-            struct { uint64_t ino; int64_t off; uint16_t reclen; uint8_t type; char name[]; } *d = (void *)(dents + off);
-            off += d->reclen;
-            if (d->name[0] >= '0' && d->name[0] <= '9') count = add_children(d->name, names, sizeof names, &len, count);
-        }
-    }
-    lz_sc1(SYS_close, dfd);
+    /* by the threads' /proc names: after an ordinary user's restart /proc is the
+     * outer PID namespace's, not the program's */
+    for (size_t t = 0; t < ck->ntasks; t++) count = add_children(ck->task_names[t], names, sizeof names, &len, count);
     if (!count) return 0;
     rt_fmt(ck->err, sizeof ck->err, "the program has %d child process%s (%s): checkpoints of process trees are not supported yet",
            count, count == 1 ? "" : "es", names);

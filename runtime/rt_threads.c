@@ -42,13 +42,6 @@ static struct {
     volatile uint32_t go;        /* futex: bumped when a restarted runtime lets its threads run */
 } T;
 
-static void futex_wait_ns(volatile uint32_t *w, uint32_t seen, uint64_t ns)
-{
-    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-    lz_sc4(SYS_futex, w, 128 /* FUTEX_WAIT_PRIVATE */, seen, &ts);
-}
-static void futex_wake_all(volatile uint32_t *w) { lz_sc3(SYS_futex, w, 129 /* FUTEX_WAKE_PRIVATE */, 0x7fffffff); }
-
 /* "SigPnd:" and "ShdPnd:" of /proc/thread-self/status: this thread's own
  * pending signals and the process's. */
 static void read_pending(uint64_t *own, uint64_t *shared)
@@ -106,8 +99,12 @@ static void take_pending(uint64_t set, int shared, int32_t tid, struct lz_siginf
     }
 }
 
-void rt_thread_capture(struct lz_thread *t, struct lz_siginfo_rec *pend, uint32_t *npend, uint32_t max, int with_shared)
+/* One thread's kernel-side state.  Its own pending signals (and, with_shared,
+ * the process's) are recorded in p->pending and queued again at once. */
+static void thread_capture(struct lz_thread *t, struct lz_proc *p, int with_shared)
 {
+    struct lz_siginfo_rec *pend = p->pending;
+    uint32_t *npend = &p->npending, max = LZ_MAX_PENDING;
     memset(t, 0, sizeof *t);
     t->tid = (int32_t)lz_sc0(SYS_gettid);
     lz_sc2(SYS_prctl, PR_GET_NAME, t->comm);
@@ -150,9 +147,8 @@ void rt_thread_capture(struct lz_thread *t, struct lz_siginfo_rec *pend, uint32_
 }
 
 /* A thread asked to stop: record, count in, wait to be let go. */
-void rt_thread_stopped(void *ucontext, uint32_t round)
+void rt_thread_stopped(uint32_t round)
 {
-    (void)ucontext;
     /* late: that round is over (a request deferred by a long file call, say); counting it in
      * another round would let that round go on before a thread it asked has stopped */
     if (!__atomic_load_n(&T.stopping, __ATOMIC_ACQUIRE) || round != T.round) return;
@@ -160,19 +156,19 @@ void rt_thread_stopped(void *ucontext, uint32_t round)
     uint32_t k = __atomic_fetch_add(&T.nslots, 1, __ATOMIC_ACQ_REL);
     if (k < LZ_MAX_THREADS) {
         struct lz_thread *t = &ck->threads[k];
-        rt_thread_capture(t, ck->proc->pending, &ck->proc->npending, LZ_MAX_PENDING, 0);
+        thread_capture(t, ck->proc, 0);
         volatile uint32_t go = T.go;
         if (lz_save_context(&t->ctx) != 0) {
             /* restored: out of the restorer's code now; run once the runtime is back */
             __atomic_fetch_add(&T.landed, 1, __ATOMIC_RELEASE);
-            futex_wake_all(&T.landed);
-            while (__atomic_load_n(&T.go, __ATOMIC_ACQUIRE) == go) futex_wait_ns(&T.go, go, 1000000000ull);
+            rt_futex_wake_all(&T.landed);
+            while (__atomic_load_n(&T.go, __ATOMIC_ACQUIRE) == go) rt_futex_wait_ns(&T.go, go, 1000000000ull);
             return;
         }
     }
     if (__atomic_add_fetch(&T.arrived, 1, __ATOMIC_SEQ_CST) >= __atomic_load_n(&T.expect, __ATOMIC_SEQ_CST))
-        futex_wake_all(&T.arrived); /* the last one: one wake-up, not one per thread */
-    while (__atomic_load_n(&T.released, __ATOMIC_ACQUIRE) != round) futex_wait_ns(&T.released, T.released, 1000000000ull);
+        rt_futex_wake_all(&T.arrived); /* the last one: one wake-up, not one per thread */
+    while (__atomic_load_n(&T.released, __ATOMIC_ACQUIRE) != round) rt_futex_wait_ns(&T.released, T.released, 1000000000ull);
 }
 
 /* The number in the last field of a "Name:\t..." line of a status file. */
@@ -262,13 +258,19 @@ static int fail_stop(struct rt_ckpt *ck, int32_t tid, int32_t host, const char *
     long n = rt_read_file(path, comm, sizeof comm - 1);
     if (n > 0) comm[n - (comm[n - 1] == '\n')] = 0;
     rt_fmt(ck->err, sizeof ck->err, "thread %d (%s) %s", tid, comm, why);
-    rt_threads_release(ck);
+    rt_threads_release();
     return -1;
 }
 
-int rt_threads_stop(struct rt_ckpt *ck, void *ucontext)
+/* ck->err is set: let every stopped thread go. */
+static int give_up(void)
 {
-    (void)ucontext;
+    rt_threads_release();
+    return -1;
+}
+
+int rt_threads_stop(struct rt_ckpt *ck)
+{
     ck->threads = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *ck->threads);
     int32_t *asked = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *asked);
     int32_t *tids = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *tids);
@@ -282,12 +284,12 @@ int rt_threads_stop(struct rt_ckpt *ck, void *ucontext)
     T.expect = 1; /* until the count is known, every arrival wakes us */
     T.round++;
     __atomic_store_n(&T.stopping, 1, __ATOMIC_RELEASE);
-    long nasked = 0, gone = 0;
+    long nasked = 0, gone = 0, n;
     uint64_t t0 = rt_now_ns(1);
     for (;;) {
-        long n = list_tasks(tids, hosts, LZ_MAX_THREADS);
-        if (n < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot list the program's threads (errno %ld)", -n); rt_threads_release(ck); return -1; }
-        if (n > LZ_MAX_THREADS) { rt_fmt(ck->err, sizeof ck->err, "the program has %ld threads; a checkpoint holds at most %d", n, LZ_MAX_THREADS); rt_threads_release(ck); return -1; }
+        n = list_tasks(tids, hosts, LZ_MAX_THREADS);
+        if (n < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot list the program's threads (errno %ld)", -n); return give_up(); }
+        if (n > LZ_MAX_THREADS) { rt_fmt(ck->err, sizeof ck->err, "the program has %ld threads; a checkpoint holds at most %d", n, LZ_MAX_THREADS); return give_up(); }
         long before = nasked;
         for (long i = 0; i < n; i++) {
             if (tids[i] == self) continue;
@@ -316,7 +318,7 @@ int rt_threads_stop(struct rt_ckpt *ck, void *ucontext)
             __atomic_store_n(&T.expect, (uint32_t)(nasked - gone), __ATOMIC_SEQ_CST);
             uint32_t seen = __atomic_load_n(&T.arrived, __ATOMIC_SEQ_CST);
             if (seen + gone >= (uint32_t)nasked) break;
-            futex_wait_ns(&T.arrived, seen, 20000000ull);
+            rt_futex_wait_ns(&T.arrived, seen, 20000000ull);
             if (__atomic_load_n(&T.arrived, __ATOMIC_ACQUIRE) + gone >= (uint32_t)nasked) break;
             gone = 0;
             for (long j = 0; j < nasked; j++) {
@@ -332,47 +334,48 @@ int rt_threads_stop(struct rt_ckpt *ck, void *ucontext)
                         return fail_stop(ck, asked[j], asked_host[j], "did not stop for the checkpoint within 10 s (it blocks SIGURG, or is inside a file call that has not returned)");
         }
     }
-    uint32_t n = __atomic_load_n(&T.nslots, __ATOMIC_ACQUIRE);
-    if (n > LZ_MAX_THREADS) { rt_fmt(ck->err, sizeof ck->err, "the program has more than %d threads", LZ_MAX_THREADS); rt_threads_release(ck); return -1; }
+    ck->task_names = hosts; /* the last list: every thread, all stopped (rt_check_children) */
+    ck->ntasks = (size_t)n;
+    uint32_t nrec = __atomic_load_n(&T.nslots, __ATOMIC_ACQUIRE);
+    if (nrec > LZ_MAX_THREADS) { rt_fmt(ck->err, sizeof ck->err, "the program has more than %d threads", LZ_MAX_THREADS); return give_up(); }
     /* this thread, with the process's pending signals */
-    rt_thread_capture(&ck->threads[0], ck->proc->pending, &ck->proc->npending, LZ_MAX_PENDING, 1);
+    thread_capture(&ck->threads[0], ck->proc, 1);
     ck->threads[0].flags = LZ_TH_CKPT;
     /* the main thread first: the restorer's own thread becomes it */
-    for (uint32_t i = 1; i < n; i++)
+    for (uint32_t i = 1; i < nrec; i++)
         if (ck->threads[i].tid == pid) {
             struct lz_thread tmp = ck->threads[0];
             ck->threads[0] = ck->threads[i];
             ck->threads[i] = tmp;
         }
-    if (ck->threads[0].tid != pid) { rt_fmt(ck->err, sizeof ck->err, "the program's main thread did not stop for the checkpoint"); rt_threads_release(ck); return -1; }
-    for (uint32_t i = 0; i < n; i++)
+    if (ck->threads[0].tid != pid) { rt_fmt(ck->err, sizeof ck->err, "the program's main thread did not stop for the checkpoint"); return give_up(); }
+    for (uint32_t i = 0; i < nrec; i++)
         if (ck->threads[i].flags & LZ_TH_CKPT) ck->ckpt_thread = &ck->threads[i];
-    ck->nthreads = n;
+    ck->nthreads = nrec;
     /* what a restored runtime finds in its memory */
     T.landed = 0;
-    T.nstopped = n - 1;
+    T.nstopped = nrec - 1;
     return 0;
 }
 
-void rt_threads_release(struct rt_ckpt *ck)
+void rt_threads_release(void)
 {
-    (void)ck;
     if (!__atomic_load_n(&T.stopping, __ATOMIC_ACQUIRE)) return;
     __atomic_store_n(&T.stopping, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&T.released, T.round, __ATOMIC_RELEASE);
-    futex_wake_all(&T.released);
+    rt_futex_wake_all(&T.released);
 }
 
 void rt_threads_landed(void)
 {
     /* the restorer is unmapped next: every thread must be out of its code */
     while (__atomic_load_n(&T.landed, __ATOMIC_ACQUIRE) < T.nstopped)
-        futex_wait_ns(&T.landed, T.landed, 100000000ull);
+        rt_futex_wait_ns(&T.landed, T.landed, 100000000ull);
     __atomic_store_n(&T.stopping, 0, __ATOMIC_RELEASE);
 }
 
 void rt_threads_go(void)
 {
     __atomic_fetch_add(&T.go, 1, __ATOMIC_RELEASE);
-    futex_wake_all(&T.go);
+    rt_futex_wake_all(&T.go);
 }
