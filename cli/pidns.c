@@ -1,8 +1,9 @@
 /* Starting the restorer in a process that has the checkpointed PID: as root
- * by clone3(set_tid) where the PID and the thread IDs are free; otherwise inside a private PID
- * namespace (with a user namespace mapping only the caller's own uid and gid,
- * for ordinary users), where a small init is PID 1 and the program gets its
- * old number.  The init reports the program's wait status on a pipe. */
+ * by clone3(set_tid) where the PID and the thread IDs are free; otherwise
+ * inside a private PID namespace (with a user namespace mapping only the
+ * caller's own uid and gid, for ordinary users), where a small init is PID 1
+ * and the program gets its old number.  The init reports the program's wait
+ * status on a pipe. */
 #include "cli.h"
 #include "util.h"
 #include <errno.h>

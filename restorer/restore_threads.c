@@ -1,10 +1,10 @@
 /* Every thread of the program, recreated with its TID (clone3 set_tid): each
  * sets its own kernel-side state (TLS base, rseq, robust list, clear-tid
- * address, name, its own pending signals, mask), then all
- * jump back into the runtime's checkpoint handler at once (the alternate
- * signal stack and the program's mask come back with rt_sigreturn, from the
- * signal frame).  The restorer's own thread becomes the main thread.  From restore_mm() on nothing here may
- * use libc: the threads run without a TLS of their own. */
+ * address, name, its own pending signals, mask), then all jump back into the
+ * runtime's checkpoint handler at once (the alternate signal stack and the
+ * program's mask come back with rt_sigreturn, from the signal frame).  The
+ * restorer's own thread becomes the main thread.  From restore_mm() on
+ * nothing here may use libc: the threads run without a TLS of their own. */
 #include "restorer.h"
 #include "lzsys.h"
 #include "util.h"
