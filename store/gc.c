@@ -168,9 +168,11 @@ int lz_store_gc_locked(const char *dir, struct lz_gc_stats *st, char *why, size_
     if (n < 0) { snprintf(why, whylen, "cannot read %s: %s", dir, strerror(errno)); return -1; }
     struct lz_job job;
     int running = lz_job_read(dir, &job) < 0 || !strcmp(job.state, "running");
-    /* packs newer than the newest checkpoint may be being written; with no
-     * checkpoint, those of indices a stopped job already gave out are garbage */
-    uint64_t limit = n > 0 ? v[n - 1] : !running && job.next_index ? job.next_index - 1 : 0;
+    /* packs newer than the newest checkpoint may be being written while the job
+     * runs; once it is not running, those of every index it gave out are garbage
+     * unless referenced (a checkpoint torn by the last kill left one) */
+    uint64_t newest = n > 0 ? v[n - 1] : 0;
+    uint64_t limit = !running && job.next_index && job.next_index - 1 > newest ? job.next_index - 1 : newest;
     struct refs rs = {0};
     if (load_refs(dir, v, n, &rs, why, whylen) < 0) { free(v); free(rs.r); return -1; }
     merge_ranges(&rs);
@@ -214,7 +216,7 @@ int lz_store_gc_locked(const char *dir, struct lz_gc_stats *st, char *why, size_
 
     /* jrnl.N only serves rollbacks to a checkpoint before N.  One after the
      * newest checkpoint of a running job may still be written to. */
-    uint64_t oldest = n > 0 ? v[0] : 0, newest = n > 0 ? v[n - 1] : 0;
+    uint64_t oldest = n > 0 ? v[0] : 0;
     free(v);
     int *jr;
     int nj = lz_store_list_journals(dir, &v, &jr);

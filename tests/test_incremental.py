@@ -309,6 +309,33 @@ def test_program_killed_while_checkpointing(runner, programs, rng):
     print(f"{watch.listings} listings, checkpoints seen: {sorted(watch.seen)}")
 
 
+def test_gc_after_the_job_removes_a_torn_last_pack(runner, programs):
+    """A checkpoint torn by the job's last kill leaves a pack newer than the
+    newest checkpoint.  While the job runs gc must keep such a pack (a writer
+    may be filling it); once the job is over nothing will, and gc removes it
+    (found when test_program_killed_while_checkpointing's last kill tore one)."""
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", programs.api_prog, "2", "1", "-")
+    assert proc.wait(timeout=120) == 0, proc.stderr
+    newest = max(runner.indexes(store))
+    job = (store / "job").read_text()
+    m = re.search(r"^next_index=(\d+)$", job, re.M)
+    assert m, job
+    torn = max(int(m.group(1)), newest + 1)  # an index given out whose checkpoint never committed
+    torn_pack = store / "packs" / f"pack.{torn:06d}"
+
+    def set_job(state):
+        text = re.sub(r"^next_index=\d+$", f"next_index={torn + 1}", job, flags=re.M)
+        (store / "job").write_text(re.sub(r"^state=\w+$", f"state={state}", text, flags=re.M))
+    set_job("running")
+    torn_pack.write_bytes(b"\0" * 8192)
+    r = runner.lz("gc", "-d", store, timeout=120)
+    assert r.rc == 0 and torn_pack.exists(), f"gc removed a pack a running job may be writing\n{r}"
+    set_job("stopped")
+    gc_and_check(runner, store)
+    assert not torn_pack.exists()
+
+
 # --------------------------------------------------------------------------
 # 3. SIGKILL of the forked writer
 # --------------------------------------------------------------------------
