@@ -199,18 +199,14 @@ class Job:
             shutil.rmtree(self.store, ignore_errors=True)
 
 
-class Bench:
-    def __init__(self, args):
-        self.args = args
-        self.work = args.workdir
-        self.lz = args.lazarus
-        self.prog = {p: build(p, self.work) for p in ("incrheap", "forkheap", "mat", "cell")}
-        self.results = {}
-        self.table = []   # (label, value, unit, target, limit) or a heading string
+class Report:
+    """The figures of a benchmark run: a table of rows against targets and the
+    machine's limits, notes, failed steps (shared by threads.py)."""
+
+    def __init__(self):
+        self.table = []   # (label, value, unit, target, limit, extra) or a heading string
         self.notes = []
         self.failed = []
-
-    # ---- output ------------------------------------------------------------
 
     def head(self, text):
         self.table.append(text)
@@ -222,6 +218,43 @@ class Bench:
     def note(self, text):
         self.notes.append(text)
         log("note: " + text)
+
+    def print_table(self):
+        ok = True
+        w = 56
+        print(f"{'figure':{w}}{'value':>10} {'unit':4} {'target':>9}{'limit':>10}{'ratio':>7}  verdict")
+        print("-" * (w + 50))
+        for r in self.table:
+            if isinstance(r, str):
+                print(r)
+                continue
+            label, value, unit, target, limit, extra = r
+
+            def f(v):
+                if v is None:
+                    return "-"
+                return f"{v:.3f}" if unit in ("s", "x") else f"{v:.1f}"
+            verdict = ""
+            if target is not None and value is not None:
+                op, t = target
+                good = value <= t if op == "<=" else value >= t
+                ok &= good
+                verdict = "PASS" if good else "FAIL"
+            ratio = f"{value / limit:.2f}" if value is not None and limit else "-"
+            tgt = f"{target[0]} {target[1]:g}" if target else ""
+            print(f"     {label:{w - 5}}{f(value):>10} {unit:4} {tgt:>9}{f(limit):>10}{ratio:>7}  {verdict}"
+                  + (f"  {extra}" if extra else ""))
+        return ok
+
+
+class Bench(Report):
+    def __init__(self, args):
+        super().__init__()
+        self.args = args
+        self.work = args.workdir
+        self.lz = args.lazarus
+        self.prog = {p: build(p, self.work) for p in ("incrheap", "forkheap", "mat", "cell")}
+        self.results = {}
 
     def hot_memory(self, size):
         """As files_io.py: sync, then write and delete a scratch file of `size` bytes, so that
@@ -596,35 +629,6 @@ class Bench:
                          f"MiB; later: stored {statistics.mean(stored) / MiB:.1f} MiB, changed "
                          f"{statistics.mean(changed) / MiB:.1f} MiB, pause {med([rows[i]['pause_ms'] for i in later]):.0f}"
                          f" ms, interval {med(work):.2f} s" + (f"  [{desc}]" if codec == "none" else ""))
-
-    # ---- the table ---------------------------------------------------------------
-
-    def print_table(self):
-        ok = True
-        w = 56
-        print(f"{'figure':{w}}{'value':>10} {'unit':4} {'target':>9}{'limit':>10}{'ratio':>7}  verdict")
-        print("-" * (w + 50))
-        for r in self.table:
-            if isinstance(r, str):
-                print(r)
-                continue
-            label, value, unit, target, limit, extra = r
-
-            def f(v):
-                if v is None:
-                    return "-"
-                return f"{v:.3f}" if unit in ("s", "x") else f"{v:.1f}"
-            verdict = ""
-            if target is not None and value is not None:
-                op, t = target
-                good = value <= t if op == "<=" else value >= t
-                ok &= good
-                verdict = "PASS" if good else "FAIL"
-            ratio = f"{value / limit:.2f}" if value is not None and limit else "-"
-            tgt = f"{target[0]} {target[1]:g}" if target else ""
-            print(f"     {label:{w - 5}}{f(value):>10} {unit:4} {tgt:>9}{f(limit):>10}{ratio:>7}  {verdict}"
-                  + (f"  {extra}" if extra else ""))
-        return ok
 
 
 def main():

@@ -38,7 +38,7 @@ import sys
 import time
 
 from ckpt_restart import log
-from incremental import TRACE_RE, Bench as IncrementalBench, BenchError, Job, build, med
+from incremental import TRACE_RE, BenchError, Job, Report, build, med
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = 1.2
@@ -64,28 +64,14 @@ def pause_steps(job):
     return groups
 
 
-class Bench:
-    print_table = IncrementalBench.print_table
-
+class Bench(Report):
     def __init__(self, args):
+        super().__init__()
         self.args = args
         self.work = args.workdir
         self.lz = args.lazarus
         self.prog = build("threadheap", self.work)
         self.results = {}
-        self.table = []
-        self.notes = []
-        self.failed = []
-
-    def head(self, text):
-        self.table.append(text)
-
-    def row(self, label, value, unit, target=None, limit=None, extra=""):
-        self.table.append((label, value, unit, target, limit, extra))
-
-    def note(self, text):
-        self.notes.append(text)
-        log("note: " + text)
 
     def one_job(self, nthreads, mode):
         """First checkpoint, then --later ones each after `dirty 1`: their rows."""
