@@ -9,15 +9,15 @@ OBJ     := $(B)/obj
 # link its own versions) and the static restorer.
 STATIC_CODECS := -l:libzstd.a -l:liblz4.a
 
-COMMON_SRC  := common/util.c common/codec.c store/manifest.c store/chans.c store/store.c store/gc.c
+COMMON_SRC  := common/util.c common/codec.c store/manifest.c store/chans.c store/store.c store/gc.c store/tree.c
 RT_SRC      := runtime/rt_init.c runtime/rt_signals.c runtime/rt_capture.c \
                runtime/rt_regions.c runtime/rt_fds.c runtime/rt_writer.c \
                runtime/rt_checkpoint.c runtime/rt_resume.c runtime/rt_files.c runtime/context.S \
-               runtime/rt_dirty.c runtime/rt_map.c runtime/rt_pages.c runtime/rt_packio.c runtime/rt_fork.c runtime/rt_threads.c runtime/rt_exec.c runtime/rt_procs.c runtime/rt_pipes.c \
+               runtime/rt_dirty.c runtime/rt_map.c runtime/rt_pages.c runtime/rt_packio.c runtime/rt_fork.c runtime/rt_threads.c runtime/rt_exec.c runtime/rt_job.c runtime/rt_pipes.c \
                common/codec.c files/track.c
 RESTORE_SRC := restorer/restore_main.c restorer/restore_memory.c restorer/restore_fds.c restorer/restore_pipes.c \
                restorer/restore_process.c restorer/restore_threads.c restorer/final_jump.S restorer/thread_start.S
-CLI_SRC     := cli/main.c cli/cmd_run.c cli/cmd_restart.c cli/supervisor.c cli/cmd_list.c \
+CLI_SRC     := cli/main.c cli/cmd_run.c cli/cmd_restart.c cli/supervisor.c cli/job_ckpt.c cli/cmd_list.c \
                cli/cmd_verify.c cli/cmd_checkpoint.c cli/cmd_gc.c cli/pidns.c cli/identity.c cli/job.c cli/cmd_diff.c files/rollback.c
 
 all: $(B)/bin/lazarus $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so

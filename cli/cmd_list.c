@@ -1,5 +1,6 @@
 /* lazarus list [-d DIR] [--json] */
 #include "cli.h"
+#include "tree.h"
 #include "codec.h"
 #include "util.h"
 #include "rollback.h"
@@ -31,6 +32,14 @@ static void utc(char *buf, size_t len, uint64_t ns)
     strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* "1/4": processes / threads */
+static const char *procs_threads(size_t p, size_t t)
+{
+    static char buf[48];
+    snprintf(buf, sizeof buf, "%zu/%zu", p, t);
+    return buf;
+}
+
 int cmd_list(int argc, char **argv)
 {
     struct cli_opts o;
@@ -44,7 +53,7 @@ int cmd_list(int argc, char **argv)
     uint64_t *fstat_files = calloc((size_t)n + 1, sizeof *fstat_files), *fstat_bytes = calloc((size_t)n + 1, sizeof *fstat_bytes);
     fj_store_stats(dir, v, n, fstat_files, fstat_bytes);
     if (o.json) printf("[");
-    else printf("%6s  %-20s  %-9s  %7s  %10s  %10s  %10s  %9s  %9s  %6s  %10s\n", "INDEX", "TIME (UTC)", "TRIGGER", "THREADS", "MEMORY",
+    else printf("%6s  %-20s  %-9s  %9s  %10s  %10s  %10s  %9s  %9s  %6s  %10s\n", "INDEX", "TIME (UTC)", "TRIGGER", "PROC/THR", "MEMORY",
                 "CHANGED", "STORED", "PAUSE", "DURABLE", "FILES", "UNDO");
     int bad = 0, shown = 0;
     for (int i = 0; i < n; i++) {
@@ -57,24 +66,51 @@ int cmd_list(int argc, char **argv)
             bad = 1;
             continue;
         }
-        const struct lz_header *h = img.hdr;
+        /* the job: every process's part added up (the pause is one for all) */
+        struct lz_header tot = *img.hdr;
+        const struct lz_header *h = &tot;
+        size_t nthreads = img.nthreads, nprocs = 1;
+        struct lz_tree t;
+        if (lz_tree_load(ck, &t, why, sizeof why) < 0) {
+            if (!o.json) printf("%6" PRIu64 "  damaged: %s\n", v[i], why);
+            bad = 1;
+            lz_image_free(&img);
+            continue;
+        }
+        for (size_t k = 1; k < t.nprocs; k++) {
+            char part[LZ_PATH_MAX + 128];
+            struct lz_image pi;
+            if (t.procs[k].state != LZ_TP_LIVE) continue;
+            lz_tree_part_dir(part, sizeof part, ck, &t.procs[k]);
+            if (lz_manifest_load(part, &pi, why, sizeof why) < 0) continue; /* verify names it */
+            tot.mem_bytes += pi.hdr->mem_bytes;
+            tot.data_bytes += pi.hdr->data_bytes;
+            tot.changed_bytes += pi.hdr->changed_bytes;
+            tot.stored_bytes += pi.hdr->stored_bytes;
+            if (pi.hdr->pause_ns > tot.pause_ns) tot.pause_ns = pi.hdr->pause_ns;
+            if (pi.hdr->durable_ns > tot.durable_ns) tot.durable_ns = pi.hdr->durable_ns;
+            nthreads += pi.nthreads;
+            nprocs++;
+            lz_image_free(&pi);
+        }
+        lz_tree_free(&t);
         uint64_t files = fstat_files[i], undo = fstat_bytes[i];
         utc(when, sizeof when, h->created_ns);
         if (o.json) {
             printf("%s\n  {\"index\": %" PRIu64 ", \"time\": \"%s\", \"created_ns\": %" PRIu64 ", \"trigger\": \"%s\", "
                    "\"memory_bytes\": %" PRIu64 ", \"data_bytes\": %" PRIu64 ", \"changed_bytes\": %" PRIu64
                    ", \"stored_bytes\": %" PRIu64 ", \"codec\": \"%s\", \"pause_ms\": %.3f, \"durable_ms\": %.3f"
-                   ", \"parent\": %" PRIu64 ", \"pid\": %d, \"processes\": 1, \"threads\": %zu, \"files\": %" PRIu64 ", \"undo_bytes\": %" PRIu64 "}",
+                   ", \"parent\": %" PRIu64 ", \"pid\": %d, \"processes\": %zu, \"threads\": %zu, \"files\": %" PRIu64 ", \"undo_bytes\": %" PRIu64 "}",
                    shown ? "," : "", h->index, when, h->created_ns, lz_trigger_name(h->trigger), h->mem_bytes,
                    h->data_bytes, h->changed_bytes, h->stored_bytes, lz_codec_name((int)h->codec),
-                   (double)h->pause_ns / 1e6, (double)h->durable_ns / 1e6, h->parent, img.proc->pid, img.nthreads, files, undo);
+                   (double)h->pause_ns / 1e6, (double)h->durable_ns / 1e6, h->parent, img.proc->pid, nprocs, nthreads, files, undo);
         } else {
             human_bytes(mem, sizeof mem, h->mem_bytes);
             human_bytes(changed, sizeof changed, h->changed_bytes);
             human_bytes(stored, sizeof stored, h->stored_bytes);
             human_bytes(ub, sizeof ub, undo);
-            printf("%6" PRIu64 "  %-20s  %-9s  %7zu  %10s  %10s  %10s  %7.1fms  %7.1fms  %6" PRIu64 "  %10s\n", h->index, when,
-                   lz_trigger_name(h->trigger), img.nthreads, mem, changed, stored, (double)h->pause_ns / 1e6,
+            printf("%6" PRIu64 "  %-20s  %-9s  %9s  %10s  %10s  %10s  %7.1fms  %7.1fms  %6" PRIu64 "  %10s\n", h->index, when,
+                   lz_trigger_name(h->trigger), procs_threads(nprocs, nthreads), mem, changed, stored, (double)h->pause_ns / 1e6,
                    (double)h->durable_ns / 1e6, files, ub);
         }
         shown++;

@@ -1,5 +1,6 @@
 /* lazarus restart [-d DIR] [--at N] [--force] [--compress SPEC] */
 #include "cli.h"
+#include "tree.h"
 #include "store_admin.h"
 #include "util.h"
 #include "rollback.h"
@@ -125,6 +126,18 @@ int cmd_restart(int argc, char **argv)
     char inner[1024];
     if (lz_manifest_load(ckpt, &img, inner, sizeof inner) < 0) {
         lz_err("cannot restart: checkpoint %" PRIu64 " is damaged: %s", index, inner);
+        return 1;
+    }
+    struct lz_tree tree;
+    if (lz_tree_load(ckpt, &tree, inner, sizeof inner) < 0) {
+        lz_err("cannot restart: checkpoint %" PRIu64 " is damaged: %s", index, inner);
+        return 1;
+    }
+    size_t nprocs = tree.nprocs;
+    lz_tree_free(&tree);
+    if (nprocs > 1) {
+        lz_err("cannot restart from checkpoint %" PRIu64 ": it holds a job of %zu processes, and this build restarts "
+               "only single-process jobs (the main program with its threads); nothing was changed", index, nprocs);
         return 1;
     }
     if (check_identity(&img, why, sizeof why) < 0) { lz_err("cannot restart from checkpoint %" PRIu64 ": %s", index, why); return 1; }

@@ -1,4 +1,4 @@
-/* On-disk format of a Lazarus checkpoint (version 3).  Shared by the runtime
+/* On-disk format of a Lazarus checkpoint (version 4).  Shared by the runtime
  * (writer), the restorer and the CLI (readers).  Every structure has a fixed
  * size checked at compile time so that an image written by one build is read
  * the same way by another.  See ARCHITECTURE.md, "On-disk format". */
@@ -8,15 +8,20 @@
 #include <stdint.h>
 
 #define LZ_MAGIC "LZRSCKPT"
-#define LZ_VERSION 3u /* 3: threads (THREADS section), pending signals by thread; pipes and
-                         * local socket pairs (CHANS section, LZ_FD_PIPE, LZ_FD_SOCKET) */
+#define LZ_VERSION 4u /* 3: threads (THREADS section), pending signals by thread; pipes and
+                         * local socket pairs (CHANS section, LZ_FD_PIPE, LZ_FD_SOCKET).
+                         * 4: process trees (the `tree` file, proc.PID/ parts, pack.N.PID) */
 
 /* Names inside the store directory. */
 #define LZ_CKPT_PREFIX "ckpt."  /* committed: ckpt.%06llu/            */
 #define LZ_TMP_PREFIX "tmp."    /* being written: tmp.%06llu.%d/       */
 #define LZ_MANIFEST "manifest"  /* inside a checkpoint directory       */
+#define LZ_TREE "tree"          /* inside a checkpoint directory: the job's processes (struct lz_tree) */
+#define LZ_PROC_PREFIX "proc."  /* ckpt.N/proc.PID/: the part of a process other than the job's
+                                 * main program (whose part is ckpt.N/ itself) */
 #define LZ_PACKS_DIR "packs"    /* DIR/packs/pack.%06llu: page data, shared by checkpoints */
-#define LZ_PACK_PREFIX "pack."  /* pack.N is written by checkpoint N (indices are never reused) */
+#define LZ_PACK_PREFIX "pack."  /* pack.N is written by checkpoint N (indices are never reused) for
+                                 * the main program, pack.N.PID for process PID of the job */
 #define LZ_JRNL_PREFIX "jrnl."  /* jrnl.N: the file journal of an interval whose checkpoint N never
                                  * committed (a failed or torn write); rolled back like ckpt.N's */
 #define LZ_GC_LOCK "gc.lock"    /* flock()ed by whoever deletes packs */
@@ -296,6 +301,41 @@ struct lz_chan {
     uint64_t reserved[2];
 };
 
+/* ckpt.N/tree: the processes of the job at checkpoint N, written by the
+ * supervisor when every process's part is written, just before the commit.
+ * Header, then nprocs struct lz_tree_proc (parents before their children,
+ * the main program first), then nshared struct lz_tree_shared, then the
+ * trailer (XXH3-64 of every byte before it).  PIDs are the job's own (as the
+ * processes see them, inside a restart's PID namespace). */
+#define LZ_TREE_MAGIC "LZRSTREE"
+#define LZ_MAX_PROCS 1024
+enum lz_tree_state {
+    LZ_TP_LIVE = 1,   /* its part (manifest, data, journal) is `dir` */
+    LZ_TP_ZOMBIE = 2, /* exited, not yet waited for by its parent: `status` is its wait status */
+};
+struct lz_tree_header {
+    char magic[8];
+    uint32_t version;   /* LZ_VERSION */
+    uint32_t nprocs;
+    uint32_t nshared;
+    uint32_t pad;
+    uint64_t index;
+};
+struct lz_tree_proc {
+    int32_t pid, ppid;  /* ppid 0: the main program (its parent is the supervisor's side) */
+    int32_t pgid, sid;
+    uint32_t state;     /* enum lz_tree_state */
+    int32_t status;     /* zombie: wait status */
+    char comm[16];
+    char dir[32];       /* live: "" (the checkpoint directory: the main program) or "proc.PID" */
+};
+/* An open file description (regular file, directory, device) that several
+ * processes hold: every (pid, fd) with the same group is one description,
+ * made once at restart and inherited.  Pipes are matched by inode instead. */
+struct lz_tree_shared {
+    int32_t group, pid, fd, pad;
+};
+
 /* Written by the restorer into the restored runtime (at lz_proc.resume_addr)
  * just before it jumps back: what the resumed process needs to know about the
  * restart that brought it back. */
@@ -307,6 +347,8 @@ struct lz_resume {
     int32_t exe_fd;            /* the program's executable: the runtime makes it
                                   /proc/PID/exe once the restorer is unmapped */
     int32_t codec, level;      /* `restart --compress`, codec -1 = keep the program's */
+    int32_t main_pid;          /* the job's main program (this one if equal to its PID) */
+    int32_t pad;
     char dir[LZ_PATH_MAX];     /* store directory (absolute) */
 };
 #define LZ_RESUME_MAGIC 0x454d555345525a4cull /* "LZRESUME" */
@@ -320,5 +362,8 @@ LZ_STATIC_ASSERT(sizeof(struct lz_pack) == 24, "lz_pack size");
 LZ_STATIC_ASSERT(sizeof(struct lz_fd) == 72, "lz_fd size");
 LZ_STATIC_ASSERT(sizeof(struct lz_thread) == 216, "lz_thread size");
 LZ_STATIC_ASSERT(sizeof(struct lz_chan) == 80, "lz_chan size");
+LZ_STATIC_ASSERT(sizeof(struct lz_tree_header) == 32, "lz_tree_header size");
+LZ_STATIC_ASSERT(sizeof(struct lz_tree_proc) == 72, "lz_tree_proc size");
+LZ_STATIC_ASSERT(sizeof(struct lz_tree_shared) == 16, "lz_tree_shared size");
 
 #endif

@@ -57,7 +57,7 @@ void *lz_read_fd(int fd, size_t *len)
     char *buf = malloc(cap);
     if (!buf) return NULL;
     for (;;) {
-        if (n == cap) {
+        if (n + 1 >= cap) { /* room for the NUL that always follows */
             char *nb = realloc(buf, cap *= 2);
             if (!nb) { free(buf); return NULL; }
             buf = nb;
@@ -67,6 +67,7 @@ void *lz_read_fd(int fd, size_t *len)
         if (r == 0) break;
         n += (size_t)r;
     }
+    buf[n] = 0;
     *len = n;
     return buf;
 }

@@ -91,6 +91,7 @@ static _Noreturn void restore_on_own_stack(void *unused)
     res.magic = LZ_RESUME_MAGIC;
     res.index = rc->index;
     res.ctl_fd = -1;
+    res.main_pid = rc->img.proc->pid; /* a single process: the job's main program */
     for (size_t i = 0; i < rc->img.nfds; i++)
         if (rc->img.fds[i].kind == LZ_FD_CTL) res.ctl_fd = rc->img.fds[i].fd;
     snprintf(res.dir, sizeof res.dir, "%s", rc->store_dir);

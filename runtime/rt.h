@@ -27,9 +27,15 @@
     if (!real_##name) real_##name = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #name)
 
 struct rt_state {
-    int active;            /* this process is the job's program */
+    int active;            /* this process belongs to a job (rt_job.c) */
     int pid;               /* its PID */
+    int main_pid;          /* the job's main program: its part of a checkpoint is ckpt.N/ itself,
+                            * any other process's is ckpt.N/proc.PID/ */
     int ctl_fd;            /* SOCK_SEQPACKET to the supervisor */
+    int chan_pid;          /* the process ctl_fd is the channel of (a child's is its parent's
+                            * until rt_own_channel) */
+    uint64_t last_index;   /* the newest checkpoint this process took part in: a request
+                            * repeated by the supervisor is ignored */
     uint64_t parent;       /* checkpoint this run was restarted from */
     char dir[LZ_PATH_MAX]; /* the store, absolute */
     struct sigaction prog_urg; /* the program's own SIGURG disposition */
@@ -94,7 +100,6 @@ struct rt_ckpt {
     struct lz_proc *proc;
     struct lz_thread *threads; size_t nthreads; /* [0] the main thread (tid = pid) */
     struct lz_thread *ckpt_thread;   /* the one running this checkpoint */
-    int32_t *task_names; size_t ntasks; /* the threads as /proc/self/task names them (rt_threads.c) */
     struct lz_region *regions; size_t nregions;
     struct lz_extent *extents; size_t nextents, extents_cap;
     struct lz_fd *fds; size_t nfds;
@@ -134,9 +139,6 @@ void rt_thread_stopped(uint32_t round);
  * code (before unmapping it), then let them run (after the runtime is ready). */
 void rt_threads_landed(void);
 void rt_threads_go(void);
-/* Refuses (-1, ck->err) a checkpoint of a program with child processes (rt_procs.c);
- * after rt_threads_stop, whose list of the threads it reads. */
-int rt_check_children(struct rt_ckpt *ck);
 
 int rt_capture_proc(struct rt_ckpt *ck, void *ucontext);
 int rt_capture_fds(struct rt_ckpt *ck);
@@ -210,6 +212,18 @@ static inline void rt_leave(void)
     __asm__ volatile("" ::: "memory");
     if (--rt_self.busy == 0 && (rt_self.ckpt_deferred | rt_self.stop_deferred)) rt_redeliver_checkpoint();
 }
+
+/* The job (rt_job.c).  Makes ctl_fd this process's own channel (a child
+ * inherits its parent's): 0, or -1 if it cannot. */
+int rt_own_channel(void);
+/* Waits for the supervisor's "WORD N [arg]" on checkpoint N: 1, or 0 on ABORT
+ * or when the supervisor is gone. */
+int rt_job_wait(uint64_t index, const char *word, long *arg);
+long rt_send_fd(int sock, int fd, const char *msg, size_t len);
+static inline int rt_is_main(void) { return rt.main_pid == rt.pid; } /* in its writer too */
+
+/* Saves the job's variables for the programs it execs (rt_exec.c). */
+void rt_exec_remember_env(void);
 
 /* Messages to the supervisor: one datagram, text. */
 void rt_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -22,9 +22,15 @@ void rt_trace(uint64_t t0, const char *who, const char *step)
 
 static void trace(uint64_t t0, const char *step) { rt_trace(t0, "checkpoint", step); }
 
+/* A failure before the copy, or an abort: nothing of N is left but what
+ * rt_begin_checkpoint started (the journal, which the supervisor keeps). */
 static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
 {
+    if (index <= rt.last_index) return; /* asked again while we took part already */
+    rt.last_index = index;
+    rt.pid = (int)lz_sc0(SYS_getpid); /* (a child made without fork() has its parent's) */
     uint64_t t0 = rt_now_ns(1);
+    rt_own_channel();
     rt_notify("BEGIN %llu", (unsigned long long)index);
     long a = lz_sc6(SYS_mmap, 0, ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if ((a < 0 && a > -4096) || rt_map_init() < 0) {
@@ -48,22 +54,27 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     ck->strings.buf = arena_alloc(&ck->arena, ck->strings.cap);
     ck->strings.buf[0] = 0;
     ck->strings.len = 1;
-    int rc = rt_threads_stop(ck);
-    if (rc == 0) rc = rt_check_children(ck);
+    int rc = rt_threads_stop(ck), aborted = 0;
     trace(t0, "threads stopped");
-    if (rc == 0) rc = rt_capture_proc(ck, uc);
-    if (rc == 0) rc = rt_capture_fds(ck);
+    /* every process of the job stops before any is captured (rt_job.c) */
+    if (rc == 0) {
+        rt_notify("STOPPED %llu %d", (unsigned long long)index, (int)lz_sc0(SYS_getpid));
+        aborted = !rt_job_wait(index, "GO", NULL);
+        trace(t0, "the job is stopped");
+    }
+    if (rc == 0 && !aborted) rc = rt_capture_proc(ck, uc);
+    if (rc == 0 && !aborted) rc = rt_capture_fds(ck);
     trace(t0, "process and descriptors");
-    if (rc == 0) rc = rt_capture_regions(ck);
+    if (rc == 0 && !aborted) rc = rt_capture_regions(ck);
     trace(t0, "regions");
-    if (rc == 0 && ck->strings.overflow) {
+    if (rc == 0 && !aborted && ck->strings.overflow) {
         rt_fmt(ck->err, sizeof ck->err, "the program's paths (files, mappings) exceed the checkpoint's string table");
         rc = -1;
     }
-    if (rc == 0) rc = rt_begin_checkpoint(ck);
+    if (rc == 0 && !aborted) rc = rt_begin_checkpoint(ck);
     trace(t0, "directory and file journal");
     int forked = 0;
-    if (rc == 0) {
+    if (rc == 0 && !aborted) {
         if (lz_save_context(&ck->ckpt_thread->ctx) != 0) {
             /* We are the restored program: `ck` and the arena are gone. */
             rt_resume(NULL);
@@ -84,17 +95,23 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
             if (!forked) rc = rt_finish_checkpoint(ck);
         }
     }
-    rt_threads_release(); /* the snapshot is taken (or failed) */
-    trace(t0, forked ? "forked" : "written");
-    if (trigger == LZ_TRIG_API) {
-        rt.api_index = index;
-        rt.api_result = rc == 0 ? 1 : -1;
-        rt.api_done = 1;
-    }
-    if (!forked) { /* else the writer reports */
+    if (!aborted && !forked) { /* else the writer reports */
         char msg[700];
         rt_result(ck, rc, msg, sizeof msg);
         rt_notify("%s", msg);
+    }
+    /* the job runs again once every process is captured (for the C API: once
+     * the checkpoint is committed, which RESUME's argument says) */
+    long committed = 0;
+    if (rc == 0 && !aborted && !rt_job_wait(index, "RESUME", &committed)) rc = -1;
+    ck->pause_ns = rt_now_ns(1) - t0;
+    if (forked) rt_map_set_pause(ck->pause_ns);
+    rt_threads_release(); /* the snapshot is taken (or failed) */
+    trace(t0, forked ? "forked" : aborted ? "aborted" : "written");
+    if (trigger == LZ_TRIG_API) {
+        rt.api_index = index;
+        rt.api_result = rc == 0 && !aborted && committed ? 1 : -1;
+        rt.api_done = 1;
     }
     if (forked && ck->planned) rt_map_keep_arena(ck->arena.base, ck->arena.cap);
     else lz_sc2(SYS_munmap, ck->arena.base, ck->arena.cap);

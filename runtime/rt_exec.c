@@ -1,11 +1,14 @@
-/* Programs the job starts that Lazarus cannot checkpoint, named when they
- * start.  The runtime reaches a new program only through LD_PRELOAD, which a
- * statically linked program (Go, musl-static, busybox...) never reads, and
- * which an exec with a cleaned environment drops.  Every exec is interposed:
- * such a program is named on stderr before it starts, and if it replaces the
- * job's program itself the supervisor hears of it and refuses checkpoints
- * with that reason (a process without the runtime cannot answer one).
- * (Children of the program are refused at checkpoint time: rt_procs.c.) */
+/* Every program the job execs belongs to the job.  The runtime reaches a new
+ * program only through LD_PRELOAD, which an exec with a cleaned environment
+ * (env -i, a subprocess given its own env) would drop: every exec and
+ * posix_spawn is interposed and gets the job's variables back (LD_PRELOAD
+ * and LAZARUS_*, as the runtime started with them).  A statically linked
+ * program (Go, musl-static, busybox...) never reads LD_PRELOAD: it is named on
+ * stderr before it starts; if it replaces the job's main program the
+ * supervisor hears of it and refuses checkpoints with that reason, and any
+ * other process of the job without the runtime is found and named by the
+ * supervisor when a checkpoint is asked for (a process without the runtime
+ * cannot answer one). */
 #include "rt.h"
 #include <dlfcn.h>
 #include <elf.h>
@@ -63,32 +66,89 @@ static const char *resolve(const char *file, char *out, size_t len)
     }
 }
 
-static int keeps_runtime(char *const envp[])
+/* The job's variables as this process started with them ("NAME=value"). */
+static const char *const job_names[] = {"LAZARUS_DIR", "LAZARUS_CTL_FD", "LAZARUS_PID", "LAZARUS_DURABILITY",
+                                        "LAZARUS_EXCLUDE", "LAZARUS_COMPRESS", "LAZARUS_INHERITED", "LAZARUS_TRACE",
+                                        "LAZARUS_NO_FORK", "LAZARUS_NO_DIRTY", "LD_PRELOAD"};
+#define NJOB (sizeof job_names / sizeof job_names[0])
+static char *job_vars[NJOB];
+
+void rt_exec_remember_env(void)
 {
-    for (int i = 0; envp && envp[i]; i++)
-        if (!strncmp(envp[i], "LD_PRELOAD=", 11) && strstr(envp[i], RUNTIME_NAME)) return 1;
-    return 0;
+    for (size_t i = 0; i < NJOB; i++) {
+        const char *v = getenv(job_names[i]);
+        if (!v) continue;
+        size_t n = strlen(job_names[i]), m = strlen(v);
+        job_vars[i] = malloc(n + m + 2);
+        if (job_vars[i]) { memcpy(job_vars[i], job_names[i], n); job_vars[i][n] = '='; memcpy(job_vars[i] + n + 1, v, m + 1); }
+    }
+}
+
+static int is_job_var(const char *e)
+{
+    if (!strncmp(e, "LAZARUS_", 8)) return 1;
+    return !strncmp(e, "LD_PRELOAD=", 11);
+}
+
+/* The environment a program of the job starts with: the caller's, with the
+ * job's variables put back (LD_PRELOAD: the runtime first, then whatever
+ * else the caller preloads).  In `out` (cap entries) and `buf`; envp itself
+ * when not in a job or when it does not fit (the exec still happens). */
+#define ENV_MAX 4096
+struct job_env { char *v[ENV_MAX]; char chan[48], parent[48], preload[LZ_PATH_MAX]; };
+
+static char *const *with_job(char *const envp[], struct job_env *je)
+{
+    if (!rt.active || !job_vars[0]) return envp;
+    size_t n = 0;
+    const char *their_preload = NULL;
+    for (size_t i = 0; envp && envp[i]; i++) {
+        if (is_job_var(envp[i])) {
+            if (!strncmp(envp[i], "LD_PRELOAD=", 11)) their_preload = envp[i] + 11;
+            continue;
+        }
+        if (n + NJOB + 4 >= ENV_MAX) return envp;
+        je->v[n++] = envp[i];
+    }
+    for (size_t i = 0; i < NJOB; i++) {
+        if (!job_vars[i]) continue;
+        if (!strcmp(job_names[i], "LD_PRELOAD") && their_preload && *their_preload && !strstr(their_preload, RUNTIME_NAME)) {
+            /* ours, then theirs */
+            snprintf(je->preload, sizeof je->preload, "%s %s", job_vars[i], their_preload);
+            je->v[n++] = je->preload;
+        } else {
+            je->v[n++] = job_vars[i];
+        }
+    }
+    /* whose channel the new program inherits: a child makes its own (rt_job.c) */
+    snprintf(je->chan, sizeof je->chan, "LAZARUS_CHAN_PID=%d", rt.chan_pid);
+    je->v[n++] = je->chan;
+    if (rt.parent) {
+        snprintf(je->parent, sizeof je->parent, "LAZARUS_PARENT=%llu", (unsigned long long)rt.parent);
+        je->v[n++] = je->parent;
+    }
+    je->v[n] = NULL;
+    return je->v;
 }
 
 /* Before an exec: name the program if it will run without the runtime. */
-static void check_exec(const char *file, int search, char *const envp[], int replaces)
+static void check_exec(const char *file, int search, int replaces)
 {
-    if (!getenv("LAZARUS_DIR")) return; /* not in a job */
+    if (!rt.active) return; /* not in a job */
     char buf[LZ_PATH_MAX];
     const char *path = search ? resolve(file, buf, sizeof buf) : file;
-    const char *why = is_static(path, 0) ? "is statically linked" : !keeps_runtime(envp) ? "is started without LD_PRELOAD" : NULL;
-    if (!why) return;
-    fprintf(stderr, "lazarus: process %d starts %s, which %s: Lazarus cannot checkpoint it; checkpoints are refused while it runs\n",
-            getpid(), path, why);
-    /* the job's program itself is being replaced (not a vfork child sharing its memory) */
-    if (replaces && rt.active && lz_sc0(SYS_getpid) == rt.pid) rt_notify("UNCHECKPOINTABLE %s, which %s", path, why);
+    if (!is_static(path, 0)) return;
+    fprintf(stderr, "lazarus: process %d starts %s, which is statically linked: Lazarus cannot checkpoint it; "
+                    "checkpoints are refused while it runs\n", getpid(), path);
+    /* the job's main program itself is being replaced (not a vfork child sharing its memory) */
+    if (replaces && lz_sc0(SYS_getpid) == rt.pid && rt_is_main()) rt_notify("UNCHECKPOINTABLE %s, which is statically linked", path);
 }
 
 /* The exec failed: the program (with the runtime) runs on. */
 static int exec_failed(void)
 {
     int e = errno;
-    if (rt.active && lz_sc0(SYS_getpid) == rt.pid) rt_notify("CHECKPOINTABLE");
+    if (rt.active && lz_sc0(SYS_getpid) == rt.pid && rt_is_main()) rt_notify("CHECKPOINTABLE");
     errno = e;
     return -1;
 }
@@ -98,8 +158,9 @@ extern char **environ;
 RT_API int execve(const char *path, char *const argv[], char *const envp[])
 {
     REAL(int, execve, const char *, char *const[], char *const[]);
-    check_exec(path, 0, envp, 1);
-    real_execve(path, argv, envp);
+    check_exec(path, 0, 1);
+    struct job_env je;
+    real_execve(path, argv, with_job(envp, &je));
     return exec_failed();
 }
 
@@ -108,8 +169,9 @@ RT_API int execv(const char *path, char *const argv[]) { return execve(path, arg
 RT_API int execvpe(const char *file, char *const argv[], char *const envp[])
 {
     REAL(int, execvpe, const char *, char *const[], char *const[]);
-    check_exec(file, 1, envp, 1);
-    real_execvpe(file, argv, envp);
+    check_exec(file, 1, 1);
+    struct job_env je;
+    real_execvpe(file, argv, with_job(envp, &je));
     return exec_failed();
 }
 
@@ -120,8 +182,9 @@ RT_API int fexecve(int fd, char *const argv[], char *const envp[])
     REAL(int, fexecve, int, char *const[], char *const[]);
     char path[64];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    check_exec(path, 0, envp, 1);
-    real_fexecve(fd, argv, envp);
+    check_exec(path, 0, 1);
+    struct job_env je;
+    real_fexecve(fd, argv, with_job(envp, &je));
     return exec_failed();
 }
 
@@ -172,8 +235,9 @@ RT_API int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_acti
 {
     REAL(int, posix_spawn, pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,
          char *const[], char *const[]);
-    check_exec(path, 0, envp, 0);
-    return real_posix_spawn(pid, path, fa, at, argv, envp);
+    check_exec(path, 0, 0);
+    struct job_env je;
+    return real_posix_spawn(pid, path, fa, at, argv, with_job(envp, &je));
 }
 
 RT_API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *at,
@@ -181,6 +245,7 @@ RT_API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_act
 {
     REAL(int, posix_spawnp, pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,
          char *const[], char *const[]);
-    check_exec(file, 1, envp, 0);
-    return real_posix_spawnp(pid, file, fa, at, argv, envp);
+    check_exec(file, 1, 0);
+    struct job_env je;
+    return real_posix_spawnp(pid, file, fa, at, argv, with_job(envp, &je));
 }

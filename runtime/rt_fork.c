@@ -36,11 +36,13 @@ int rt_result(struct rt_ckpt *ck, int rc, char *msg, size_t len)
 uint64_t rt_pause_ns(struct rt_ckpt *ck)
 {
     if (!ck->in_child) return rt_now_ns(1) - ck->t0; /* written in the pause: all of it is pause */
-    /* the program tells its pause right after the fork returns */
-    for (int i = 0; i < 100000; i++) {
+    /* the program tells its pause once the job runs again */
+    uint64_t t0 = rt_now_ns(1);
+    while (rt_now_ns(1) - t0 < 10000000000ull) {
         uint64_t p = rt_map_pause();
         if (p) return p;
-        lz_sc0(SYS_sched_yield);
+        struct timespec ms = {0, 1000000};
+        lz_sc2(SYS_nanosleep, &ms, 0);
     }
     return 0;
 }
@@ -55,28 +57,6 @@ static void fork_advice(struct rt_ckpt *ck, int before)
         if (r->flags & LZ_RF_DONTFORK) lz_sc3(SYS_madvise, r->start, len, before ? MADV_DOFORK : MADV_DONTFORK);
         if ((r->flags & (LZ_RF_WIPEONFORK | LZ_RF_DROPPABLE)) == LZ_RF_WIPEONFORK) lz_sc3(SYS_madvise, r->start, len, before ? MADV_KEEPONFORK : MADV_WIPEONFORK);
     }
-}
-
-static long send_fd(int sock, int fd, const char *msg, size_t len)
-{
-    struct iovec iov = {(void *)msg, len};
-    union { struct cmsghdr h; char buf[CMSG_SPACE(sizeof(int))]; } c;
-    memset(&c, 0, sizeof c);
-    struct msghdr mh;
-    memset(&mh, 0, sizeof mh);
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = c.buf;
-    mh.msg_controllen = sizeof c.buf;
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-    long r;
-    do r = lz_sc3(SYS_sendmsg, sock, &mh, MSG_NOSIGNAL);
-    while (r == -EINTR);
-    return r;
 }
 
 long rt_clone_call(unsigned long flags, void *stack_top, void (*fn)(void *), void *arg);
@@ -156,6 +136,35 @@ static void shared_writer(void *arg)
     writer_main(ck, ck->writer_fd);
 }
 
+/* A writer for a process other than the job's main program cannot be its
+ * parent's child (CLONE_PARENT): that parent is part of the job and would
+ * wait() for it.  A short-lived middle child sharing our memory starts it
+ * and exits at once, so the writer is orphaned to the supervisor (a child
+ * subreaper) or to the restart's PID-namespace init; the middle child has no
+ * exit signal and is reaped here, unseen by the program. */
+struct middle { struct rt_ckpt *ck; int out; long pid; };
+
+static long start_writer(struct rt_ckpt *ck, int out, unsigned long parent_flag)
+{
+    if (ck->planned) {
+        char *stack = arena_alloc(&ck->arena, 256u << 10);
+        ck->writer_fd = out;
+        return stack ? rt_clone_call(CLONE_VM | parent_flag | SIGCHLD, stack + (256u << 10), shared_writer, ck) : -ENOMEM;
+    }
+    long pid = lz_sc5(SYS_clone, parent_flag | SIGCHLD, 0, 0, 0, 0);
+    if (pid == 0) {
+        writer_main(ck, out);
+        lz_sc1(SYS_exit_group, 0);
+    }
+    return pid;
+}
+
+static void middle_main(void *arg)
+{
+    struct middle *m = arg;
+    m->pid = start_writer(m->ck, m->out, 0);
+}
+
 int rt_fork_writer(struct rt_ckpt *ck)
 {
     if (rt.nofork) return 0;
@@ -164,29 +173,34 @@ int rt_fork_writer(struct rt_ckpt *ck)
     /* the writer starts with every signal blocked: it runs none of the program's handlers */
     uint64_t all = ~0ull, old;
     lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, 8);
+    if (!ck->planned) fork_advice(ck, 1);
     long pid;
-    if (ck->planned) {
-        char *stack = arena_alloc(&ck->arena, 256u << 10);
-        ck->writer_fd = p[1];
-        pid = stack ? rt_clone_call(CLONE_VM | CLONE_PARENT | SIGCHLD, stack + (256u << 10), shared_writer, ck) : -ENOMEM;
+    if (rt_is_main()) {
+        pid = start_writer(ck, p[1], CLONE_PARENT);
     } else {
-        fork_advice(ck, 1);
-        pid = lz_sc5(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
-        if (pid == 0) {
-            lz_sc1(SYS_close, p[0]);
-            writer_main(ck, p[1]);
-            lz_sc1(SYS_exit_group, 0);
+        struct middle *m = arena_alloc(&ck->arena, sizeof *m);
+        char *stack = arena_alloc(&ck->arena, 64u << 10);
+        pid = -ENOMEM;
+        if (m && stack) {
+            *m = (struct middle){ck, p[1], -ECHILD};
+            long mid = rt_clone_call(CLONE_VM | CLONE_VFORK, stack + (64u << 10), middle_main, m);
+            if (mid > 0) {
+                long r;
+                do r = lz_sc4(SYS_wait4, mid, 0, 0x40000000 /* __WALL */, 0);
+                while (r == -EINTR);
+                pid = m->pid;
+            } else {
+                pid = mid;
+            }
         }
-        fork_advice(ck, 0);
     }
+    if (!ck->planned) fork_advice(ck, 0);
     lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, 8);
     lz_sc1(SYS_close, p[1]);
     if (pid < 0) { lz_sc1(SYS_close, p[0]); return 0; }
-    ck->pause_ns = rt_now_ns(1) - ck->t0;
-    rt_map_set_pause(ck->pause_ns);
     char msg[64];
-    int n = rt_fmt(msg, sizeof msg, "FORKED %llu %llu", (unsigned long long)ck->index, (unsigned long long)ck->pause_ns);
-    if (send_fd(rt.ctl_fd, p[0], msg, (size_t)n) < 0) {
+    int n = rt_fmt(msg, sizeof msg, "FORKED %llu %llu", (unsigned long long)ck->index, (unsigned long long)(rt_now_ns(1) - ck->t0));
+    if (rt_send_fd(rt.ctl_fd, p[0], msg, (size_t)n) < 0) {
         /* the supervisor will not hear from the writer: wait for it here */
         char buf[700];
         long r;

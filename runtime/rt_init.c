@@ -3,6 +3,7 @@
 #include "track.h"
 #include "codec.h"
 #include "rt_dirty.h"
+#include "rt_map.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -94,28 +95,49 @@ void rt_notify(const char *fmt, ...)
     while (r == -EINTR);
 }
 
+/* A forked child belongs to the job too.  It shares nothing with its
+ * parent's checkpoints: the parent's map of its last checkpoint (shared
+ * memory), its write tracker (a userfaultfd and pagemap of the parent's
+ * memory) and its channel to the supervisor are let go, and its first
+ * checkpoint stores all of it. */
 static void rt_atfork_child(void)
 {
-    /* A forked child is not the job's program (process trees come later):
-     * it keeps no link to the supervisor and never checkpoints. */
-    if (rt.active && rt.ctl_fd >= 0) lz_sc1(SYS_close, rt.ctl_fd);
-    rt.active = 0;
-    rt.ctl_fd = -1;
+    if (!rt.active) return;
+    rt.pid = (int)lz_sc0(SYS_getpid);
+    rt_map_fork_child();
+    rt_dirty_reset();
+    rt_regions_forget();
+    rt_pages_forget();
+    if (!rt.nodirty) rt_track_all();
+    rt_own_channel();
     fj.live = 0;
 }
 
-__attribute__((constructor)) static void rt_init(void)
+/* Descriptors the job's main program got from its launcher (a make jobserver
+ * pipe, say) are re-attached at restart like 0/1/2.  Its children inherit the
+ * list ("fd:dev:ino,..." in LAZARUS_INHERITED) instead of taking what they
+ * were started with for the launcher's: a pipe between two of them is not. */
+static void note_inherited(int cfd)
 {
-    const char *pid = getenv("LAZARUS_PID"), *dir = getenv("LAZARUS_DIR"), *fd = getenv("LAZARUS_CTL_FD");
-    if (!pid || !dir || !fd || atoi(pid) != getpid() || strlen(dir) >= sizeof rt.dir) return;
-    int cfd = atoi(fd);
-    if (fcntl(cfd, F_GETFD) < 0) return;
-    const char *parent = getenv("LAZARUS_PARENT");
-    rt.parent = parent ? strtoull(parent, NULL, 10) : 0;
-    memcpy(rt.dir, dir, strlen(dir) + 1);
-    rt.ctl_fd = cfd;
-    rt.active = 1;
-    rt.pid = getpid();
+    const char *inh = getenv("LAZARUS_INHERITED");
+    if (inh) {
+        for (const char *p = inh; *p && rt.ninherited < 64;) {
+            char *e;
+            long fd = strtol(p, &e, 10);
+            if (*e != ':') break;
+            unsigned long long dev = strtoull(e + 1, &e, 10);
+            if (*e != ':') break;
+            unsigned long long ino = strtoull(e + 1, &e, 10);
+            rt.inherited[rt.ninherited].fd = (int)fd;
+            rt.inherited[rt.ninherited].dev = dev;
+            rt.inherited[rt.ninherited].ino = ino;
+            rt.ninherited++;
+            p = *e == ',' ? e + 1 : e;
+        }
+        return;
+    }
+    char list[64 * 48] = "";
+    size_t len = 0;
     for (int fd = 3; fd < 1024 && rt.ninherited < 64; fd++) {
         struct stat st;
         if (fd != cfd && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
@@ -123,8 +145,33 @@ __attribute__((constructor)) static void rt_init(void)
             rt.inherited[rt.ninherited].dev = st.st_dev;
             rt.inherited[rt.ninherited].ino = st.st_ino;
             rt.ninherited++;
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d:%llu:%llu", len ? "," : "", fd,
+                                    (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
         }
     }
+    setenv("LAZARUS_INHERITED", list, 1);
+}
+
+/* In every process of a job: the supervisor started the main program with
+ * LAZARUS_PID (its PID), LAZARUS_DIR and the control socket's number; its
+ * children and the programs they exec inherit them (rt_exec.c). */
+__attribute__((constructor)) static void rt_init(void)
+{
+    const char *pid = getenv("LAZARUS_PID"), *dir = getenv("LAZARUS_DIR"), *fd = getenv("LAZARUS_CTL_FD");
+    if (!pid || !dir || !fd || strlen(dir) >= sizeof rt.dir) return;
+    int cfd = atoi(fd);
+    struct stat cst;
+    if (cfd < 0 || fstat(cfd, &cst) < 0 || !S_ISSOCK(cst.st_mode)) return;
+    const char *parent = getenv("LAZARUS_PARENT"), *chan = getenv("LAZARUS_CHAN_PID");
+    rt.parent = parent ? strtoull(parent, NULL, 10) : 0;
+    memcpy(rt.dir, dir, strlen(dir) + 1);
+    rt.ctl_fd = cfd;
+    rt.main_pid = atoi(pid);
+    rt.chan_pid = chan ? atoi(chan) : rt.main_pid;
+    rt.active = 1;
+    rt.pid = getpid();
+    note_inherited(cfd);
+    rt_exec_remember_env();
     const char *dur = getenv("LAZARUS_DURABILITY");
     if (fj_setup(rt.dir, dur && !strcmp(dur, "machine"), getenv("LAZARUS_EXCLUDE")) < 0)
         fprintf(stderr, "lazarus: cannot set up file tracking; files will not be rolled back\n");
@@ -143,6 +190,7 @@ __attribute__((constructor)) static void rt_init(void)
     rt_track_all(); /* what the program maps later is tracked from its first checkpoint on */
     pthread_atfork(NULL, NULL, rt_atfork_child);
     rt_install_handler();
+    rt_own_channel();
     rt_notify("HELLO %d", getpid());
 }
 

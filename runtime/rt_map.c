@@ -57,6 +57,15 @@ int rt_map_init(void)
 
 int rt_map_ready(void) { return mem != NULL; }
 
+void rt_map_fork_child(void)
+{
+    if (mem) lz_sc2(SYS_munmap, mem, mem_len); /* the parent's: not ours to write */
+    mem = NULL;
+    sh = NULL;
+    dedup = NULL;
+    mem_len = 0;
+}
+
 int rt_map_owns(uint64_t start, uint64_t end)
 {
     return mem && start >= (uint64_t)mem && end <= (uint64_t)mem + mem_len;

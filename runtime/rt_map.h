@@ -42,6 +42,8 @@ struct rt_dedup_ent {
 /* 0, or -1 when the memory cannot be had (checkpoints are then full ones). */
 int rt_map_init(void);
 int rt_map_ready(void);
+/* In a forked child: the parent's map is let go (the child's first checkpoint is a full one). */
+void rt_map_fork_child(void);
 /* 1 if [start,end) is the map's memory (left out of the image). */
 int rt_map_owns(uint64_t start, uint64_t end);
 

@@ -8,9 +8,11 @@
  *     does not hold is read through a reader opened on /proc/self/fd/N);
  *   - a socket's receive queue is peeked with SO_PEEK_OFF set, so successive
  *     MSG_PEEK calls walk it, one message per call for datagrams.
- * The peer of a socket comes from sock_diag (UNIX_DIAG_PEER).  A pipe or
- * socket whose other end lives outside the process (or nowhere, for a
- * socket) fails the checkpoint with a message naming the descriptor.  The
+ * The peer of a socket comes from sock_diag (UNIX_DIAG_PEER).  A pipe may be
+ * shared with other processes of the job (all are stopped while this runs;
+ * the restart makes one pipe for all its holders, by inode); a socket whose
+ * other end lives outside the process (or nowhere) fails the checkpoint with
+ * a message naming the descriptor.  The
  * writer puts each object's data in a file of the checkpoint directory
  * (rt_store_chans); the restorer rebuilds them (restorer/restore_pipes.c). */
 #include "rt.h"
@@ -49,11 +51,6 @@ static int is_chan_end(const struct lz_fd *f)
     return (f->kind == LZ_FD_PIPE || f->kind == LZ_FD_SOCKET) && f->dup_of < 0;
 }
 
-static short poll_now(int fd, short events)
-{
-    struct pollfd p = {fd, events, 0};
-    return lz_sc3(SYS_poll, &p, 1, 0) == 1 ? p.revents : 0;
-}
 
 static long read_full(long fd, char *buf, size_t len)
 {
@@ -82,12 +79,8 @@ static int capture_pipe(struct rt_ckpt *ck, size_t first, struct lz_chan *c, cha
         if ((f->flags & O_ACCMODE) != O_WRONLY && !rd) rd = f;
         if ((f->flags & O_ACCMODE) != O_RDONLY && !wr) wr = f;
     }
-    /* one end only: the other must be closed everywhere (POLLERR: no reader, POLLHUP: no
-     * writer), or it is another process's (process trees come later) */
-    if (!rd && !(poll_now(wr->fd, POLLOUT) & POLLERR))
-        return refuse(ck, wr, "the write end of a pipe whose read end another process holds");
-    if (!wr && !(poll_now(rd->fd, POLLIN) & POLLHUP))
-        return refuse(ck, rd, "the read end of a pipe whose write end another process holds");
+    /* one end only: the other is closed, or another process of the job holds it (every
+     * process is stopped now, and the restart matches the ends by inode) */
     memset(c, 0, sizeof *c);
     c->ino = f0->ino;
     c->kind = LZ_CH_PIPE;

@@ -28,6 +28,9 @@ void rt_resume(struct rt_ckpt *unused)
     rt.parent = r->index;
     rt.active = 1;
     rt.pid = (int)lz_sc0(SYS_getpid);
+    rt.main_pid = r->main_pid;
+    rt.chan_pid = r->main_pid; /* every process got the restarter's channel: the others make their own */
+    rt_own_channel();
     if (r->codec >= 0) { rt.codec = r->codec; rt.level = r->level; }
     if (rt.api_waiting) {
         rt.api_index = r->index;

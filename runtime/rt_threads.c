@@ -334,8 +334,6 @@ int rt_threads_stop(struct rt_ckpt *ck)
                         return fail_stop(ck, asked[j], asked_host[j], "did not stop for the checkpoint within 10 s (it blocks SIGURG, or is inside a file call that has not returned)");
         }
     }
-    ck->task_names = hosts; /* the last list: every thread, all stopped (rt_check_children) */
-    ck->ntasks = (size_t)n;
     uint32_t nrec = __atomic_load_n(&T.nslots, __ATOMIC_ACQUIRE);
     if (nrec > LZ_MAX_THREADS) { rt_fmt(ck->err, sizeof ck->err, "the program has more than %d threads", LZ_MAX_THREADS); return give_up(); }
     /* this thread, with the process's pending signals */

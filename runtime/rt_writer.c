@@ -2,7 +2,8 @@
  * tmp.N.<pid>, the content of open deleted files, and the file journal of
  * the next interval, which starts at the pause whatever becomes of N.  In
  * the writer (rt_finish_checkpoint, normally a forked child): the page data
- * (rt_pages.c), the manifest, fsync, and the rename that commits.  A write
+ * (rt_pages.c), the manifest and fsync; the supervisor commits the job's
+ * checkpoint (one rename) once every process's part is written.  A write
  * that fails leaves tmp.N.<pid> for the supervisor, which keeps its journal
  * as jrnl.N (store.h). */
 #include "rt.h"
@@ -124,7 +125,7 @@ int rt_fail(struct rt_ckpt *ck, const char *what, long err)
 int rt_begin_checkpoint(struct rt_ckpt *ck)
 {
     char path[LZ_PATH_MAX + 96];
-    rt_fmt(ck->tmpdir, sizeof ck->tmpdir, "%s/" LZ_TMP_PREFIX "%06llu.%ld", rt.dir, (unsigned long long)ck->index, lz_sc0(SYS_getpid));
+    rt_fmt(ck->tmpdir, sizeof ck->tmpdir, "%s/" LZ_TMP_PREFIX "%06llu.%d", rt.dir, (unsigned long long)ck->index, lz_sc0(SYS_getpid));
     long e = lz_sc3(SYS_mkdirat, AT_FDCWD, ck->tmpdir, 0700);
     if (e < 0) return rt_fail(ck, "cannot create the checkpoint in the store", e);
     /* open files that have no name any more travel by content */
@@ -140,24 +141,26 @@ int rt_begin_checkpoint(struct rt_ckpt *ck)
     return 0;
 }
 
-static int finish(struct rt_ckpt *ck, const char *final);
+static int finish(struct rt_ckpt *ck);
 
+/* The main program's packs are pack.N, another process's pack.N.PID (each
+ * process writes and references only its own). */
 void rt_pack_path(char *out, size_t len, uint64_t id)
 {
-    rt_fmt(out, len, "%s/" LZ_PACKS_DIR "/" LZ_PACK_PREFIX "%06llu", rt.dir, (unsigned long long)id);
+    if (rt_is_main()) rt_fmt(out, len, "%s/" LZ_PACKS_DIR "/" LZ_PACK_PREFIX "%06llu", rt.dir, (unsigned long long)id);
+    else rt_fmt(out, len, "%s/" LZ_PACKS_DIR "/" LZ_PACK_PREFIX "%06llu.%d", rt.dir, (unsigned long long)id, rt.pid);
 }
 
 int rt_finish_checkpoint(struct rt_ckpt *ck)
 {
-    char path[LZ_PATH_MAX + 96], final[LZ_PATH_MAX + 64];
-    rt_fmt(final, sizeof final, "%s/" LZ_CKPT_PREFIX "%06llu", rt.dir, (unsigned long long)ck->index);
+    char path[LZ_PATH_MAX + 96];
     rt_trace(ck->t0, "writer", "started");
     if (rt_store_pages(ck) < 0) return -1;
     /* the mappings' flags go in the manifest; smaps may be read beside us */
     while (ck->side_busy) rt_futex_wait(&ck->side_busy, 1);
     int rc = rt_settle_flags(ck);
     rt_trace(ck->t0, "writer", "mapping flags read");
-    if (rc == 0) rc = finish(ck, final);
+    if (rc == 0) rc = finish(ck);
     rt_trace(ck->t0, "writer", rc == 0 ? "committed" : "failed");
     if (rc < 0) {
         /* a pack no manifest will reference; the journal in tmpdir stays */
@@ -167,15 +170,17 @@ int rt_finish_checkpoint(struct rt_ckpt *ck)
     return rc;
 }
 
-static int finish(struct rt_ckpt *ck, const char *final)
+static int finish(struct rt_ckpt *ck)
 {
     char path[LZ_PATH_MAX + 96];
     struct rt_map *nm = rt_map_next();
     struct lz_pack *packs = arena_alloc(&ck->arena, (nm->npacks + 1) * sizeof *packs);
     if (!packs) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     for (size_t i = 0; i < nm->npacks; i++) {
-        char rel[64];
-        rt_fmt(rel, sizeof rel, "../" LZ_PACKS_DIR "/" LZ_PACK_PREFIX "%06llu", (unsigned long long)nm->packs[i].id);
+        char rel[80];
+        /* relative to where the part ends up: ckpt.N/, or ckpt.N/proc.PID/ */
+        if (rt_is_main()) rt_fmt(rel, sizeof rel, "../" LZ_PACKS_DIR "/" LZ_PACK_PREFIX "%06llu", (unsigned long long)nm->packs[i].id);
+        else rt_fmt(rel, sizeof rel, "../../" LZ_PACKS_DIR "/" LZ_PACK_PREFIX "%06llu.%d", (unsigned long long)nm->packs[i].id, rt.pid);
         packs[i] = (struct lz_pack){strings_add(&ck->strings, rel), 0, nm->packs[i].size, nm->packs[i].id};
     }
     if (ck->strings.overflow) { rt_fmt(ck->err, sizeof ck->err, "the checkpoint's string table is full"); return -1; }
@@ -226,11 +231,7 @@ static int finish(struct rt_ckpt *ck, const char *final)
     if (e == 0) e = fsync_path(ck->tmpdir);
     if (e < 0) return rt_fail(ck, "cannot write the checkpoint's manifest", e);
     rt_map_filled(ck->index);
-    /* commit: the rename is the instant the checkpoint starts to exist */
-    e = lz_sc5(SYS_renameat2, AT_FDCWD, ck->tmpdir, AT_FDCWD, final, 1 /* RENAME_NOREPLACE */);
-    if (e < 0) return rt_fail(ck, "cannot commit the checkpoint", e);
-    e = fsync_path(rt.dir);
-    if (e < 0) return rt_fail(ck, "cannot make the checkpoint durable (fsync of the store)", e);
+    /* the supervisor commits the job's checkpoint once every part is written */
     ck->durable_ns = rt_now_ns(1) - ck->t0;
     return 0;
 }

@@ -5,6 +5,7 @@
 #include "store.h"
 #include "store_admin.h"
 #include "util.h"
+#include "tree.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -56,45 +57,82 @@ static void merge_ranges(struct refs *rs)
     rs->n = m + 1;
 }
 
-/* N of a name "pack.N", 0 if it is not one. */
+/* A pack's key: N << 22 for the main program's "pack.N", N << 22 | PID for
+ * "pack.N.PID" (PIDs are below 2^22); 0 if the name is neither. */
+#define PID_BITS 22
 static uint64_t pack_id(const char *name)
 {
     size_t l = strlen(LZ_PACK_PREFIX);
-    uint64_t id;
-    if (strncmp(name, LZ_PACK_PREFIX, l) || !name[l] || strspn(name + l, "0123456789") != strlen(name + l) ||
-        lz_parse_u64(name + l, &id) < 0)
+    uint64_t id, pid = 0;
+    if (strncmp(name, LZ_PACK_PREFIX, l) || !name[l]) return 0;
+    char num[24];
+    const char *dot = strchr(name + l, '.');
+    size_t nl = dot ? (size_t)(dot - name - l) : strlen(name + l);
+    if (!nl || nl >= sizeof num || strspn(name + l, "0123456789") != nl) return 0;
+    memcpy(num, name + l, nl);
+    num[nl] = 0;
+    if (lz_parse_u64(num, &id) < 0 || id >= (1ull << (64 - PID_BITS))) return 0;
+    if (dot && (!dot[1] || strspn(dot + 1, "0123456789") != strlen(dot + 1) || lz_parse_u64(dot + 1, &pid) < 0 || !pid ||
+                pid >= (1ull << PID_BITS)))
         return 0;
-    return id;
+    return id << PID_BITS | pid;
 }
 
 /* Every frame of every listed checkpoint.  A frame counts for the pack its
  * entry's id names and for the pack its path names, should they differ:
  * keeping too much is harmless, deleting a frame in use is not. */
+static int load_part_refs(const char *part, uint64_t index, struct refs *rs, char *why, size_t whylen)
+{
+    char inner[LZ_PATH_MAX + 600];
+    struct lz_image img;
+    if (lz_manifest_load(part, &img, inner, sizeof inner) < 0) {
+        snprintf(why, whylen, "cannot tell what checkpoint %" PRIu64 " uses (%s); nothing was deleted", index, inner);
+        return -1;
+    }
+    for (size_t f = 0; f < img.nframes; f++) {
+        const struct lz_frame *fr = &img.frames[f];
+        const struct lz_pack *p = &img.packs[fr->pack];
+        const char *path = lz_str(&img, p->path), *base = strrchr(path, '/');
+        uint64_t by_path = pack_id(base ? base + 1 : path), by_id = p->id << PID_BITS;
+        /* another process's pack: its name alone says which (its id is N, like the main program's) */
+        if (by_path & ((1ull << PID_BITS) - 1)) by_id = by_path;
+        if (add_range(rs, by_id, fr->offset, fr->offset + fr->stored) < 0 ||
+            (by_path && by_path != by_id && add_range(rs, by_path, fr->offset, fr->offset + fr->stored) < 0)) {
+            lz_image_free(&img);
+            snprintf(why, whylen, "out of memory; nothing was deleted");
+            return -1;
+        }
+    }
+    lz_image_free(&img);
+    return 0;
+}
+
+/* Every frame of every process of every listed checkpoint.  A frame counts
+ * for the pack its entry's id names and for the pack its path names, should
+ * they differ: keeping too much is harmless, deleting a frame in use is not. */
 static int load_refs(const char *dir, const uint64_t *v, int n, struct refs *rs, char *why, size_t whylen)
 {
     for (int i = 0; i < n; i++) {
-        char ck[LZ_PATH_MAX + 64], inner[LZ_PATH_MAX + 600];
-        struct lz_image img;
+        char ck[LZ_PATH_MAX + 64], inner[LZ_PATH_MAX + 600], part[LZ_PATH_MAX + 128];
         struct stat st;
+        struct lz_tree t;
         lz_ckpt_path(ck, sizeof ck, dir, v[i]);
-        if (lz_manifest_load(ck, &img, inner, sizeof inner) < 0) {
+        if (lz_tree_load(ck, &t, inner, sizeof inner) < 0) {
             if (stat(ck, &st) < 0 && errno == ENOENT) continue; /* removed meanwhile: references nothing */
             snprintf(why, whylen, "cannot tell what checkpoint %" PRIu64 " uses (%s); nothing was deleted", v[i], inner);
             return -1;
         }
-        for (size_t f = 0; f < img.nframes; f++) {
-            const struct lz_frame *fr = &img.frames[f];
-            const struct lz_pack *p = &img.packs[fr->pack];
-            const char *path = lz_str(&img, p->path), *base = strrchr(path, '/');
-            uint64_t by_path = pack_id(base ? base + 1 : path);
-            if (add_range(rs, p->id, fr->offset, fr->offset + fr->stored) < 0 ||
-                (by_path && by_path != p->id && add_range(rs, by_path, fr->offset, fr->offset + fr->stored) < 0)) {
-                lz_image_free(&img);
-                snprintf(why, whylen, "out of memory; nothing was deleted");
-                return -1;
-            }
+        int rc = 0;
+        for (size_t k = 0; k < t.nprocs && rc == 0; k++) {
+            if (t.procs[k].state != LZ_TP_LIVE) continue;
+            lz_tree_part_dir(part, sizeof part, ck, &t.procs[k]);
+            rc = load_part_refs(part, v[i], rs, why, whylen);
         }
-        lz_image_free(&img);
+        lz_tree_free(&t);
+        if (rc < 0) {
+            if (stat(ck, &st) < 0 && errno == ENOENT) continue;
+            return -1;
+        }
     }
     return 0;
 }
@@ -145,7 +183,7 @@ static int list_packs(int pfd, uint64_t limit, struct pack_entry **out, size_t *
     struct dirent *e;
     while ((e = readdir(d))) {
         uint64_t id = pack_id(e->d_name);
-        if (!id || id > limit || strlen(e->d_name) >= sizeof (*out)->name) continue;
+        if (!id || (id >> PID_BITS) > limit || strlen(e->d_name) >= sizeof (*out)->name) continue;
         if (*count == cap) {
             cap = cap ? cap * 2 : 64;
             struct pack_entry *np = realloc(*out, cap * sizeof *np);

@@ -1,4 +1,5 @@
 #include "store.h"
+#include "tree.h"
 #include "store_admin.h"
 #include "codec.h"
 #include "hash.h"
@@ -151,6 +152,10 @@ static void prune_journal(int dfd, const char *name)
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, "files.log") ||
             !strcmp(e->d_name, LZ_FILES_DATA) || !strcmp(e->d_name, "files.keep"))
             continue;
+        if (!strncmp(e->d_name, LZ_PROC_PREFIX, strlen(LZ_PROC_PREFIX))) { /* another process's journal */
+            prune_journal(fd, e->d_name);
+            continue;
+        }
         void *nd = realloc(drop, (n + 1) * sizeof *drop);
         if (!nd) break;
         drop = nd;
@@ -207,7 +212,13 @@ void lz_store_cleanup_tmp(const char *dir)
             renamed = 1;
             prune_journal(dfd, jrnl);
         } else if (errno == EEXIST) {
-            lz_remove_tree(dfd, names[i]); /* jrnl.N already holds that interval's journal */
+            /* jrnl.N holds that interval's journal: this is another process's part of it
+             * (a job's checkpoint; tmp.N.PID names the process), or a stray */
+            char part[300];
+            const char *pid = strrchr(names[i], '.');
+            snprintf(part, sizeof part, "%s/" LZ_PROC_PREFIX "%s", jrnl, pid ? pid + 1 : "0");
+            if (renameat2(dfd, names[i], dfd, part, RENAME_NOREPLACE) == 0) { renamed = 1; prune_journal(dfd, part); }
+            else lz_remove_tree(dfd, names[i]);
         } /* else left for the next cleanup: a journal is never deleted on a whim */
     }
     free(names);
@@ -463,6 +474,7 @@ int lz_store_lock(const char *dir)
 static void pack_shown(char *buf, size_t len, const char *dir, const char *ck, const char *rel)
 {
     if (!strncmp(rel, "../", 3) && !strstr(rel + 3, "../")) snprintf(buf, len, "%s/%s", dir, rel + 3);
+    else if (!strncmp(rel, "../../", 6) && !strstr(rel + 6, "../")) snprintf(buf, len, "%s/%s", dir, rel + 6); /* proc.PID/ */
     else snprintf(buf, len, "%s/%s", ck, rel);
 }
 
@@ -482,11 +494,39 @@ static int same_frame(const struct lz_frame *x, const struct lz_frame *y)
            x->raw == y->raw && x->xxh3 == y->xxh3;
 }
 
+static int verify_part(const char *dir, uint64_t index, const char *ck, char *why, size_t whylen);
+
 int lz_verify_ckpt(const char *dir, uint64_t index, char *why, size_t whylen)
 {
-    char ck[LZ_PATH_MAX + 64], path[LZ_PATH_MAX + 600], shown[LZ_PATH_MAX + 600], inner[1024];
-    struct lz_image img;
+    char ck[LZ_PATH_MAX + 64], part[LZ_PATH_MAX + 128], inner[1024];
     lz_ckpt_path(ck, sizeof ck, dir, index);
+    struct lz_tree t;
+    if (lz_tree_load(ck, &t, inner, sizeof inner) < 0) {
+        snprintf(why, whylen, "checkpoint %" PRIu64 " is damaged: %s", index, inner);
+        return -1;
+    }
+    int rc = 0;
+    for (size_t k = 0; k < t.nprocs && rc == 0; k++) {
+        if (t.procs[k].state != LZ_TP_LIVE) continue;
+        lz_tree_part_dir(part, sizeof part, ck, &t.procs[k]);
+        rc = verify_part(dir, index, part, why, whylen);
+        if (rc < 0 && k > 0) { /* name the process */
+            char w[1200];
+            snprintf(w, sizeof w, "%s", why);
+            const char *d = strstr(w, " is damaged: ");
+            if (d) snprintf(why, whylen, "checkpoint %" PRIu64 " is damaged: process %d (%s): %s", index, t.procs[k].pid, t.procs[k].comm, d + 13);
+        }
+    }
+    lz_tree_free(&t);
+    return rc;
+}
+
+/* One process's part of checkpoint `index`: its manifest, every frame it
+ * references, the data of its pipes and sockets. */
+static int verify_part(const char *dir, uint64_t index, const char *ck, char *why, size_t whylen)
+{
+    char path[LZ_PATH_MAX + 600], shown[LZ_PATH_MAX + 600], inner[1024];
+    struct lz_image img;
     if (lz_manifest_load(ck, &img, inner, sizeof inner) < 0) {
         snprintf(why, whylen, "checkpoint %" PRIu64 " is damaged: %s", index, inner);
         return -1;

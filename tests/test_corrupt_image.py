@@ -32,7 +32,7 @@ def _flip(p):
         f.write(bytes([b[0] ^ 0x10]))
 
 
-FORMAT_VERSION = 3  # common/format.h LZ_VERSION
+FORMAT_VERSION = 4  # common/format.h LZ_VERSION
 
 
 def _foreign_version(p):

@@ -41,8 +41,20 @@ int main(int argc, char **argv)
         printf("ready\n");
         int st;
         waitpid(p, &st, 0);
+    } else if (argc == 4 && !strcmp(argv[1], "forkexec")) {
+        /* a child that execs PROG ARG with an empty environment */
+        pid_t p = fork();
+        if (p == 0) {
+            char *args[] = {argv[2], argv[3], NULL}, *env[] = {NULL};
+            execve(argv[2], args, env);
+            _exit(127);
+        }
+        printf("ready %d\n", p);
+        int st;
+        waitpid(p, &st, 0);
+        printf("child exit %d\n", WEXITSTATUS(st));
     } else {
-        fprintf(stderr, "usage: spawner child GOFILE | exec STATIC GOFILE | noenv PROG\n");
+        fprintf(stderr, "usage: spawner child GOFILE | exec STATIC GOFILE | noenv PROG | forkexec PROG ARG\n");
         return 2;
     }
     printf("done\n");

@@ -1,0 +1,82 @@
+/* The supervisor's state, shared by its loop (supervisor.c) and the job's
+ * coordinated checkpoint (job_ckpt.c). */
+#ifndef LZ_SV_H
+#define LZ_SV_H
+#include "cli.h"
+#include "tree.h"
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MAX_CLIENTS 32
+
+/* A process of the job that runs the runtime, with its own channel. */
+struct member {
+    pid_t pid;  /* as we see it (outside a restart's PID namespace) */
+    int chan;   /* our end of its channel */
+};
+
+/* One process's part in the checkpoint under way. */
+struct part {
+    pid_t pid;          /* ours */
+    int inner;          /* its own (from its STOPPED) */
+    int zombie;         /* exited, not waited for: nothing to capture */
+    int begun, stopped, captured, written;
+    int writer_fd;      /* its writer's report pipe, -1 = none (yet, or any more) */
+    char wmsg[1200];
+    size_t wlen;
+    uint64_t pause, stored, threads;
+    char comm[16];
+};
+
+struct sv_state {
+    struct supervisor *s;
+    int runtime_ready;
+    struct member *members;
+    size_t nmembers, members_cap;
+    /* the checkpoint under way */
+    int in_progress;
+    int go_sent;          /* GO sent: every process stopped */
+    int resumed;          /* RESUME sent */
+    struct lz_tree tree;  /* the processes and the descriptions they share, read while all are stopped */
+    int have_tree;
+    int failed;           /* ABORT sent: waiting for the writers to end */
+    char fail_why[1024];
+    uint64_t index;
+    uint32_t trigger;
+    uint64_t requested_ns, last_signal_ns, noruntime_ns;
+    struct part *parts;
+    size_t nparts, parts_cap;
+    int clients[MAX_CLIENTS]; /* waiting for the checkpoint in progress */
+    int nclients;
+    int pending[MAX_CLIENTS]; /* connected, request not read yet */
+    int npending;
+    int api_queued;
+    int deferred; /* a checkpoint was asked for while the restart was restoring */
+    int have_status, status;
+    int child_gone, child_status;
+    uint64_t restore_started_ns;
+    int restore_msg_shown;
+    uint64_t beat_ns;
+    char unckpt[600];     /* the main program exec'd one Lazarus cannot checkpoint: why ("" = none) */
+};
+
+pid_t sv_find_program(struct supervisor *s);
+void sv_reply(int fd, const char *msg);
+void sv_finish_clients(struct sv_state *st, const char *msg);
+/* Sends one message on a member's channel (GO, RESUME, ABORT). */
+void sv_tell(struct sv_state *st, pid_t pid, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* job_ckpt.c: the coordinated checkpoint of every process of the job. */
+/* Starts checkpoint s->next_index: 0, or -1 with why. */
+int job_ckpt_start(struct sv_state *st, uint32_t trigger, char *why, size_t whylen);
+/* A message about it from process `pid` (ours) on its channel; `fd` a descriptor
+ * that came with it (FORKED: the writer's pipe) or -1. */
+void job_ckpt_message(struct sv_state *st, pid_t pid, const char *msg, int fd);
+/* A writer's report pipe is readable (or closed). */
+void job_ckpt_writer(struct sv_state *st, struct part *p);
+/* Every poll round: timeouts, signals again to processes that have not begun,
+ * the next phase. */
+void job_ckpt_tick(struct sv_state *st);
+/* The program ended with a checkpoint under way: its writers still finish. */
+void job_ckpt_end(struct sv_state *st);
+#endif
