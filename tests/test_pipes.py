@@ -292,21 +292,34 @@ REFUSED = {
     "halfpair": r"socket.*(not connected|closed)",
     "listen": r"listening socket",
     "inet": r"is a socket",
-    # a child holding the other end is refused as a child first (process trees are not
-    # checkpointed yet: tests/test_job_processes.py); the pipe's own refusal is the next line
-    "childpipe": r"child process \(\d+ chan_refuse\)",
-    "childsock": r"child process \(\d+ chan_refuse\)",
+    # a socket pair shared with a child: each process holds one end (a pipe shared with a
+    # child is checkpointed with both processes: test_pipe_shared_with_a_child)
+    "childsock": r"process \d+ \(chan_refuse\): descriptor \d+ .*other end this process does not hold",
     "peekedempty": r"empty messages",
 }
+
+
+def test_pipe_shared_with_a_child(runner, progs):
+    """A pipe whose other end a child holds: both processes are in the checkpoint."""
+    store = runner.base / "store"
+    f1, f2 = runner.base / "f1", runner.base / "f2"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", progs["chan_refuse"], "childpipe", f1, f2)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    res = runner.lz("checkpoint", "-d", store)
+    assert res.rc == 0 and "2 processes" in res.stderr, str(res)
+    assert runner.lz("verify", "-d", store).rc == 0
+    runner.touch(f1)
+    proc.wait_for_output(r"^closed$", timeout=30)
+    runner.touch(f2)
+    assert proc.wait(timeout=60) == 0, proc.stderr
 
 
 @pytest.mark.parametrize("kind", list(REFUSED))
 def test_refused_when_the_other_end_is_elsewhere(kind, runner, progs):
     """A socket that is not one of a local pair the process holds (its peer
-    closed, listening, TCP, the other end in a child), a pipe whose other end
-    a child holds, or a datagram queue whose empty message a peek no longer
-    sees: the checkpoint fails with one line naming descriptor 7 (or the
-    child, which refuses it first), nothing is
+    closed, listening, TCP, the other end in a child), or a datagram queue
+    whose empty message a peek no longer sees: the checkpoint fails with one
+    line naming descriptor 7 (or the process and its descriptor), nothing is
     listed or left behind, the program runs on, and checkpoints work once the
     descriptor is closed."""
     store = runner.base / "store"
