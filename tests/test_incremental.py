@@ -123,7 +123,7 @@ def manifest_packs(manifest: Path) -> set[int]:
     """Ids N of the packs/pack.N that the checkpoint's extents use."""
     data = manifest.read_bytes()
     magic, version, header_size = struct.unpack_from("<8sII", data, 0)
-    assert magic == b"LZRSCKPT" and version == 3, (magic, version)
+    assert magic == b"LZRSCKPT" and version == 4, (magic, version)
     nsections = struct.unpack_from("<I", data, 52)[0]
     off = header_size
     sec = {}
