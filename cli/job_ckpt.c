@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/kcmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -128,7 +129,7 @@ static size_t add_descendants(struct sv_state *st, pid_t pid)
     return added;
 }
 
-/* A process's writers are the supervisor's (or the restart init's) children, never the job's. */
+/* The runtime is mapped in it (a process that has not answered may be between exec and its start). */
 static int runs_runtime(pid_t pid)
 {
     char path[64];
@@ -252,6 +253,11 @@ void job_ckpt_writer(struct sv_state *st, struct part *p)
  * the same file in different processes, which are one description. */
 struct fdent { pid_t pid; int inner, fd; uint64_t dev, ino; int group; };
 
+static int same_description(const struct fdent *a, const struct fdent *b)
+{
+    return syscall(SYS_kcmp, a->pid, b->pid, KCMP_FILE, a->fd, b->fd) == 0;
+}
+
 static int fdent_cmp(const void *a, const void *b)
 {
     const struct fdent *x = a, *y = b;
@@ -298,14 +304,14 @@ static void find_shared(struct sv_state *st, struct lz_tree *t)
             int g = -1;
             for (size_t k = i + 1; k < b; k++) {
                 if (v[k].group >= 0 || v[k].pid == v[i].pid) continue;
-                if (syscall(SYS_kcmp, v[i].pid, v[k].pid, 0 /* KCMP_FILE */, v[i].fd, v[k].fd) != 0) continue;
+                if (!same_description(&v[i], &v[k])) continue;
                 if (g < 0) { g = groups++; v[i].group = g; }
                 v[k].group = g;
             }
             /* a process's other descriptors of that description: its dups */
             if (g >= 0)
                 for (size_t k = a; k < b; k++)
-                    if (v[k].group < 0 && syscall(SYS_kcmp, v[i].pid, v[k].pid, 0, v[i].fd, v[k].fd) == 0) v[k].group = g;
+                    if (v[k].group < 0 && same_description(&v[i], &v[k])) v[k].group = g;
         }
         a = b;
     }
