@@ -101,15 +101,34 @@ static void rt_atfork_child(void)
     if (rt.active && rt.ctl_fd >= 0) lz_sc1(SYS_close, rt.ctl_fd);
     rt.active = 0;
     rt.ctl_fd = -1;
-    fj.live = 0;
+    fj_after_fork(); /* its file changes go to a journal of its own */
+}
+
+/* File tracking runs in every process of the job, the program or not
+ * (checkpoint membership, rt.active, is another matter): it is set up
+ * wherever LAZARUS_DIR is, and an interval is joined where LAZARUS_FJ says
+ * (an exec, a vfork or posix_spawn child: files/track.h). */
+static void rt_files_start(int main_process)
+{
+    const char *dir = getenv("LAZARUS_DIR"), *dur = getenv("LAZARUS_DURABILITY"), *jv = getenv(FJ_ENV);
+    if (!dir || strlen(dir) >= sizeof rt.dir) return;
+    if (fj_setup(dir, dur && !strcmp(dur, "machine"), getenv("LAZARUS_EXCLUDE"), main_process) < 0) {
+        fprintf(stderr, "lazarus: cannot set up file tracking; files will not be rolled back\n");
+        return;
+    }
+    char err[200];
+    if (jv && fj_adopt(jv, err, sizeof err) < 0)
+        fprintf(stderr, "lazarus: process %d: %s; its file changes will not be rolled back\n", getpid(), err);
+    if (jv) unsetenv(FJ_ENV); /* its descriptor is this image's now; exec passes a fresh one */
+    if (!main_process) pthread_atfork(NULL, NULL, rt_atfork_child);
 }
 
 __attribute__((constructor)) static void rt_init(void)
 {
     const char *pid = getenv("LAZARUS_PID"), *dir = getenv("LAZARUS_DIR"), *fd = getenv("LAZARUS_CTL_FD");
-    if (!pid || !dir || !fd || atoi(pid) != getpid() || strlen(dir) >= sizeof rt.dir) return;
+    if (!pid || !dir || !fd || atoi(pid) != getpid() || strlen(dir) >= sizeof rt.dir) { rt_files_start(0); return; }
     int cfd = atoi(fd);
-    if (fcntl(cfd, F_GETFD) < 0) return;
+    if (fcntl(cfd, F_GETFD) < 0) { rt_files_start(1); return; }
     const char *parent = getenv("LAZARUS_PARENT");
     rt.parent = parent ? strtoull(parent, NULL, 10) : 0;
     memcpy(rt.dir, dir, strlen(dir) + 1);
@@ -125,9 +144,7 @@ __attribute__((constructor)) static void rt_init(void)
             rt.ninherited++;
         }
     }
-    const char *dur = getenv("LAZARUS_DURABILITY");
-    if (fj_setup(rt.dir, dur && !strcmp(dur, "machine"), getenv("LAZARUS_EXCLUDE")) < 0)
-        fprintf(stderr, "lazarus: cannot set up file tracking; files will not be rolled back\n");
+    rt_files_start(1);
     const char *cz = getenv("LAZARUS_COMPRESS");
     char cerr[160];
     rt.codec = LZ_CODEC_LZ4; /* nearly zstd's ratio on checkpoint data, and restores several times faster (bench/) */

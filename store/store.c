@@ -136,7 +136,9 @@ static uint64_t tmp_write_index(const char *name)
     return index_of(num, "");
 }
 
-/* A journal directory keeps only the journal: a torn write may have left a
+/* A journal directory keeps only the journal (files.log, files.data,
+ * files.keep, the mark of a reset, and the journals of the job's other
+ * processes in proc.<pid>/, pruned likewise): a torn write may have left a
  * manifest or ghost files next to it. */
 static void prune_journal(int dfd, const char *name)
 {
@@ -149,8 +151,9 @@ static void prune_journal(int dfd, const char *name)
     struct dirent *e;
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, "files.log") ||
-            !strcmp(e->d_name, LZ_FILES_DATA) || !strcmp(e->d_name, "files.keep"))
+            !strcmp(e->d_name, LZ_FILES_DATA) || !strcmp(e->d_name, "files.keep") || !strcmp(e->d_name, "files.reset"))
             continue;
+        if (!strncmp(e->d_name, "proc.", 5) && e->d_type == DT_DIR) { prune_journal(fd, e->d_name); continue; }
         void *nd = realloc(drop, (n + 1) * sizeof *drop);
         if (!nd) break;
         drop = nd;
