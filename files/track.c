@@ -68,6 +68,7 @@ static struct {
     int warned;
     int main;          /* the job's program: its journal is the directory's top one, files.data may be a spare */
     int pid;           /* the process whose journal iv[] holds (a vfork child shares this memory) */
+    int ppid, pfd;     /* a forked child's parent (its pid, its journal directory's descriptor), or 0 */
 } E;
 
 static char *databuf; /* FJ_DATA_MAX bytes, for copying saved content */
@@ -1343,6 +1344,8 @@ void fj_after_fork(void)
     int torn = E.lock; /* another thread of the parent was inside the engine: its tables may be half done */
     E.lock = 0;
     E.main = 0;
+    E.ppid = E.pid;
+    E.pfd = E.iv[E.cur].dir_fd;
     E.pid = (int)lz_sc0(SYS_getpid);
     struct interval *v = &E.iv[E.cur];
     iv_close(&E.iv[!E.cur], 0);
@@ -1380,6 +1383,8 @@ void fj_after_fork(void)
     }
 }
 
+static long self_pid(void) { return lz_sc0(SYS_getpid); }
+
 static void put_u64(char **p, char *end, uint64_t x)
 {
     char tmp[24]; int k = 0;
@@ -1399,7 +1404,39 @@ int fj_exec_prepare(char *envstr, size_t len)
     unlock();
     if (fd < 0) return -EBADF;
     long r = lz_sc3(SYS_fcntl, fd, F_SETFD, 0);
-    if (r < 0) return (int)r;
+    if (r == -EBADF) {
+        /* the program closed it (close_range before exec: Python's
+         * subprocess): the same directory again, through the descriptor of
+         * the process that still has it open, at the same number */
+        char lp[96], *q = lp, *e = lp + sizeof lp - 1;
+        long self = lz_sc0(SYS_getpid), at = self == owner ? E.ppid : owner, afd = self == owner ? E.pfd : fd;
+        if (at > 0 && afd >= 0) {
+            memcpy(q, "/proc/", 6);
+            q += 6;
+            put_u64(&q, e, (uint64_t)at);
+            memcpy(q, "/fd/", 4);
+            q += 4;
+            put_u64(&q, e, (uint64_t)afd);
+            if (self == owner) { /* its own journal: proc.<pid> in its parent's */
+                *q++ = '/';
+                proc_name(q, self);
+            } else {
+                *q = 0;
+            }
+            long n = lz_sc4(SYS_openat, AT_FDCWD, lp, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+            if (n >= 0) {
+                r = lz_sc3(SYS_dup3, n, fd, 0);
+                lz_sc1(SYS_close, n);
+                if (r >= 0) r = 0;
+            }
+        }
+    }
+    if (r < 0) {
+        /* refusing the exec would break the program: said once, on stderr */
+        if (!E.warned++) warn_line("closed the file journal's descriptor before exec", self_pid(),
+                                   ": what it runs now will not have its file changes rolled back\n");
+        return 0;
+    }
     static const char name[] = FJ_ENV "=";
     char *p = envstr, *end = envstr + len - 1;
     memcpy(p, name, sizeof name - 1);
@@ -1475,6 +1512,22 @@ int fj_adopt(const char *val, char *err, size_t errlen)
     fj.live = 1;
     unlock();
     return 0;
+}
+
+/* At exit the log is cut to its records (its window is allocated ahead of
+ * them: 64 KiB or more per process otherwise).  Not in a process that
+ * shares this memory without being its owner (raw clone), and not if the
+ * engine is busy (exit from a signal handler). */
+__attribute__((destructor)) static void fj_exit(void)
+{
+    if (!fj.fdt || !fj.live || self_pid() != E.pid || __atomic_exchange_n(&E.lock, 1, __ATOMIC_ACQUIRE)) return;
+    struct interval *v = &E.iv[E.cur];
+    if (v->lwin) {
+        win_drop(v->lwin, LOG_WIN);
+        v->lwin = NULL; /* records of threads still running go with pwritev */
+        if (v->log_fd >= 0) lz_sc2(SYS_ftruncate, v->log_fd, v->log_off);
+    }
+    unlock();
 }
 
 int fj_restarted(uint64_t index, int main_process, char *err, size_t errlen)

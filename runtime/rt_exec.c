@@ -273,3 +273,43 @@ RT_API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_act
     struct exec_call c = {.fn = do_spawnp, .path = file, .argv = argv, .pid = pid, .fa = fa, .at = at};
     return with_journal(&c, envp, 1);
 }
+
+/* system() and popen() start /bin/sh with libc's own posix_spawn, out of our
+ * reach: the journal goes through the environment they pass, environ, for
+ * the length of the call (another thread's getenv meanwhile sees it too). */
+static int env_journal(const char *what, const char *cmd)
+{
+    char var[128];
+    int r = fj_exec_prepare(var, sizeof var);
+    if (r < 0) { fj_report(what, cmd, r); errno = -r; return -1; }
+    if (r > 0 && setenv(FJ_ENV, var + sizeof FJ_ENV, 1) < 0) { fj_exec_failed(); r = 0; }
+    return r;
+}
+
+static void env_journal_done(int r)
+{
+    int e = errno;
+    if (r > 0) { unsetenv(FJ_ENV); fj_exec_failed(); }
+    errno = e;
+}
+
+RT_API int system(const char *cmd)
+{
+    REAL(int, system, const char *);
+    if (!cmd) return real_system(cmd);
+    int r = env_journal("system", cmd);
+    if (r < 0) return -1;
+    int rc = real_system(cmd);
+    env_journal_done(r);
+    return rc;
+}
+
+RT_API FILE *popen(const char *cmd, const char *type)
+{
+    REAL(FILE *, popen, const char *, const char *);
+    int r = env_journal("popen", cmd);
+    if (r < 0) return NULL;
+    FILE *f = real_popen(cmd, type);
+    env_journal_done(r);
+    return f;
+}

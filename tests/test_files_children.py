@@ -169,6 +169,28 @@ def test_posix_spawn(runner, prog):
     job.check_all()
 
 
+PY_SUBPROCESS = ("sh:/usr/bin/python3 -c 'import subprocess; subprocess.run([\"cp\", \"s\", \"a\"], check=True); "
+                 "subprocess.run(\"echo q >> big; rm d\", shell=True, check=True)'")
+
+
+def test_system_popen_python(runner, prog):
+    """system() and popen() (libc spawns /bin/sh out of the runtime's reach:
+    the journal goes through environ), and Python's subprocess, which closes
+    every descriptor above 2 before it execs (the journal's directory is
+    reopened through the parent's descriptor)."""
+    job = Job(runner, prog, [
+        SETUP, "ckpt",
+        "system:echo sys >> b; mv e e.sys",
+        "popen:cat keep; echo p > keep",
+        PY_SUBPROCESS,
+        "ckpt",
+        "system:rm e.sys; echo x > c",
+    ])
+    job.run()
+    assert "rolled back" not in job.proc.stderr, job.proc.stderr
+    job.check_all()
+
+
 def test_same_block_first_stamp_wins(runner, prog):
     """Children one after another over the same blocks: only the first one
     holds the state at N (its record has the smallest stamp); the others hold

@@ -14,6 +14,8 @@
  *   vsh:SCRIPT      the same through vfork
  *   grandsh:SCRIPT  a forked child forks a grandchild that execs /bin/sh -c SCRIPT
  *   spawn:ARGV      posix_spawnp of ARGV (split at spaces); waited for
+ *   system:SCRIPT   system(SCRIPT)
+ *   popen:SCRIPT    popen(SCRIPT, "r"), read to the end, pclose
  * then prints "end" and sleeps until killed.  Any failure prints "FAIL ..."
  * and exits 1.
  *
@@ -144,6 +146,16 @@ int main(int argc, char **argv)
         } else if (!strncmp(a, "vsh:", 4)) {
             if ((p = vfork()) == 0) sh(arg);
             reap(p, a);
+        } else if (!strncmp(a, "system:", 7)) {
+            int st = system(arg);
+            if (st != 0) { printf("FAIL system status %#x of %s\n", st, a); return 1; }
+        } else if (!strncmp(a, "popen:", 6)) {
+            FILE *f = popen(arg, "r");
+            if (!f) fail("popen", arg);
+            char buf[4096];
+            while (fread(buf, 1, sizeof buf, f) > 0) {}
+            int st = pclose(f);
+            if (st != 0) { printf("FAIL pclose status %#x of %s\n", st, a); return 1; }
         } else if (!strncmp(a, "spawn:", 6)) {
             char *copy = strdup(arg), *args[64];
             int n = 0;
