@@ -1230,6 +1230,7 @@ static long open_interval_at(struct interval *v, long dfd, int spare, int adopt,
     else if (adopt) v->data_off = data_end > data_hint ? data_end : data_hint;
     else v->data_off = ((uint64_t)ds.st_size + 4095) & ~4095ull;
     v->wlen = E.main ? LOG_WIN : LOG_WIN_MIN;
+    if (E.machine && (r = lz_sc1(SYS_fsync, dfd)) < 0) return r; /* its entries, before any record counts */
     if (!E.machine) {
         /* machine durability syncs each record: no window */
         v->lwin = win_area(v);
@@ -1261,6 +1262,7 @@ static long open_proc_dir(long at, long pid)
     proc_name(name, pid);
     long r = lz_sc3(SYS_mkdirat, at, name, 0700);
     if (r < 0 && r != -EEXIST) return r;
+    if (E.machine && r == 0 && (r = lz_sc1(SYS_fsync, at)) < 0) return r; /* the journal is found after a crash */
     return open_dir_at(at, name);
 }
 

@@ -63,7 +63,7 @@ def differences(want: dict, got: dict) -> list[str]:
 class Job:
     """fs_children under `lazarus run -i 0`: snaps[index] = the tree at that checkpoint."""
 
-    def __init__(self, runner, prog, actions):
+    def __init__(self, runner, prog, actions, opts=()):
         self.runner = runner
         self.store = runner.base / "store"
         self.work = runner.mkdir("work")
@@ -71,7 +71,7 @@ class Job:
         self.actions = actions
         self.snaps: dict[int, dict] = {}
         self.order: list[int] = []
-        self.proc = runner.start_lz("run", "-d", self.store, "-i", "0", "--", prog, self.work, self.go, *actions)
+        self.proc = runner.start_lz("run", "-d", self.store, "-i", "0", *opts, "--", prog, self.work, self.go, *actions)
 
     def run(self, stop_before_end: int | None = None):
         """Steps through the checkpoints (all, or the first stop_before_end)."""
@@ -208,16 +208,18 @@ def test_same_block_first_stamp_wins(runner, prog):
     job.check_all()
 
 
-def test_grandchildren(runner, prog):
+@pytest.mark.parametrize("durability", ["process", "machine"])
+def test_grandchildren(runner, prog, durability):
     """Grandchildren (fork in a fork, and a grandchild that execs sh): their
-    journals are nested, proc.<child>/proc.<grandchild>/."""
+    journals are nested, proc.<child>/proc.<grandchild>/ (with either
+    durability: machine writes the records with pwritev and syncs)."""
     job = Job(runner, prog, [
         SETUP, "ckpt",
         "grand:w a 0 G*100;u e;r d d3;c gnew X*3",
         "grandsh:echo g >> b; rm d3; mkdir gd; echo 1 > gd/1; mv c gd/c",
         "ckpt",
         "grand:t big 5;u gnew",
-    ])
+    ], opts=("--durability", durability))
     job.run()
     store = job.store
     nested = [p for p in store.rglob("proc.*/proc.*") if p.is_dir()]
