@@ -120,7 +120,7 @@ static void rt_files_start(int main_process)
     if (jv && fj_adopt(jv, err, sizeof err) < 0)
         fprintf(stderr, "lazarus: process %d: %s; its file changes will not be rolled back\n", getpid(), err);
     if (jv) unsetenv(FJ_ENV); /* its descriptor is this image's now; exec passes a fresh one */
-    if (!main_process) pthread_atfork(NULL, NULL, rt_atfork_child);
+    if (!rt.active) pthread_atfork(NULL, NULL, rt_atfork_child); /* the program's rt_init registers it */
 }
 
 __attribute__((constructor)) static void rt_init(void)

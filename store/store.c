@@ -153,7 +153,10 @@ static void prune_journal(int dfd, const char *name)
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, "files.log") ||
             !strcmp(e->d_name, LZ_FILES_DATA) || !strcmp(e->d_name, "files.keep") || !strcmp(e->d_name, "files.reset"))
             continue;
-        if (!strncmp(e->d_name, "proc.", 5) && e->d_type == DT_DIR) { prune_journal(fd, e->d_name); continue; }
+        if (!strncmp(e->d_name, "proc.", 5) && (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN)) {
+            prune_journal(fd, e->d_name); /* not a directory: nothing done */
+            continue;
+        }
         void *nd = realloc(drop, (n + 1) * sizeof *drop);
         if (!nd) break;
         drop = nd;
