@@ -52,6 +52,7 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     snprintf(num, sizeof num, "%d", getpid());
     setenv("LAZARUS_PID", num, 1);
     unsetenv("LAZARUS_PARENT");
+    unsetenv("LAZARUS_FJ"); /* an outer job's file journal is not this one's */
     setenv("LAZARUS_DURABILITY", s->durability ? "machine" : "process", 1);
     setenv("LAZARUS_EXCLUDE", s->excludes, 1);
     setenv("LAZARUS_COMPRESS", s->compress, 1);

@@ -14,7 +14,18 @@
  * never a relative step.  Rolling back to N applies the journals of N' >= N
  * newest first; applying any suffix again gives the same files, so a crash
  * during a rollback is repaired by rolling back again (ftIO's idempotent
- * commit, without its FIN bit: the checkpoints > N disappearing is the end). */
+ * commit, without its FIN bit: the checkpoints > N disappearing is the end).
+ *
+ * Every process of the job keeps its own journal of the interval: the
+ * directory's top-level files belong to the process that made it (the job's
+ * program for ckpt.N/), the journal of any other process is in a
+ * subdirectory proc.<pid>/ with the same three entries, nested as the
+ * processes are (ckpt.N/proc.120/proc.135/: 135 was forked by 120).  The
+ * journals of an interval are jdir's and every proc.* one's, recursively.
+ * Each record carries a stamp (CLOCK_MONOTONIC, taken after the old state
+ * was read and before the change): rolling back applies the records of all
+ * of them as if merged in stamp order, so "the first record wins" holds
+ * across processes. */
 #ifndef LZ_JOURNAL_H
 #define LZ_JOURNAL_H
 #include "format.h"
@@ -24,6 +35,7 @@
 #define FJ_DATAFILE LZ_FILES_DATA /* saved bytes, in whole 4 KiB pages at aligned offsets; may be a
                                    * recycled spare: bytes past the last DATA record mean nothing */
 #define FJ_KEEP "files.keep"
+#define FJ_PROC_PREFIX "proc." /* proc.<pid>/: the journal of another process of the job */
 #define FJ_REC_MAGIC 0x4a465a4cu /* "LZFJ" */
 #define FJ_BLOCK 4096u           /* granule of saved data: each block at most once per interval */
 #define FJ_DATA_MAX (1u << 20)   /* data bytes per DATA record */
@@ -42,6 +54,8 @@ struct fj_rec {
     uint16_t flags;
     uint32_t len;   /* payload bytes after this header */
     uint32_t check; /* low 32 bits of XXH3-64 of header (check = 0) and payload */
+    uint64_t stamp; /* CLOCK_MONOTONIC ns, after the old state was read, before the change:
+                     * across the journals of one interval, the smallest stamp is the state at N */
 };
 
 /* An INODE is found as files.keep/<dev>.<ino> if its names changed in the
@@ -87,7 +101,7 @@ struct fj_dirtime {
     /* then the directory's path, NUL-terminated */
 };
 
-_Static_assert(sizeof(struct fj_rec) == 16, "fj_rec");
+_Static_assert(sizeof(struct fj_rec) == 24, "fj_rec");
 _Static_assert(sizeof(struct fj_inode) == 56, "fj_inode");
 _Static_assert(sizeof(struct fj_data) == 40, "fj_data");
 _Static_assert(sizeof(struct fj_name) == 64, "fj_name");

@@ -4,6 +4,7 @@
 #include "format.h"
 #include "hash.h"
 #include "store.h"
+#include "store_admin.h"
 #include "util.h"
 #include <dirent.h>
 #include <errno.h>
@@ -19,16 +20,28 @@
 struct rec {
     uint16_t type, flags;
     uint32_t len;       /* payload bytes */
+    uint32_t src;       /* the journal it comes from (seg.j[src]) */
+    uint64_t stamp;     /* when its old state was read (journal.h) */
+    uint64_t seq;       /* its place in that journal */
     uint64_t data_off;  /* DATA: where the bytes are in the log */
     char *p;            /* payload (DATA: only its fixed part) */
 };
 
-struct seg {
-    uint64_t index;
-    char ckdir[LZ_PATH_MAX + 64];
+/* One journal of an interval: its directory's own, or a proc.<pid>/ one. */
+struct jnl {
+    char dir[LZ_PATH_MAX + 64];
     int log_fd, data_fd;
     uint64_t log_end;  /* end of the valid records (a killed run leaves zeros after them) */
     uint64_t data_end; /* end of the bytes DATA records use (files.data may be a longer spare) */
+};
+
+/* An interval: every journal of it, their records merged in stamp order, so
+ * that "the first record wins" holds across the processes of the job. */
+struct seg {
+    uint64_t index;
+    char ckdir[LZ_PATH_MAX + 64];
+    struct jnl *j; /* j[0]: the directory's own */
+    size_t nj;
     struct rec *r;
     size_t n;
 };
@@ -43,59 +56,125 @@ struct fj_plan {
  * for the inode of N they replaced, also in later rollbacks: DIR/files.alias,
  * one "dev ino copy-dev copy-ino" line each. */
 #define FJ_ALIAS "files.alias"
+/* Left in a journal directory while fj_journal_reset empties it: its journals
+ * count as empty (a part of them alone would not say what N was). */
+#define FJ_RESET "files.reset"
 
 /* ------------------------------------------------------------------ loading */
+
+static size_t seg_cap;
+
+/* The records of dir's journal, then of its proc.* journals (recursively). */
+static int load_jnl(struct seg *s, const char *dir)
+{
+    char path[LZ_PATH_MAX + 96];
+    s->j = realloc(s->j, (s->nj + 1) * sizeof *s->j);
+    uint32_t src = (uint32_t)s->nj;
+    struct jnl *jn = &s->j[s->nj++];
+    memset(jn, 0, sizeof *jn);
+    snprintf(jn->dir, sizeof jn->dir, "%s", dir);
+    jn->data_fd = -1;
+    snprintf(path, sizeof path, "%s/" FJ_LOG, dir);
+    jn->log_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (jn->log_fd < 0 && errno != ENOENT) return -1;
+    if (jn->log_fd >= 0) {
+        snprintf(path, sizeof path, "%s/" FJ_DATAFILE, dir);
+        jn->data_fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat ds;
+        uint64_t data_size = jn->data_fd >= 0 && fstat(jn->data_fd, &ds) == 0 ? (uint64_t)ds.st_size : 0;
+        uint64_t off = 0, seq = 0;
+        char *buf = malloc(FJ_DATA_MAX + 65536);
+        for (;;) {
+            struct fj_rec h;
+            if (lz_pread_all(jn->log_fd, &h, sizeof h, (off_t)off) < 0) break;
+            if (h.magic != FJ_REC_MAGIC || h.len > FJ_DATA_MAX + 65536 || h.type < FJ_INODE || h.type > FJ_DIRTIME) break;
+            if (lz_pread_all(jn->log_fd, buf, h.len, (off_t)(off + sizeof h)) < 0) break;
+            uint32_t check = h.check;
+            h.check = 0;
+            XXH3_state_t st;
+            XXH3_64bits_reset(&st);
+            XXH3_64bits_update(&st, &h, sizeof h);
+            XXH3_64bits_update(&st, buf, h.len);
+            if ((uint32_t)XXH3_64bits_digest(&st) != check) break; /* torn: its change never happened */
+            size_t fixed = h.type == FJ_INODE ? sizeof(struct fj_inode) : h.type == FJ_DATA ? sizeof(struct fj_data)
+                         : h.type == FJ_NAME ? sizeof(struct fj_name) : h.type == FJ_MOVED ? sizeof(struct fj_moved)
+                         : sizeof(struct fj_dirtime);
+            if (h.len < fixed || (h.type != FJ_DATA && buf[h.len - 1] != 0)) break;
+            if (h.type == FJ_DATA) {
+                const struct fj_data *dd = (const void *)buf;
+                if (dd->length > FJ_DATA_MAX || dd->data_off + dd->length > data_size) break; /* cannot be: bytes go first */
+                uint64_t end = dd->data_off + ((dd->length + 4095) & ~4095ull);
+                if (end > jn->data_end) jn->data_end = end;
+            }
+            if (s->n == seg_cap) { seg_cap = seg_cap ? seg_cap * 2 : 256; s->r = realloc(s->r, seg_cap * sizeof *s->r); }
+            struct rec *r = &s->r[s->n++];
+            r->type = h.type;
+            r->flags = h.flags;
+            r->len = h.len;
+            r->src = src;
+            r->stamp = h.stamp;
+            r->seq = seq++;
+            r->data_off = off + sizeof h + fixed;
+            size_t keep = h.type == FJ_DATA ? fixed : h.len;
+            r->p = malloc(keep);
+            memcpy(r->p, buf, keep);
+            off += sizeof h + h.len;
+        }
+        jn->log_end = off;
+        free(buf);
+    }
+    /* the journals of the other processes of the interval */
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : -1;
+    struct dirent *e;
+    char (*subs)[256] = NULL;
+    size_t ns = 0;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, FJ_PROC_PREFIX, sizeof FJ_PROC_PREFIX - 1) && e->d_type != DT_REG) {
+            subs = realloc(subs, (ns + 1) * sizeof *subs);
+            snprintf(subs[ns++], sizeof *subs, "%s", e->d_name);
+        }
+    closedir(d);
+    int rc = 0;
+    for (size_t i = 0; i < ns && rc == 0; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, subs[i]);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) rc = load_jnl(s, path);
+    }
+    free(subs);
+    return rc;
+}
+
+/* first by stamp; a tie (two processes in the same nanosecond) by journal, then order */
+static int rec_order(const void *a, const void *b)
+{
+    const struct rec *x = a, *y = b;
+    if (x->stamp != y->stamp) return x->stamp < y->stamp ? -1 : 1;
+    if (x->src != y->src) return x->src < y->src ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
 
 static int load_seg(struct seg *s)
 {
     char path[LZ_PATH_MAX + 96];
-    snprintf(path, sizeof path, "%s/" FJ_LOG, s->ckdir);
-    s->data_fd = -1;
-    s->log_fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (s->log_fd < 0) return errno == ENOENT ? 0 : -1; /* a checkpoint without files */
-    snprintf(path, sizeof path, "%s/" FJ_DATAFILE, s->ckdir);
-    s->data_fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat ds;
-    uint64_t data_size = s->data_fd >= 0 && fstat(s->data_fd, &ds) == 0 ? (uint64_t)ds.st_size : 0;
-    size_t cap = 0;
-    uint64_t off = 0;
-    char *buf = malloc(FJ_DATA_MAX + 65536);
-    for (;;) {
-        struct fj_rec h;
-        if (lz_pread_all(s->log_fd, &h, sizeof h, (off_t)off) < 0) break;
-        if (h.magic != FJ_REC_MAGIC || h.len > FJ_DATA_MAX + 65536 || h.type < FJ_INODE || h.type > FJ_DIRTIME) break;
-        if (lz_pread_all(s->log_fd, buf, h.len, (off_t)(off + sizeof h)) < 0) break;
-        uint32_t check = h.check;
-        h.check = 0;
-        XXH3_state_t st;
-        XXH3_64bits_reset(&st);
-        XXH3_64bits_update(&st, &h, sizeof h);
-        XXH3_64bits_update(&st, buf, h.len);
-        if ((uint32_t)XXH3_64bits_digest(&st) != check) break; /* torn: its change never happened */
-        size_t fixed = h.type == FJ_INODE ? sizeof(struct fj_inode) : h.type == FJ_DATA ? sizeof(struct fj_data)
-                     : h.type == FJ_NAME ? sizeof(struct fj_name) : h.type == FJ_MOVED ? sizeof(struct fj_moved)
-                     : sizeof(struct fj_dirtime);
-        if (h.len < fixed || (h.type != FJ_DATA && buf[h.len - 1] != 0)) break;
-        if (h.type == FJ_DATA) {
-            const struct fj_data *dd = (const void *)buf;
-            if (dd->length > FJ_DATA_MAX || dd->data_off + dd->length > data_size) break; /* cannot be: bytes go first */
-            uint64_t end = dd->data_off + ((dd->length + 4095) & ~4095ull);
-            if (end > s->data_end) s->data_end = end;
-        }
-        if (s->n == cap) { cap = cap ? cap * 2 : 256; s->r = realloc(s->r, cap * sizeof *s->r); }
-        struct rec *r = &s->r[s->n++];
-        r->type = h.type;
-        r->flags = h.flags;
-        r->len = h.len;
-        r->data_off = off + sizeof h + fixed;
-        size_t keep = h.type == FJ_DATA ? fixed : h.len;
-        r->p = malloc(keep);
-        memcpy(r->p, buf, keep);
-        off += sizeof h + h.len;
-    }
-    s->log_end = off;
-    free(buf);
+    struct stat st;
+    seg_cap = 0;
+    snprintf(path, sizeof path, "%s/" FJ_RESET, s->ckdir);
+    if (lstat(path, &st) == 0) return 0; /* being emptied: empty */
+    if (load_jnl(s, s->ckdir) < 0) return -1;
+    qsort(s->r, s->n, sizeof *s->r, rec_order);
     return 0;
+}
+
+static void seg_free(struct seg *s)
+{
+    for (size_t j = 0; j < s->n; j++) free(s->r[j].p);
+    free(s->r);
+    for (size_t j = 0; j < s->nj; j++) {
+        if (s->j[j].log_fd >= 0) close(s->j[j].log_fd);
+        if (s->j[j].data_fd >= 0) close(s->j[j].data_fd);
+    }
+    free(s->j);
 }
 
 struct fj_plan *fj_plan_load(const char *dir, uint64_t target, char *why, size_t whylen)
@@ -131,12 +210,7 @@ struct fj_plan *fj_plan_load(const char *dir, uint64_t target, char *why, size_t
 void fj_plan_free(struct fj_plan *p)
 {
     if (!p) return;
-    for (size_t i = 0; i < p->n; i++) {
-        for (size_t j = 0; j < p->s[i].n; j++) free(p->s[i].r[j].p);
-        free(p->s[i].r);
-        if (p->s[i].log_fd >= 0) close(p->s[i].log_fd);
-        if (p->s[i].data_fd >= 0) close(p->s[i].data_fd);
-    }
+    for (size_t i = 0; i < p->n; i++) seg_free(&p->s[i]);
     free(p->s);
     free(p);
 }
@@ -292,12 +366,21 @@ static void set_times(const char *path, int64_t at, int64_t mt)
 
 static int same_ino(const struct stat *st, uint64_t dev, uint64_t ino) { return st->st_dev == dev && st->st_ino == ino; }
 
-/* files.keep/<dev>.<ino> of a journal */
-static void keep_path(char *out, size_t len, const struct seg *s, uint64_t dev, uint64_t ino)
+/* files.keep/<dev>.<ino> of an interval: in the journal `first` (the one
+ * whose record asks), else in whichever of its journals holds it (a process
+ * may have linked an inode another one recorded); if none, first's. */
+static void keep_path(char *out, size_t len, const struct seg *s, uint32_t first, uint64_t dev, uint64_t ino)
 {
     char name[40];
+    struct stat st;
     fj_keep_name(name, dev, ino);
-    snprintf(out, len, "%s/" FJ_KEEP "/%s", s->ckdir, name);
+    for (size_t k = 0; k <= s->nj; k++) {
+        size_t j = k == 0 ? first : k - 1;
+        if (j >= s->nj || (k && j == first)) continue;
+        snprintf(out, len, "%s/" FJ_KEEP "/%s", s->j[j].dir, name);
+        if (lstat(out, &st) == 0) return;
+    }
+    snprintf(out, len, "%s/" FJ_KEEP "/%s", first < s->nj ? s->j[first].dir : s->ckdir, name);
 }
 
 static int copy_fd(int in, int out)
@@ -354,7 +437,7 @@ static int restore_file(const struct seg *s, const struct rec *r, char *why, siz
     const char *path = name_path(r);
     char keep[LZ_PATH_MAX + 160], name[40], par[LZ_PATH_MAX], tmp[LZ_PATH_MAX + 64];
     fj_keep_name(name, n->dev, n->ino);
-    keep_path(keep, sizeof keep, s, n->dev, n->ino);
+    keep_path(keep, sizeof keep, s, r->src, n->dev, n->ino);
     struct stat st;
     if (lstat(path, &st) == 0 && (same_ino(&st, n->dev, n->ino) || is_copy_of(&st, n->dev, n->ino))) return 0;
     if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && remove_any(path) < 0)
@@ -436,7 +519,7 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
             const struct rec *m = j < s->n ? &s->r[j] : NULL;
             char where[LZ_PATH_MAX * 2];
             if (!m) {
-                keep_path(where, sizeof where, s, n->dev, n->ino);
+                keep_path(where, sizeof where, s, names[i].r->src, n->dev, n->ino);
             } else {
                 if (m->type != FJ_MOVED) continue;
                 const struct fj_moved *mv = (const void *)m->p;
@@ -521,7 +604,7 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
             dup = s->r[j].type == FJ_INODE && INODE(&s->r[j])->dev == in->dev && INODE(&s->r[j])->ino == in->ino;
         if (dup) continue;
         char keep[LZ_PATH_MAX + 160];
-        keep_path(keep, sizeof keep, s, in->dev, in->ino);
+        keep_path(keep, sizeof keep, s, r->src, in->dev, in->ino);
         struct stat fs;
         const char *at = lstat(keep, &fs) == 0 ? keep : inode_path(r);
         int fd = open(at, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -540,8 +623,11 @@ static int apply_seg(const struct seg *s, char *why, size_t wl)
             if (d->type != FJ_DATA) continue;
             const struct fj_data *dd = (const void *)d->p;
             if (dd->dev != in->dev || dd->ino != in->ino) continue;
-            size_t len = dd->length;
-            if (lz_pread_all(s->data_fd, buf, len, (off_t)dd->data_off) < 0 || pwrite(fd, buf, len, (off_t)dd->offset) != (ssize_t)len)
+            /* only bytes that existed at N: another process may have saved a
+             * block after this inode grew (its record has a later stamp) */
+            if (dd->offset >= in->size) continue;
+            size_t len = dd->length > in->size - dd->offset ? (size_t)(in->size - dd->offset) : dd->length;
+            if (lz_pread_all(s->j[d->src].data_fd, buf, len, (off_t)dd->data_off) < 0 || pwrite(fd, buf, len, (off_t)dd->offset) != (ssize_t)len)
                 rc = fail(why, wl, "cannot restore the content of %s: %s", inode_path(r), strerror(errno ? errno : EIO));
         }
         if (rc == 0) {
@@ -585,15 +671,49 @@ int fj_plan_apply(const struct fj_plan *p, int delay_ms, char *why, size_t whyle
     return 0;
 }
 
+/* The journals of the other processes (proc.*), recursively: gone; a
+ * directory that holds anything else (a process's own checkpoint) stays. */
+static void drop_proc_journals(int dfd)
+{
+    DIR *d = fdopendir(dup(dfd));
+    struct dirent *e;
+    char (*subs)[256] = NULL;
+    size_t ns = 0;
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, FJ_PROC_PREFIX, sizeof FJ_PROC_PREFIX - 1)) {
+            subs = realloc(subs, (ns + 1) * sizeof *subs);
+            snprintf(subs[ns++], sizeof *subs, "%s", e->d_name);
+        }
+    if (d) closedir(d);
+    for (size_t i = 0; i < ns; i++) {
+        int sfd = openat(dfd, subs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sfd < 0) continue;
+        drop_proc_journals(sfd);
+        unlinkat(sfd, FJ_LOG, 0);
+        unlinkat(sfd, FJ_DATAFILE, 0);
+        lz_remove_tree(sfd, FJ_KEEP);
+        close(sfd);
+        unlinkat(dfd, subs[i], AT_REMOVEDIR);
+    }
+    free(subs);
+}
+
 int fj_journal_reset(const char *ckdir)
 {
+    /* the journals of the interval go one by one: what is left of them
+     * meanwhile would not say what N was (the first record of a block may be
+     * gone, a later one not), so a mark says they are empty until all are */
     char path[LZ_PATH_MAX + 96];
+    snprintf(path, sizeof path, "%s/" FJ_RESET, ckdir);
+    int mfd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (mfd < 0) return -1;
+    fsync(mfd);
+    close(mfd);
+    if (lz_fsync_dir(ckdir) < 0) return -1;
     snprintf(path, sizeof path, "%s/" FJ_LOG, ckdir);
     if (truncate(path, 0) < 0 && errno != ENOENT) return -1;
-    int lfd = open(path, O_RDONLY | O_CLOEXEC);
-    if (lfd >= 0) { fsync(lfd); close(lfd); }
     snprintf(path, sizeof path, "%s/" FJ_DATAFILE, ckdir);
-    if (truncate(path, 0) < 0 && errno != ENOENT) return -1; /* after the log: nothing points at it */
+    if (truncate(path, 0) < 0 && errno != ENOENT) return -1;
     snprintf(path, sizeof path, "%s/" FJ_KEEP, ckdir);
     DIR *d = opendir(path);
     struct dirent *e;
@@ -601,7 +721,14 @@ int fj_journal_reset(const char *ckdir)
         if (e->d_name[0] != '.' && unlinkat(dirfd(d), e->d_name, 0) < 0 && errno == EISDIR)
             unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR); /* a removed directory kept (it is empty) */
     if (d) closedir(d);
-    return 0;
+    int dfd = open(ckdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return -1;
+    drop_proc_journals(dfd);
+    syncfs(dfd);
+    close(dfd);
+    snprintf(path, sizeof path, "%s/" FJ_RESET, ckdir);
+    if (unlink(path) < 0) return -1;
+    return lz_fsync_dir(ckdir);
 }
 
 /* ------------------------------------------------------------------ checks and views */
@@ -677,7 +804,7 @@ static void add_list(char **list, size_t *count, const char *path)
 static int inode_now(const struct seg *s, const struct rec *r, struct stat *st)
 {
     char keep[LZ_PATH_MAX + 160];
-    keep_path(keep, sizeof keep, s, INODE(r)->dev, INODE(r)->ino);
+    keep_path(keep, sizeof keep, s, r->src, INODE(r)->dev, INODE(r)->ino);
     if (lstat(keep, st) == 0) return 0;
     if (lstat(inode_path(r), st) == 0 && same_ino(st, INODE(r)->dev, INODE(r)->ino)) return 0;
     return -1;
@@ -777,9 +904,9 @@ static void journal_paths(const char *ckdir, uint64_t **hashes, size_t *n, size_
     memset(&s, 0, sizeof s);
     snprintf(s.ckdir, sizeof s.ckdir, "%s", ckdir);
     *bytes = 0;
-    if (load_seg(&s) < 0 || s.log_fd < 0) return;
+    if (load_seg(&s) < 0) { seg_free(&s); return; }
     struct stat st;
-    *bytes = s.log_end + s.data_end;
+    for (size_t j = 0; j < s.nj; j++) *bytes += s.j[j].log_end + s.j[j].data_end;
     for (size_t i = 0; i < s.n; i++) {
         const char *path = s.r[i].type == FJ_NAME ? name_path(&s.r[i]) : s.r[i].type == FJ_INODE ? inode_path(&s.r[i]) : NULL;
         if (!path) continue;
@@ -787,19 +914,18 @@ static void journal_paths(const char *ckdir, uint64_t **hashes, size_t *n, size_
         (*hashes)[(*n)++] = lz_hash(path, strlen(path));
     }
     /* kept files only cost space once nothing else links them */
-    char keep[LZ_PATH_MAX + 96];
-    snprintf(keep, sizeof keep, "%s/" FJ_KEEP, ckdir);
-    DIR *d = opendir(keep);
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_nlink == 1 &&
-            S_ISREG(st.st_mode))
-            *bytes += (uint64_t)st.st_blocks * 512;
-    if (d) closedir(d);
-    for (size_t j = 0; j < s.n; j++) free(s.r[j].p);
-    free(s.r);
-    close(s.log_fd);
-    if (s.data_fd >= 0) close(s.data_fd);
+    for (size_t j = 0; j < s.nj; j++) {
+        char keep[LZ_PATH_MAX + 96];
+        snprintf(keep, sizeof keep, "%s/" FJ_KEEP, s.j[j].dir);
+        DIR *d = opendir(keep);
+        struct dirent *e;
+        while (d && (e = readdir(d)))
+            if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_nlink == 1 &&
+                S_ISREG(st.st_mode))
+                *bytes += (uint64_t)st.st_blocks * 512;
+        if (d) closedir(d);
+    }
+    seg_free(&s);
 }
 
 static int u64cmp(const void *a, const void *b)

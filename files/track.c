@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 
 struct fj_global fj;
 
@@ -22,6 +23,7 @@ struct fj_global fj;
  * (Saved bytes go with pwrite: filling files.data through a mapping costs a
  * page fault and page_mkwrite per page, more than the write.) */
 #define LOG_WIN (8ull << 20)
+#define LOG_WIN_MIN (64ull << 10) /* first window of a journal not the program's: doubled as it fills */
 #define ENGINE_BYTES (2 * ARENA_BYTES + FDT_BYTES + 2 * LOG_WIN)
 #define OWN_FD_BASE 960          /* the engine's descriptors live up here */
 #define MAX_EXCL 64
@@ -42,10 +44,11 @@ struct interval {
     struct fj_ino *inos; uint32_t ino_n;        /* stable: descriptors hold indices */
     uint32_t *ihash; uint32_t ihash_cap;         /* index + 1, open addressing */
     uint64_t *paths; uint32_t path_cap, path_n; /* XXH3 of paths already recorded */
+    int dir_fd;                      /* the journal's directory (renamed at will: never by path) */
     int log_fd, keep_fd, data_fd;
     uint64_t log_off, data_off;     /* where the next record / saved bytes go */
     char *lwin;                      /* the log window (NULL: records go with pwritev) */
-    uint64_t lbase;                  /* file offset of its first byte */
+    uint64_t lbase, wlen;            /* file offset of its first byte, its length */
     int touched;       /* anything recorded (for machine durability) */
     /* directories moved or made this interval: a path below `cur` was
      * `orig` + the rest at N (NULL: nothing there existed at N) */
@@ -63,6 +66,9 @@ static struct {
     int cur;           /* iv[cur] is live; iv[!cur] is being prepared */
     volatile int lock;
     int warned;
+    int main;          /* the job's program: its journal is the directory's top one, files.data may be a spare */
+    int pid;           /* the process whose journal iv[] holds (a vfork child shares this memory) */
+    int ppid, pfd;     /* a forked child's parent (its pid, its journal directory's descriptor), or 0 */
 } E;
 
 static char *databuf; /* FJ_DATA_MAX bytes, for copying saved content */
@@ -98,7 +104,7 @@ static long own_fd(long fd)
 int fj_is_own_fd(int fd)
 {
     for (int i = 0; i < 2; i++) {
-        if (E.iv[i].log_fd == fd || E.iv[i].keep_fd == fd || E.iv[i].data_fd == fd) return 1;
+        if (E.iv[i].log_fd == fd || E.iv[i].keep_fd == fd || E.iv[i].data_fd == fd || E.iv[i].dir_fd == fd) return 1;
         for (uint32_t s = 0; s < E.iv[i].ino_n; s++)
             if (E.iv[i].inos[s].rfd == fd) return 1;
     }
@@ -200,9 +206,9 @@ static void win_drop(char *at, uint64_t len)
 static long log_window(struct interval *v)
 {
     uint64_t base = v->log_off & ~4095ull;
-    long r = lz_sc4(SYS_fallocate, v->log_fd, 0, base, LOG_WIN);
+    long r = lz_sc4(SYS_fallocate, v->log_fd, 0, base, v->wlen);
     if (r == 0) {
-        long a = lz_sc6(SYS_mmap, (long)v->lwin, LOG_WIN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, v->log_fd, base);
+        long a = lz_sc6(SYS_mmap, (long)v->lwin, v->wlen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, v->log_fd, base);
         r = a < 0 && a > -4096 ? a : 0;
     }
     if (r < 0) { win_drop(v->lwin, LOG_WIN); v->lwin = NULL; return r; }
@@ -212,10 +218,20 @@ static long log_window(struct interval *v)
 
 /* ---------------------------------------------------------------- journal */
 
+/* The record's stamp: the old state it holds has been read, the change has
+ * not happened yet (clock_gettime of CLOCK_MONOTONIC is the vDSO's: no
+ * system call, one clock for every process of the machine). */
+static uint64_t stamp_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
 static long jwrite(struct interval *v, uint16_t type, uint16_t flags, const void *fixed, size_t flen,
                    const char *s1, const char *s2, const void *data, size_t dlen)
 {
-    struct fj_rec h = {FJ_REC_MAGIC, type, flags, 0, 0};
+    struct fj_rec h = {FJ_REC_MAGIC, type, flags, 0, 0, stamp_now()};
     size_t l1 = s1 ? slen(s1) + 1 : 0, l2 = s2 ? slen(s2) + 1 : 0;
     h.len = (uint32_t)(flen + l1 + l2 + dlen);
     struct iovec iov[5] = {{&h, sizeof h}, {(void *)fixed, flen}, {(void *)s1, l1}, {(void *)s2, l2}, {(void *)data, dlen}};
@@ -224,7 +240,11 @@ static long jwrite(struct interval *v, uint16_t type, uint16_t flags, const void
     for (int i = 0; i < 5; i++) if (iov[i].iov_len) XXH3_64bits_update(&st, iov[i].iov_base, iov[i].iov_len);
     h.check = (uint32_t)XXH3_64bits_digest(&st);
     size_t total = sizeof h + h.len;
-    if (v->lwin && (v->log_off + total <= v->lbase + LOG_WIN || log_window(v) == 0)) {
+    if (v->lwin && v->log_off + total > v->lbase + v->wlen) {
+        if (v->wlen < LOG_WIN) v->wlen *= 2; /* a small journal stays small on disk (the window is allocated) */
+        log_window(v); /* or records go with pwritev from now on */
+    }
+    if (v->lwin) {
         char *at = v->lwin + (v->log_off - v->lbase);
         for (int i = 0; i < 5; i++)
             if (iov[i].iov_len) { memcpy(at, iov[i].iov_base, iov[i].iov_len); at += iov[i].iov_len; }
@@ -462,9 +482,10 @@ static int map_memory(void)
         E.iv[i].used = 0;
         E.iv[i].inos = NULL; E.iv[i].ino_n = 0; E.iv[i].ihash = NULL; E.iv[i].ihash_cap = 0;
         E.iv[i].paths = NULL; E.iv[i].path_cap = E.iv[i].path_n = 0;
-        E.iv[i].log_fd = E.iv[i].keep_fd = E.iv[i].data_fd = -1;
+        E.iv[i].log_fd = E.iv[i].keep_fd = E.iv[i].data_fd = E.iv[i].dir_fd = -1;
         E.iv[i].log_off = E.iv[i].data_off = 0;
         E.iv[i].lwin = NULL;
+        E.iv[i].wlen = LOG_WIN;
         E.iv[i].touched = 0;
         E.iv[i].mv = NULL; E.iv[i].nmv = E.iv[i].capmv = 0;
     }
@@ -478,8 +499,10 @@ int fj_owns(uint64_t start, uint64_t end)
     return engine_mem && start >= (uint64_t)engine_mem && end <= (uint64_t)engine_mem + ENGINE_BYTES;
 }
 
-int fj_setup(const char *store, int machine, const char *excludes)
+int fj_setup(const char *store, int machine, const char *excludes, int main_process)
 {
+    E.main = main_process;
+    E.pid = (int)lz_sc0(SYS_getpid);
     size_t sl = slen(store);
     if (sl >= sizeof E.store) return -1;
     memcpy(E.store, store, sl + 1);
@@ -498,16 +521,19 @@ int fj_setup(const char *store, int machine, const char *excludes)
     return 0;
 }
 
-static void iv_reset(struct interval *v)
+/* Lets an interval go: trim says the log is ours to cut to its records (a
+ * fork child's copy of its parent's interval is not). */
+static void iv_close(struct interval *v, int trim)
 {
     if (v->lwin) {
         win_drop(v->lwin, LOG_WIN);
-        lz_sc2(SYS_ftruncate, v->log_fd, v->log_off); /* the window's unused tail */
+        if (trim) lz_sc2(SYS_ftruncate, v->log_fd, v->log_off); /* the window's unused tail */
     }
     v->lwin = NULL;
     if (v->log_fd >= 0) lz_sc1(SYS_close, v->log_fd);
     if (v->keep_fd >= 0) lz_sc1(SYS_close, v->keep_fd);
     if (v->data_fd >= 0) lz_sc1(SYS_close, v->data_fd);
+    if (v->dir_fd >= 0) lz_sc1(SYS_close, v->dir_fd);
     for (uint32_t s = 0; s < v->ino_n; s++)
         if (v->inos[s].rfd >= 0) lz_sc1(SYS_close, v->inos[s].rfd);
     if (v->used) lz_sc3(SYS_madvise, v->arena, (v->used + 4095) & ~4095ull, MADV_DONTNEED);
@@ -515,11 +541,14 @@ static void iv_reset(struct interval *v)
     v->inos = NULL; v->ino_n = 0;
     v->ihash = NULL; v->ihash_cap = 0;
     v->paths = NULL; v->path_cap = v->path_n = 0;
-    v->log_fd = v->keep_fd = v->data_fd = -1;
+    v->log_fd = v->keep_fd = v->data_fd = v->dir_fd = -1;
     v->log_off = v->data_off = 0;
+    v->wlen = LOG_WIN;
     v->touched = 0;
     v->mv = NULL; v->nmv = v->capmv = 0;
 }
+
+static void iv_reset(struct interval *v) { iv_close(v, 1); }
 
 /* ---------------------------------------------------------------- descriptors */
 
@@ -1117,7 +1146,7 @@ static long save_blind(struct interval *v)
 /* A spare left by a dropped checkpoint becomes this interval's files.data:
  * overwriting its pages costs what a native overwrite does, while a new file
  * costs a fresh page per saved page (and the supervisor freeing them later). */
-static int adopt_spare(const char *data_path)
+static int adopt_spare(int dfd)
 {
     char sp[LZ_PATH_MAX + 32];
     size_t l = E.store_len;
@@ -1127,34 +1156,81 @@ static int adopt_spare(const char *data_path)
         memcpy(sp + l, "/" LZ_SPARE_PREFIX, pl);
         sp[l + pl] = (char)('0' + i);
         sp[l + pl + 1] = 0;
-        if (lz_sc5(SYS_renameat2, AT_FDCWD, sp, AT_FDCWD, data_path, RENAME_NOREPLACE) == 0) return 1;
+        if (lz_sc5(SYS_renameat2, AT_FDCWD, sp, dfd, FJ_DATAFILE, RENAME_NOREPLACE) == 0) return 1;
     }
     return 0;
 }
 
-static long open_interval(struct interval *v, const char *ckdir, int fresh)
+static long pread_full(int fd, void *buf, uint64_t n, uint64_t off)
 {
-    char p[LZ_PATH_MAX + 64];
-    size_t l = slen(ckdir);
-    memcpy(p, ckdir, l);
-    memcpy(p + l, "/" FJ_KEEP, sizeof("/" FJ_KEEP));
-    long r = lz_sc3(SYS_mkdirat, AT_FDCWD, p, 0700);
+    uint64_t got = 0;
+    while (got < n) {
+        long k = lz_sc4(SYS_pread64, fd, (char *)buf + got, n - got, off + got);
+        if (k == -EINTR) continue;
+        if (k <= 0) return k < 0 ? k : -EIO;
+        got += (uint64_t)k;
+    }
+    return 0;
+}
+
+/* The end of the valid records of a log from `off` (a record boundary) on,
+ * and in *data_end the end of the bytes of files.data its DATA records use:
+ * where a journal taken over (after an exec, or a reused pid) goes on. */
+static uint64_t scan_log(int fd, uint64_t off, uint64_t *data_end)
+{
+    for (;;) {
+        struct fj_rec h;
+        if (pread_full(fd, &h, sizeof h, off) < 0) break;
+        if (h.magic != FJ_REC_MAGIC || h.len > FJ_DATA_MAX || h.type < FJ_INODE || h.type > FJ_DIRTIME) break;
+        if (pread_full(fd, databuf, h.len, off + sizeof h) < 0) break;
+        uint32_t check = h.check;
+        h.check = 0;
+        XXH3_state_t st;
+        XXH3_64bits_reset(&st);
+        XXH3_64bits_update(&st, &h, sizeof h);
+        if (h.len) XXH3_64bits_update(&st, databuf, h.len);
+        if ((uint32_t)XXH3_64bits_digest(&st) != check) break; /* torn: its change never happened */
+        if (h.type == FJ_DATA && h.len >= sizeof(struct fj_data)) {
+            struct fj_data d;
+            memcpy(&d, databuf, sizeof d);
+            uint64_t e = d.data_off + ((d.length + 4095) & ~4095ull);
+            if (e > *data_end) *data_end = e;
+        }
+        off += sizeof h + h.len;
+    }
+    return off;
+}
+
+/* Opens the journal in the directory dfd (taken over: closed with the
+ * interval).  spare: files.data may be a spare of the store (the program's
+ * own top-level journal only).  An existing log is continued after its last
+ * valid record (from log_hint on); adopt: the journal of this process before
+ * an exec, whose files.data may be a spare: continued after the bytes its
+ * records use (at least data_hint), else after its end. */
+static long open_interval_at(struct interval *v, long dfd, int spare, int adopt, uint64_t log_hint, uint64_t data_hint)
+{
+    if (dfd < 0) return dfd;
+    v->dir_fd = (int)dfd;
+    long r = lz_sc3(SYS_mkdirat, dfd, FJ_KEEP, 0700);
     if (r < 0 && r != -EEXIST) return r;
-    v->keep_fd = (int)own_fd(lz_sc4(SYS_openat, AT_FDCWD, p, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
+    v->keep_fd = (int)own_fd(lz_sc4(SYS_openat, dfd, FJ_KEEP, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
     if (v->keep_fd < 0) return v->keep_fd;
-    memcpy(p + l, "/" FJ_DATAFILE, sizeof("/" FJ_DATAFILE));
     /* a spare keeps its size (cutting it would stall the program while the
      * kernel drops the pages): only what DATA records point at counts */
-    int recycled = fresh && adopt_spare(p);
-    v->data_fd = (int)own_fd(lz_sc4(SYS_openat, AT_FDCWD, p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+    int recycled = spare && adopt_spare((int)dfd);
+    v->data_fd = (int)own_fd(lz_sc4(SYS_openat, dfd, FJ_DATAFILE, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
     if (v->data_fd < 0) return v->data_fd;
+    v->log_fd = (int)own_fd(lz_sc4(SYS_openat, dfd, FJ_LOG, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (v->log_fd < 0) return v->log_fd;
+    uint64_t data_end = 0;
+    v->log_off = scan_log(v->log_fd, log_hint, &data_end);
     struct stat ds;
     if (lz_sc2(SYS_fstat, v->data_fd, &ds) < 0) ds.st_size = 0;
-    v->data_off = recycled ? 0 : ((uint64_t)ds.st_size + 4095) & ~4095ull;
-    memcpy(p + l, "/" FJ_LOG, sizeof("/" FJ_LOG));
-    v->log_fd = (int)own_fd(lz_sc4(SYS_openat, AT_FDCWD, p, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-    if (v->log_fd < 0) return v->log_fd;
-    v->log_off = lz_sc2(SYS_fstat, v->log_fd, &ds) == 0 ? (uint64_t)ds.st_size : 0;
+    if (recycled) v->data_off = data_end;
+    else if (adopt) v->data_off = data_end > data_hint ? data_end : data_hint;
+    else v->data_off = ((uint64_t)ds.st_size + 4095) & ~4095ull;
+    v->wlen = E.main ? LOG_WIN : LOG_WIN_MIN;
+    if (E.machine && (r = lz_sc1(SYS_fsync, dfd)) < 0) return r; /* its entries, before any record counts */
     if (!E.machine) {
         /* machine durability syncs each record: no window */
         v->lwin = win_area(v);
@@ -1163,10 +1239,38 @@ static long open_interval(struct interval *v, const char *ckdir, int fresh)
     return 0;
 }
 
+static long open_dir_at(long at, const char *name)
+{
+    return own_fd(lz_sc4(SYS_openat, at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
+}
+
+/* "proc.<pid>" */
+static void proc_name(char *out, long pid)
+{
+    memcpy(out, FJ_PROC_PREFIX, sizeof FJ_PROC_PREFIX);
+    size_t i = sizeof FJ_PROC_PREFIX - 1;
+    char tmp[24]; int k = 0;
+    do tmp[k++] = (char)('0' + pid % 10); while ((pid /= 10));
+    while (k) out[i++] = tmp[--k];
+    out[i] = 0;
+}
+
+/* The directory proc.<pid> inside the journal directory at (made if need be). */
+static long open_proc_dir(long at, long pid)
+{
+    char name[48];
+    proc_name(name, pid);
+    long r = lz_sc3(SYS_mkdirat, at, name, 0700);
+    if (r < 0 && r != -EEXIST) return r;
+    if (E.machine && r == 0 && (r = lz_sc1(SYS_fsync, at)) < 0) return r; /* the journal is found after a crash */
+    return open_dir_at(at, name);
+}
+
 static void set_err(char *err, size_t errlen, const char *what, long e)
 {
     const char *why = e == -ENOSPC ? "no space left on device" : e == -EDQUOT ? "disk quota exceeded"
-                    : e == -EIO ? "I/O error" : e == -ENOMEM ? "out of memory" : e == -EACCES ? "permission denied" : "error";
+                    : e == -EIO ? "I/O error" : e == -ENOMEM ? "out of memory" : e == -EACCES ? "permission denied"
+                    : e == -EBADF ? "bad file descriptor" : e == -ENOTDIR ? "not a directory" : "error";
     size_t i = 0;
     for (const char *s = what; *s && i + 1 < errlen; s++) err[i++] = *s;
     for (const char *s = ": "; *s && i + 1 < errlen; s++) err[i++] = *s;
@@ -1182,7 +1286,7 @@ int fj_prepare(const char *tmpdir, char *err, size_t errlen)
     iv_reset(v);
     /* --durability machine: the state of N itself must be on disk */
     if (E.machine && old->touched) lz_sc0(SYS_sync);
-    long r = open_interval(v, tmpdir, 1);
+    long r = open_interval_at(v, open_dir_at(AT_FDCWD, tmpdir), E.main, 0, 0, 0);
     if (r < 0) { set_err(err, errlen, "cannot create the file journal", r); iv_reset(v); unlock(); return -1; }
     /* save_blind classifies with the new interval's numbers */
     uint32_t oldgen = fj.gen;
@@ -1218,12 +1322,224 @@ void fj_abort(void)
     unlock();
 }
 
-int fj_restarted(uint64_t index, char *err, size_t errlen)
+static void warn_line(const char *a, long pid, const char *b)
+{
+    char msg[600], num[24];
+    size_t i = 0;
+    int k = 0;
+    do num[k++] = (char)('0' + pid % 10); while ((pid /= 10));
+    const char *parts[] = {"lazarus: process ", "", ": ", a, b};
+    for (int p = 0; p < 5; p++) {
+        if (p == 1) { while (k && i + 1 < sizeof msg) msg[i++] = num[--k]; continue; }
+        for (const char *s = parts[p]; *s && i + 1 < sizeof msg; s++) msg[i++] = *s;
+    }
+    lz_sc3(SYS_write, 2, msg, i);
+}
+
+/* A forked child: the parent's interval goes on in a journal of its own,
+ * proc.<pid>/ in the parent's journal directory.  What the parent's tables
+ * know (blocks and names recorded, directories moved) is true for the child
+ * too: the parent's records are older than anything the child records. */
+void fj_after_fork(void)
+{
+    if (!fj.fdt) return;
+    int torn = E.lock; /* another thread of the parent was inside the engine: its tables may be half done */
+    E.lock = 0;
+    E.main = 0;
+    E.ppid = E.pid;
+    E.pfd = E.iv[E.cur].dir_fd;
+    E.pid = (int)lz_sc0(SYS_getpid);
+    struct interval *v = &E.iv[E.cur];
+    iv_close(&E.iv[!E.cur], 0);
+    if (!fj.live) { iv_close(v, 0); return; }
+    long pdir = v->dir_fd;
+    /* the parent's files are never written by the child: the window of its
+     * log goes (it is a shared mapping), so do the child's copies of its fds */
+    if (v->lwin) win_drop(v->lwin, LOG_WIN);
+    v->lwin = NULL;
+    if (v->log_fd >= 0) lz_sc1(SYS_close, v->log_fd);
+    if (v->keep_fd >= 0) lz_sc1(SYS_close, v->keep_fd);
+    if (v->data_fd >= 0) lz_sc1(SYS_close, v->data_fd);
+    v->log_fd = v->keep_fd = v->data_fd = v->dir_fd = -1;
+    v->log_off = v->data_off = 0;
+    v->touched = 0;
+    if (torn) {
+        /* start from nothing: records again what the parent may have recorded */
+        for (uint32_t i = 0; i < v->ino_n; i++)
+            if (v->inos[i].rfd >= 0) lz_sc1(SYS_close, v->inos[i].rfd);
+        v->used = 0;
+        v->inos = NULL; v->ino_n = 0; v->ihash = NULL; v->ihash_cap = 0;
+        v->paths = NULL; v->path_cap = v->path_n = 0;
+        v->mv = NULL; v->nmv = v->capmv = 0;
+        fj.gen += 2;
+    }
+    long r = pdir >= 0 ? open_proc_dir(pdir, E.pid) : -EBADF;
+    if (pdir >= 0) lz_sc1(SYS_close, pdir);
+    r = open_interval_at(v, r, 0, 0, 0, 0);
+    if (r < 0) {
+        char why[128];
+        set_err(why, sizeof why, "cannot start its file journal", r);
+        warn_line(why, E.pid, "; its file changes will not be rolled back\n");
+        iv_close(v, 0);
+        fj.live = 0;
+    }
+}
+
+static long self_pid(void) { return lz_sc0(SYS_getpid); }
+
+static void put_u64(char **p, char *end, uint64_t x)
+{
+    char tmp[24]; int k = 0;
+    do tmp[k++] = (char)('0' + x % 10); while ((x /= 10));
+    while (k && *p < end) *(*p)++ = tmp[--k];
+}
+
+int fj_exec_prepare(char *envstr, size_t len)
+{
+    if (!fj.fdt || !fj.live || len < 96) return 0;
+    /* a vfork child shares this memory: the journal is its parent's (E.pid),
+     * and nothing here may change */
+    lock();
+    struct interval *v = &E.iv[E.cur];
+    int fd = v->dir_fd, owner = E.pid;
+    uint64_t lo = v->log_off, dof = v->data_off;
+    unlock();
+    if (fd < 0) return -EBADF;
+    long r = lz_sc3(SYS_fcntl, fd, F_SETFD, 0);
+    if (r == -EBADF) {
+        /* the program closed it (close_range before exec: Python's
+         * subprocess): the same directory again, through the descriptor of
+         * the process that still has it open, at the same number */
+        char lp[96], *q = lp, *e = lp + sizeof lp - 1;
+        long self = lz_sc0(SYS_getpid), at = self == owner ? E.ppid : owner, afd = self == owner ? E.pfd : fd;
+        if (at > 0 && afd >= 0) {
+            memcpy(q, "/proc/", 6);
+            q += 6;
+            put_u64(&q, e, (uint64_t)at);
+            memcpy(q, "/fd/", 4);
+            q += 4;
+            put_u64(&q, e, (uint64_t)afd);
+            if (self == owner) { /* its own journal: proc.<pid> in its parent's */
+                *q++ = '/';
+                proc_name(q, self);
+            } else {
+                *q = 0;
+            }
+            long n = lz_sc4(SYS_openat, AT_FDCWD, lp, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+            if (n >= 0) {
+                r = lz_sc3(SYS_dup3, n, fd, 0);
+                lz_sc1(SYS_close, n);
+                if (r >= 0) r = 0;
+            }
+        }
+    }
+    if (r < 0) {
+        /* refusing the exec would break the program: said once, on stderr */
+        if (!E.warned++) warn_line("closed the file journal's descriptor before exec", self_pid(),
+                                   ": what it runs now will not have its file changes rolled back\n");
+        return 0;
+    }
+    static const char name[] = FJ_ENV "=";
+    char *p = envstr, *end = envstr + len - 1;
+    memcpy(p, name, sizeof name - 1);
+    p += sizeof name - 1;
+    put_u64(&p, end, (uint64_t)owner);
+    *p++ = '.';
+    put_u64(&p, end, (uint64_t)fd);
+    *p++ = '.';
+    put_u64(&p, end, lo);
+    *p++ = '.';
+    put_u64(&p, end, dof);
+    *p = 0;
+    return 1;
+}
+
+void fj_exec_failed(void)
+{
+    if (!fj.fdt || !fj.live) return;
+    int fd = E.iv[E.cur].dir_fd;
+    if (fd >= 0) lz_sc3(SYS_fcntl, fd, F_SETFD, FD_CLOEXEC);
+}
+
+static int get_u64(const char **p, uint64_t *out)
+{
+    const char *s = *p;
+    uint64_t x = 0;
+    if (*s < '0' || *s > '9') return -1;
+    while (*s >= '0' && *s <= '9') x = x * 10 + (uint64_t)(*s++ - '0');
+    *out = x;
+    *p = s;
+    return 0;
+}
+
+int fj_adopt(const char *val, char *err, size_t errlen)
+{
+    if (!fj.fdt) return 0;
+    uint64_t owner, fd, lo, dof;
+    const char *p = val;
+    if (get_u64(&p, &owner) < 0 || *p++ != '.' || get_u64(&p, &fd) < 0 || *p++ != '.' || get_u64(&p, &lo) < 0 ||
+        *p++ != '.' || get_u64(&p, &dof) < 0 || *p || fd > 0x7fffffff) {
+        set_err(err, errlen, "malformed " FJ_ENV, -EINVAL);
+        return -1;
+    }
+    /* the descriptor must still be the journal's directory (a program may
+     * close descriptors before it execs) */
+    struct stat st;
+    if (lz_sc2(SYS_fstat, fd, &st) < 0 || !S_ISDIR(st.st_mode) || lz_sc4(SYS_faccessat, fd, FJ_LOG, F_OK, 0) < 0) {
+        set_err(err, errlen, "the file journal's descriptor was closed before exec", -EBADF);
+        return -1;
+    }
+    long self = lz_sc0(SYS_getpid);
+    lock();
+    E.cur = 0;
+    E.pid = (int)self;
+    struct interval *v = &E.iv[0];
+    long r;
+    if ((uint64_t)self == owner) {
+        /* exec: the same process, its journal goes on after its last record */
+        r = open_interval_at(v, own_fd((long)fd), 0, 1, lo, dof);
+    } else {
+        /* a vfork or posix_spawn child: a journal of its own, inside its parent's */
+        long d = open_proc_dir((long)fd, self);
+        lz_sc1(SYS_close, fd);
+        r = open_interval_at(v, d, 0, 0, 0, 0);
+    }
+    if (r == 0) r = save_blind(v);
+    if (r < 0) {
+        set_err(err, errlen, "cannot take over the file journal", r);
+        iv_close(v, 0);
+        unlock();
+        return -1;
+    }
+    fj.live = 1;
+    unlock();
+    return 0;
+}
+
+/* At exit the log is cut to its records (its window is allocated ahead of
+ * them: 64 KiB or more per process otherwise).  Not in a process that
+ * shares this memory without being its owner (raw clone), and not if the
+ * engine is busy (exit from a signal handler). */
+__attribute__((destructor)) static void fj_exit(void)
+{
+    if (!fj.fdt || !fj.live || self_pid() != E.pid || __atomic_exchange_n(&E.lock, 1, __ATOMIC_ACQUIRE)) return;
+    struct interval *v = &E.iv[E.cur];
+    if (v->lwin) {
+        win_drop(v->lwin, LOG_WIN);
+        v->lwin = NULL; /* records of threads still running go with pwritev */
+        if (v->log_fd >= 0) lz_sc2(SYS_ftruncate, v->log_fd, v->log_off);
+    }
+    unlock();
+}
+
+int fj_restarted(uint64_t index, int main_process, char *err, size_t errlen)
 {
     if (!fj.fdt) return 0;
     /* none of the engine's memory or descriptors came back with the program */
     E.lock = 0;
     E.cur = 0;
+    E.main = main_process;
+    E.pid = (int)lz_sc0(SYS_getpid);
     fj.live = 0;
     if (map_memory() < 0) { set_err(err, errlen, "cannot map the file engine's memory", -ENOMEM); return -1; }
     fj.gen = 1;
@@ -1237,9 +1553,16 @@ int fj_restarted(uint64_t index, char *err, size_t errlen)
     while (k < 6) digits[k++] = '0';
     while (k) ck[l++] = digits[--k];
     ck[l] = 0;
-    long r = open_interval(&E.iv[0], ck, 0);
+    /* the program's journal is the directory's own, any other process's proc.<pid>/ */
+    long d = open_dir_at(AT_FDCWD, ck);
+    if (!main_process && d >= 0) {
+        long pd = open_proc_dir(d, E.pid);
+        lz_sc1(SYS_close, d);
+        d = pd;
+    }
+    long r = open_interval_at(&E.iv[0], d, 0, 0, 0, 0);
     if (r == 0) r = save_blind(&E.iv[0]);
-    if (r < 0) { set_err(err, errlen, "cannot reopen the file journal", r); fj.live = 0; return -1; }
+    if (r < 0) { set_err(err, errlen, "cannot reopen the file journal", r); iv_close(&E.iv[0], 0); fj.live = 0; return -1; }
     fj.live = 1;
     return 0;
 }

@@ -35,8 +35,10 @@ struct fj_global {
 extern struct fj_global fj;
 
 /* Settings: the store (never tracked), durability, excluded directories
- * (a list of absolute paths separated by '\n'). */
-int fj_setup(const char *store, int machine, const char *excludes);
+ * (a list of absolute paths separated by '\n'); main_process: this is the
+ * job's program (its journal is the top one of a checkpoint directory and
+ * may recycle the store's spares), not another process of the job. */
+int fj_setup(const char *store, int machine, const char *excludes, int main_process);
 
 /* Fast test for write(): nothing to record for this descriptor. */
 static inline int fj_pass_write(int fd)
@@ -96,11 +98,32 @@ int fj_before_shared_map(int fd, int64_t off, uint64_t len);
 
 /* Checkpoint N: prepare the next interval's journal inside the checkpoint
  * being written (tmpdir), commit or abandon it with the checkpoint; resume
- * from N after a restart (its journal was emptied by the rollback). */
+ * from N after a restart (its journal was emptied by the rollback): the
+ * job's program (main_process) at ckpt.N/, any other process at
+ * ckpt.N/proc.<pid>/. */
 int fj_prepare(const char *tmpdir, char *err, size_t errlen);
 void fj_commit(void);
 void fj_abort(void);
-int fj_restarted(uint64_t index, char *err, size_t errlen);
+int fj_restarted(uint64_t index, int main_process, char *err, size_t errlen);
+
+/* Every process of the job records (journal.h: proc.<pid>/ journals).
+ * fj_after_fork: in a forked child (single-threaded there), the interval
+ * goes on in a journal of the child's own, proc.<pid>/ inside its parent's
+ * journal directory.
+ * fj_exec_prepare: before an exec (or posix_spawn), lets the journal's
+ * directory descriptor survive it and fills envstr (len >= 96) with the
+ * FJ_ENV=... assignment the new image needs: 1 filled, 0 nothing to pass
+ * (no interval open), -errno.  fj_exec_failed puts close-on-exec back (the
+ * exec failed, or posix_spawn returned).
+ * fj_adopt: in a new image, the value of FJ_ENV: the same process goes on
+ * with its journal after its last valid record; a vfork or posix_spawn
+ * child (another pid than the one that prepared it) starts proc.<pid>/ in
+ * that journal's directory.  0, or -1 with err set. */
+#define FJ_ENV "LAZARUS_FJ"
+void fj_after_fork(void);
+int fj_exec_prepare(char *envstr, size_t len);
+void fj_exec_failed(void);
+int fj_adopt(const char *val, char *err, size_t errlen);
 int fj_is_own_fd(int fd);
 int fj_owns(uint64_t start, uint64_t end); /* memory left out of checkpoints */
 /* Tell the user once why a change was refused. */

@@ -10,6 +10,7 @@
  * supervisor when a checkpoint is asked for (a process without the runtime
  * cannot answer one). */
 #include "rt.h"
+#include "track.h"
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define RUNTIME_NAME "liblazarus-rt.so"
@@ -155,12 +157,101 @@ static int exec_failed(void)
 
 extern char **environ;
 
-RT_API int execve(const char *path, char *const argv[], char *const envp[])
+/* The new image's environment carries the file journal over (files/track.h:
+ * the same process goes on with its journal, a vfork or posix_spawn child
+ * starts its own inside it): envp with LAZARUS_FJ set, or without it when no
+ * interval is open.  The vector is on the stack (a vfork child must not
+ * malloc, and a mapping it made would stay in its parent). */
+struct exec_call {
+    int (*fn)(struct exec_call *c, char *const envp[]);
+    const char *path;
+    char *const *argv;
+    int fd;
+    pid_t *pid;
+    const posix_spawn_file_actions_t *fa;
+    const posix_spawnattr_t *at;
+};
+
+static int is_fj(const char *e) { return !strncmp(e, FJ_ENV "=", sizeof FJ_ENV); }
+
+/* exec: -1 with errno (only if it failed); posix_spawn: its result */
+static int with_journal(struct exec_call *c, char *const envp[], int spawn)
+{
+    char var[128];
+    int r = fj_exec_prepare(var, sizeof var);
+    if (r < 0) {
+        fj_report(spawn ? "posix_spawn" : "exec", c->path, r); /* the new image could not record: refused */
+        if (spawn) return -r;
+        errno = -r;
+        return -1;
+    }
+    size_t n = 0, old = 0;
+    for (; envp && envp[n]; n++) old += is_fj(envp[n]) != 0;
+    if (!r && !old) return c->fn(c, envp);
+    size_t bytes = 0;
+    char *small[n < 4096 ? n + 2 : 1], **env = small;
+    if (n >= 4096) {
+        bytes = (n + 2) * sizeof *env;
+        long a = lz_sc6(SYS_mmap, 0, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (a < 0 && a > -4096) {
+            if (r) fj_exec_failed();
+            if (spawn) return ENOMEM;
+            errno = ENOMEM;
+            return -1;
+        }
+        env = (char **)a;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!is_fj(envp[i])) env[k++] = envp[i];
+    if (r) env[k++] = var;
+    env[k] = NULL;
+    int rc = c->fn(c, env);
+    int e = errno;
+    if (r) fj_exec_failed(); /* the exec failed, or the spawned child has exec'd */
+    if (bytes) lz_sc2(SYS_munmap, env, bytes);
+    errno = e;
+    return rc;
+}
+
+static int do_execve(struct exec_call *c, char *const envp[])
 {
     REAL(int, execve, const char *, char *const[], char *const[]);
+    return real_execve(c->path, c->argv, envp);
+}
+
+static int do_execvpe(struct exec_call *c, char *const envp[])
+{
+    REAL(int, execvpe, const char *, char *const[], char *const[]);
+    return real_execvpe(c->path, c->argv, envp);
+}
+
+static int do_fexecve(struct exec_call *c, char *const envp[])
+{
+    REAL(int, fexecve, int, char *const[], char *const[]);
+    return real_fexecve(c->fd, c->argv, envp);
+}
+
+static int do_spawn(struct exec_call *c, char *const envp[])
+{
+    REAL(int, posix_spawn, pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,
+         char *const[], char *const[]);
+    return real_posix_spawn(c->pid, c->path, c->fa, c->at, c->argv, envp);
+}
+
+static int do_spawnp(struct exec_call *c, char *const envp[])
+{
+    REAL(int, posix_spawnp, pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,
+         char *const[], char *const[]);
+    return real_posix_spawnp(c->pid, c->path, c->fa, c->at, c->argv, envp);
+}
+
+RT_API int execve(const char *path, char *const argv[], char *const envp[])
+{
     check_exec(path, 0, 1);
+    struct exec_call c = {.fn = do_execve, .path = path, .argv = argv};
     struct job_env je;
-    real_execve(path, argv, with_job(envp, &je));
+    with_journal(&c, with_job(envp, &je), 0);
     return exec_failed();
 }
 
@@ -168,10 +259,10 @@ RT_API int execv(const char *path, char *const argv[]) { return execve(path, arg
 
 RT_API int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-    REAL(int, execvpe, const char *, char *const[], char *const[]);
     check_exec(file, 1, 1);
+    struct exec_call c = {.fn = do_execvpe, .path = file, .argv = argv};
     struct job_env je;
-    real_execvpe(file, argv, with_job(envp, &je));
+    with_journal(&c, with_job(envp, &je), 0);
     return exec_failed();
 }
 
@@ -179,12 +270,12 @@ RT_API int execvp(const char *file, char *const argv[]) { return execvpe(file, a
 
 RT_API int fexecve(int fd, char *const argv[], char *const envp[])
 {
-    REAL(int, fexecve, int, char *const[], char *const[]);
     char path[64];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     check_exec(path, 0, 1);
+    struct exec_call c = {.fn = do_fexecve, .path = path, .argv = argv, .fd = fd};
     struct job_env je;
-    real_fexecve(fd, argv, with_job(envp, &je));
+    with_journal(&c, with_job(envp, &je), 0);
     return exec_failed();
 }
 
@@ -233,19 +324,57 @@ RT_API int execle(const char *path, const char *arg, ...)
 RT_API int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *at,
                        char *const argv[], char *const envp[])
 {
-    REAL(int, posix_spawn, pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,
-         char *const[], char *const[]);
     check_exec(path, 0, 0);
+    struct exec_call c = {.fn = do_spawn, .path = path, .argv = argv, .pid = pid, .fa = fa, .at = at};
     struct job_env je;
-    return real_posix_spawn(pid, path, fa, at, argv, with_job(envp, &je));
+    return with_journal(&c, with_job(envp, &je), 1);
 }
 
 RT_API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *at,
                         char *const argv[], char *const envp[])
 {
-    REAL(int, posix_spawnp, pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,
-         char *const[], char *const[]);
     check_exec(file, 1, 0);
+    struct exec_call c = {.fn = do_spawnp, .path = file, .argv = argv, .pid = pid, .fa = fa, .at = at};
     struct job_env je;
-    return real_posix_spawnp(pid, file, fa, at, argv, with_job(envp, &je));
+    return with_journal(&c, with_job(envp, &je), 1);
+}
+
+/* system() and popen() start /bin/sh with libc's own posix_spawn, out of our
+ * reach: the journal goes through the environment they pass, environ, for
+ * the length of the call (another thread's getenv meanwhile sees it too). */
+static int env_journal(const char *what, const char *cmd)
+{
+    char var[128];
+    int r = fj_exec_prepare(var, sizeof var);
+    if (r < 0) { fj_report(what, cmd, r); errno = -r; return -1; }
+    if (r > 0 && setenv(FJ_ENV, var + sizeof FJ_ENV, 1) < 0) { fj_exec_failed(); r = 0; }
+    return r;
+}
+
+static void env_journal_done(int r)
+{
+    int e = errno;
+    if (r > 0) { unsetenv(FJ_ENV); fj_exec_failed(); }
+    errno = e;
+}
+
+RT_API int system(const char *cmd)
+{
+    REAL(int, system, const char *);
+    if (!cmd) return real_system(cmd);
+    int r = env_journal("system", cmd);
+    if (r < 0) return -1;
+    int rc = real_system(cmd);
+    env_journal_done(r);
+    return rc;
+}
+
+RT_API FILE *popen(const char *cmd, const char *type)
+{
+    REAL(FILE *, popen, const char *, const char *);
+    int r = env_journal("popen", cmd);
+    if (r < 0) return NULL;
+    FILE *f = real_popen(cmd, type);
+    env_journal_done(r);
+    return f;
 }

@@ -102,6 +102,7 @@ void rt_notify(const char *fmt, ...)
  * checkpoint stores all of it. */
 static void rt_atfork_child(void)
 {
+    fj_after_fork(); /* its file changes go to a journal of its own (files/journal.h) */
     if (!rt.active) return;
     rt.pid = (int)lz_sc0(SYS_getpid);
     rt_map_fork_child();
@@ -110,7 +111,26 @@ static void rt_atfork_child(void)
     rt_pages_forget();
     if (!rt.nodirty) rt_track_all();
     rt_own_channel();
-    fj.live = 0;
+}
+
+/* File tracking runs in every process of the job, a member or not (one
+ * that closed its channel still records): it is set up wherever LAZARUS_DIR
+ * is, and an interval is joined where LAZARUS_FJ says (an exec, a vfork or
+ * posix_spawn child: files/track.h).  main_process: the job's main program,
+ * whose journal is the top one of a checkpoint directory. */
+static void rt_files_start(int main_process)
+{
+    const char *dir = getenv("LAZARUS_DIR"), *dur = getenv("LAZARUS_DURABILITY"), *jv = getenv(FJ_ENV);
+    if (!dir || strlen(dir) >= sizeof rt.dir) return;
+    if (fj_setup(dir, dur && !strcmp(dur, "machine"), getenv("LAZARUS_EXCLUDE"), main_process) < 0) {
+        fprintf(stderr, "lazarus: cannot set up file tracking; files will not be rolled back\n");
+        return;
+    }
+    char err[200];
+    if (jv && fj_adopt(jv, err, sizeof err) < 0)
+        fprintf(stderr, "lazarus: process %d: %s; its file changes will not be rolled back\n", getpid(), err);
+    if (jv) unsetenv(FJ_ENV); /* its descriptor is this image's now; exec passes a fresh one */
+    if (!rt.active) pthread_atfork(NULL, NULL, rt_atfork_child); /* a member's rt_init registers it */
 }
 
 /* Descriptors the job's main program got from its launcher (a make jobserver
@@ -158,10 +178,11 @@ static void note_inherited(int cfd)
 __attribute__((constructor)) static void rt_init(void)
 {
     const char *pid = getenv("LAZARUS_PID"), *dir = getenv("LAZARUS_DIR"), *fd = getenv("LAZARUS_CTL_FD");
-    if (!pid || !dir || !fd || strlen(dir) >= sizeof rt.dir) return;
+    int self_main = pid && atoi(pid) == getpid();
+    if (!pid || !dir || !fd || strlen(dir) >= sizeof rt.dir) { rt_files_start(self_main); return; }
     int cfd = atoi(fd);
     struct stat cst;
-    if (cfd < 0 || fstat(cfd, &cst) < 0 || !S_ISSOCK(cst.st_mode)) return;
+    if (cfd < 0 || fstat(cfd, &cst) < 0 || !S_ISSOCK(cst.st_mode)) { rt_files_start(self_main); return; }
     const char *parent = getenv("LAZARUS_PARENT"), *chan = getenv("LAZARUS_CHAN_PID");
     rt.parent = parent ? strtoull(parent, NULL, 10) : 0;
     memcpy(rt.dir, dir, strlen(dir) + 1);
@@ -172,9 +193,7 @@ __attribute__((constructor)) static void rt_init(void)
     rt.pid = getpid();
     note_inherited(cfd);
     rt_exec_remember_env();
-    const char *dur = getenv("LAZARUS_DURABILITY");
-    if (fj_setup(rt.dir, dur && !strcmp(dur, "machine"), getenv("LAZARUS_EXCLUDE")) < 0)
-        fprintf(stderr, "lazarus: cannot set up file tracking; files will not be rolled back\n");
+    rt_files_start(rt_is_main());
     const char *cz = getenv("LAZARUS_COMPRESS");
     char cerr[160];
     rt.codec = LZ_CODEC_LZ4; /* nearly zstd's ratio on checkpoint data, and restores several times faster (bench/) */

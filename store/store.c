@@ -137,7 +137,9 @@ static uint64_t tmp_write_index(const char *name)
     return index_of(num, "");
 }
 
-/* A journal directory keeps only the journal: a torn write may have left a
+/* A journal directory keeps only the journal (files.log, files.data,
+ * files.keep, the mark of a reset, and the journals of the job's other
+ * processes in proc.<pid>/, pruned likewise): a torn write may have left a
  * manifest or ghost files next to it. */
 static void prune_journal(int dfd, const char *name)
 {
@@ -150,10 +152,10 @@ static void prune_journal(int dfd, const char *name)
     struct dirent *e;
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, "files.log") ||
-            !strcmp(e->d_name, LZ_FILES_DATA) || !strcmp(e->d_name, "files.keep"))
+            !strcmp(e->d_name, LZ_FILES_DATA) || !strcmp(e->d_name, "files.keep") || !strcmp(e->d_name, "files.reset"))
             continue;
-        if (!strncmp(e->d_name, LZ_PROC_PREFIX, strlen(LZ_PROC_PREFIX))) { /* another process's journal */
-            prune_journal(fd, e->d_name);
+        if (!strncmp(e->d_name, LZ_PROC_PREFIX, strlen(LZ_PROC_PREFIX)) && (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN)) {
+            prune_journal(fd, e->d_name); /* another process's journal (not a directory: nothing done) */
             continue;
         }
         void *nd = realloc(drop, (n + 1) * sizeof *drop);
