@@ -16,9 +16,9 @@ RT_SRC      := runtime/rt_init.c runtime/rt_signals.c runtime/rt_capture.c \
                runtime/rt_dirty.c runtime/rt_map.c runtime/rt_pages.c runtime/rt_packio.c runtime/rt_fork.c runtime/rt_threads.c runtime/rt_exec.c runtime/rt_job.c runtime/rt_pipes.c \
                common/codec.c files/track.c
 RESTORE_SRC := restorer/restore_main.c restorer/restore_memory.c restorer/restore_fds.c restorer/restore_pipes.c \
-               restorer/restore_process.c restorer/restore_threads.c restorer/final_jump.S restorer/thread_start.S
+               restorer/restore_process.c restorer/restore_threads.c restorer/restore_tree.c restorer/final_jump.S restorer/thread_start.S
 CLI_SRC     := cli/main.c cli/cmd_run.c cli/cmd_restart.c cli/supervisor.c cli/job_ckpt.c cli/cmd_list.c \
-               cli/cmd_verify.c cli/cmd_checkpoint.c cli/cmd_gc.c cli/pidns.c cli/identity.c cli/job.c cli/cmd_diff.c files/rollback.c
+               cli/cmd_verify.c cli/cmd_checkpoint.c cli/cmd_gc.c cli/pidns.c cli/identity.c cli/job.c cli/restart_tree.c cli/cmd_diff.c files/rollback.c
 
 all: $(B)/bin/lazarus $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so
 

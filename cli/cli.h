@@ -3,6 +3,7 @@
 #ifndef LZ_CLI_H
 #define LZ_CLI_H
 #include "store.h"
+#include "tree.h"
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -48,6 +49,9 @@ struct supervisor {
     pid_t prog;          /* the program, as seen from here (0 = not known yet) */
     int status_fd;       /* the namespace init reports the program's wait status here */
     int restoring;       /* restart: until the runtime says RESTORED */
+    int plan_fd;         /* restart of several processes: the plan (restart_tree.c), or -1 */
+    int go_fd;           /* its go pipe's write end: one byte per process once all are READY */
+    size_t nlive;        /* the processes that say READY */
     uint64_t restore_index;
     uint64_t interval, keep, next_index;
     uint64_t first_index;  /* the first index this run can take */
@@ -65,9 +69,29 @@ int supervise(struct supervisor *s);
 
 /* Starts `argv` (exec) as a child with the runtime preloaded. */
 pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv);
-/* Starts the restorer in a process that has the checkpointed PID. */
-pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image *img, const char *ckpt_dir,
-                     uint64_t index);
+/* Starts the restorer in a process that has PID `want` (the checkpointed
+ * main program's); ids_free: that PID and every thread ID of the job are
+ * free here (else a PID namespace is made).  s->plan_fd >= 0: a job of
+ * several processes (restart_tree.c). */
+pid_t spawn_restorer(struct supervisor *s, int child_ctl, pid_t want, int ids_free, const char *ckpt_dir, uint64_t index);
+
+/* A restart of several processes (restart_tree.c). */
+struct restart_tree {
+    struct lz_tree tree;
+    struct lz_image *imgs; /* per process of the tree (zeroed for zombies) */
+    size_t nlive;          /* processes that come back (not zombies) */
+    int plan_fd, go_read;  /* placed for the restorers to inherit */
+    int go_write;
+};
+/* Loads and checks every part of rt->tree (loaded by the caller): 0, or -1
+ * with why (one line; nothing changed). */
+int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index, char *why, size_t whylen);
+/* Makes the plan (store/restart_plan.h) and the go pipe, above every
+ * descriptor number of the job and ctl_fd: 0, or -1 with why. */
+int restart_tree_plan(struct restart_tree *rt, const char *ckpt, int ctl_fd, char *why, size_t whylen);
+/* Every PID and thread ID of the job is free here. */
+int restart_tree_ids_free(const struct restart_tree *rt);
+void restart_tree_free(struct restart_tree *rt);
 
 /* Restart refuses an image whose mapped files or kernel differ. */
 int check_identity(const struct lz_image *img, char *why, size_t whylen);

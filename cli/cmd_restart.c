@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,15 @@ static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, i
     return 0;
 }
 
+/* Every thread ID but the PID is free here (the restorer makes the threads). */
+static int thread_ids_free(const struct lz_image *img)
+{
+    if (kill(img->proc->pid, 0) == 0 || errno != ESRCH) return 0;
+    for (size_t i = 1; i < img->nthreads; i++)
+        if (kill(img->threads[i].tid, 0) == 0 || errno != ESRCH) return 0;
+    return 1;
+}
+
 /* Highest N of DIR/packs/pack.N, 0 if none. */
 static uint64_t newest_pack(const char *dir)
 {
@@ -128,21 +138,21 @@ int cmd_restart(int argc, char **argv)
         lz_err("cannot restart: checkpoint %" PRIu64 " is damaged: %s", index, inner);
         return 1;
     }
-    struct lz_tree tree;
-    if (lz_tree_load(ckpt, &tree, inner, sizeof inner) < 0) {
+    struct restart_tree rt;
+    memset(&rt, 0, sizeof rt);
+    if (lz_tree_load(ckpt, &rt.tree, inner, sizeof inner) < 0) {
         lz_err("cannot restart: checkpoint %" PRIu64 " is damaged: %s", index, inner);
         return 1;
     }
-    size_t nprocs = tree.nprocs;
-    lz_tree_free(&tree);
-    if (nprocs > 1) {
-        lz_err("cannot restart from checkpoint %" PRIu64 ": it holds a job of %zu processes, and this build restarts "
-               "only single-process jobs (the main program with its threads); nothing was changed", index, nprocs);
-        return 1;
+    int several = rt.tree.nprocs > 1;
+    if (several) {
+        /* every part is checked before any file is rolled back */
+        if (restart_tree_load(&rt, ckpt, index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
+    } else {
+        if (check_identity(&img, why, sizeof why) < 0) { lz_err("cannot restart from checkpoint %" PRIu64 ": %s", index, why); return 1; }
+        /* small (pipe and socket buffers): checked before any file is rolled back */
+        if (lz_check_chans(ckpt, &img, index, why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return 1; }
     }
-    if (check_identity(&img, why, sizeof why) < 0) { lz_err("cannot restart from checkpoint %" PRIu64 ": %s", index, why); return 1; }
-    /* small (pipe and socket buffers): checked before any file is rolled back */
-    if (lz_check_chans(ckpt, &img, index, why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return 1; }
     struct lz_job job;
     lz_job_read(dir, &job);
     /* indices are never reused, also of checkpoints the rollback drops and of
@@ -167,8 +177,25 @@ int cmd_restart(int argc, char **argv)
     if (child_ctl < 0) return 1;
     s.restoring = 1;
     s.restore_index = index;
-    s.child = spawn_restorer(&s, child_ctl, &img, ckpt, index);
+    int ids_free;
+    if (several) {
+        if (restart_tree_plan(&rt, ckpt, child_ctl, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
+        s.plan_fd = rt.plan_fd;
+        s.go_fd = rt.go_write;
+        s.nlive = rt.nlive;
+        ids_free = restart_tree_ids_free(&rt);
+    } else {
+        ids_free = thread_ids_free(&img);
+    }
+    s.child = spawn_restorer(&s, child_ctl, img.proc->pid, ids_free, ckpt, index);
     close(child_ctl);
+    if (several) {
+        /* the restorers have them now */
+        close(rt.plan_fd);
+        close(rt.go_read);
+        s.plan_fd = -1;
+    }
+    restart_tree_free(&rt);
     if (s.child < 0) { lz_err("cannot start the restorer: %s", strerror(errno)); return 1; }
     lz_image_free(&img);
     return supervise(&s);

@@ -6,6 +6,7 @@
  * status on a pipe. */
 #include "cli.h"
 #include "util.h"
+#include "restart_plan.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
@@ -51,9 +52,9 @@ static int keep_sys_admin(void)
     return prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SYS_ADMIN, 0, 0);
 }
 
-static _Noreturn void exec_restorer(int ctl, const char *ckpt_dir, const char *store, uint64_t index, const char *compress,
-                                    int in_userns)
+static _Noreturn void exec_restorer(struct supervisor *s, int ctl, const char *ckpt_dir, uint64_t index, int in_userns)
 {
+    const char *store = s->dir, *compress = s->compress;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     char idx[32], fd[16];
     snprintf(idx, sizeof idx, "%llu", (unsigned long long)index);
@@ -64,8 +65,11 @@ static _Noreturn void exec_restorer(int ctl, const char *ckpt_dir, const char *s
     /* rseq off in the restorer: the program's registration is installed at the end */
     char cz[64];
     snprintf(cz, sizeof cz, "LAZARUS_COMPRESS=%s", compress);
-    char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", cz, NULL, NULL, NULL};
+    char plan[48];
+    snprintf(plan, sizeof plan, LZ_PLAN_ENV "=%d", s->plan_fd);
+    char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", cz, NULL, NULL, NULL, NULL};
     int ne = 2;
+    if (s->plan_fd >= 0) env[ne++] = plan; /* a job of several processes: the restorers follow the plan */
     if (in_userns && keep_sys_admin() == 0) env[ne++] = "LAZARUS_DROP_CAPS=1";
     if (getenv("LAZARUS_TRACE")) env[ne++] = "LAZARUS_TRACE=1";
     /* no randomization: the restorer then sits just below the stack top */
@@ -86,20 +90,11 @@ static int write_file(pid_t pid, const char *name, const char *text)
     return rc;
 }
 
-/* Every thread ID but the PID is free here (the restorer makes the threads). */
-static int thread_ids_free(const struct lz_image *img)
+pid_t spawn_restorer(struct supervisor *s, int child_ctl, pid_t want, int ids_free, const char *ckpt_dir, uint64_t index)
 {
-    for (size_t i = 1; i < img->nthreads; i++)
-        if (kill(img->threads[i].tid, 0) == 0 || errno != ESRCH) return 0;
-    return 1;
-}
-
-pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image *img, const char *ckpt_dir, uint64_t index)
-{
-    pid_t want = img->proc->pid;
-    if (geteuid() == 0 && thread_ids_free(img)) {
+    if (geteuid() == 0 && ids_free) {
         pid_t p = clone3_pid(0, want);
-        if (p == 0) exec_restorer(child_ctl, ckpt_dir, s->dir, index, s->compress, 0);
+        if (p == 0) exec_restorer(s, child_ctl, ckpt_dir, index, 0);
         if (p > 0) { s->prog = p; return p; }
     }
     int sync[2], status[2];
@@ -110,7 +105,7 @@ pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image 
         lz_warn("cannot create a PID namespace (%s): the program gets a new PID, not %d", strerror(errno), want);
         close(sync[0]); close(sync[1]); close(status[0]); close(status[1]);
         pid_t p = fork();
-        if (p == 0) exec_restorer(child_ctl, ckpt_dir, s->dir, index, s->compress, 0);
+        if (p == 0) exec_restorer(s, child_ctl, ckpt_dir, index, 0);
         s->prog = p;
         return p;
     }
@@ -118,6 +113,7 @@ pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image 
         /* PID 1 of the new namespace */
         close(sync[1]);
         close(status[0]);
+        if (s->go_fd >= 0) close(s->go_fd); /* only the supervisor says go */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         char c;
         if (read(sync[0], &c, 1) != 1) _exit(1);
@@ -127,8 +123,9 @@ pid_t spawn_restorer(struct supervisor *s, int child_ctl, const struct lz_image 
             lz_warn("cannot restore PID %d (%s): the program gets a new one", want, strerror(errno));
             p = fork();
         }
-        if (p == 0) { close(status[1]); exec_restorer(child_ctl, ckpt_dir, s->dir, index, s->compress, (flags & CLONE_NEWUSER) != 0); }
+        if (p == 0) { close(status[1]); exec_restorer(s, child_ctl, ckpt_dir, index, (flags & CLONE_NEWUSER) != 0); }
         close(child_ctl);
+        if (s->plan_fd >= 0) { close(s->plan_fd); close(s->plan_fd + 1); } /* the plan and the go pipe's read end */
         for (;;) {
             int st;
             pid_t w = wait(&st);

@@ -179,6 +179,25 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
             st->deferred = 0;
             request(st, LZ_TRIG_REQUEST, -1); /* for the clients already waiting */
         }
+    } else if (!strncmp(msg, "READY", 5)) {
+        /* a restorer of a job of several processes is about to jump back:
+         * once all are, all go (restart_tree.c); none goes if one failed */
+        if (s->restoring && s->go_fd >= 0 && ++st->nready == s->nlive) {
+            char *go = malloc(s->nlive);
+            if (go) {
+                memset(go, 'g', s->nlive);
+                if (lz_write_all(s->go_fd, go, s->nlive) < 0) lz_err("cannot let the restored processes go: %s", strerror(errno));
+                free(go);
+            }
+            close(s->go_fd);
+            s->go_fd = -1;
+        }
+    } else if (!strncmp(msg, "FAILED", 6)) {
+        /* a restorer said why on stderr: the others go too, nothing ran */
+        if (s->restoring && !st->restore_failed) {
+            st->restore_failed = 1;
+            kill(s->child, SIGKILL);
+        }
     } else if (!strncmp(msg, "API", 3)) {
         request(st, LZ_TRIG_API, -1);
     } else {
@@ -380,7 +399,8 @@ int supervise(struct supervisor *s)
     if (s->restoring) {
         /* the restorer failed (it said why) or was killed: nothing changed */
         code = st.have_status && WIFEXITED(st.status) && WEXITSTATUS(st.status) ? WEXITSTATUS(st.status) : 1;
-        if (!st.have_status || !WIFEXITED(st.status)) lz_err("restart of checkpoint %" PRIu64 " did not complete", s->restore_index);
+        if (st.restore_failed) code = 1;
+        else if (!st.have_status || !WIFEXITED(st.status)) lz_err("restart of checkpoint %" PRIu64 " did not complete", s->restore_index);
         snprintf(job.state, sizeof job.state, "stopped");
         lz_job_write(s->dir, &job);
         lz_store_drop_spares(s->dir);

@@ -56,6 +56,8 @@ struct sv_state {
     int child_gone, child_status;
     uint64_t restore_started_ns;
     int restore_msg_shown;
+    size_t nready;      /* restart of several processes: restorers that said READY */
+    int restore_failed; /* one said FAILED: all were killed */
     uint64_t beat_ns;
     char unckpt[600];     /* the main program exec'd one Lazarus cannot checkpoint: why ("" = none) */
 };

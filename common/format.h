@@ -349,6 +349,8 @@ struct lz_resume {
     int32_t codec, level;      /* `restart --compress`, codec -1 = keep the program's */
     int32_t main_pid;          /* the job's main program (this one if equal to its PID) */
     int32_t pad;
+    uint8_t stdio[128];        /* bitmap of descriptors 0..1023 that are the restarter's now
+                                  (LZ_FD_STDIO records): the launcher's, for the runtime */
     char dir[LZ_PATH_MAX];     /* store directory (absolute) */
 };
 #define LZ_RESUME_MAGIC 0x454d555345525a4cull /* "LZRESUME" */

@@ -64,7 +64,9 @@ void restore_descriptors(struct restore_ctx *rc)
     int ctl = fcntl(rc->ctl_fd, F_DUPFD_CLOEXEC, base);
     if (ctl < 0) restore_fail("lost the control socket: %s", strerror(errno));
     if (rc->ctl_fd != ctl) close(rc->ctl_fd);
+    restore_report_fd = ctl;
     int *chan = restore_chans(rc, base);
+    int *shared = restore_tree_fds(img, base); /* made once for the job (restore_tree.c) */
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < img->nfds; i++) {
             const struct lz_fd *f = &img->fds[i];
@@ -73,7 +75,10 @@ void restore_descriptors(struct restore_ctx *rc)
             if (pass != is_dup) continue;
             int src = -1, opened = 0;
             const char *path = lz_str(img, f->path);
-            switch (f->kind) {
+            if (shared[i] >= 0) {
+                src = shared[i];
+                opened = 1;
+            } else switch (f->kind) {
             case LZ_FD_FILE:
             case LZ_FD_DIR:
             case LZ_FD_DEV:
@@ -101,12 +106,14 @@ void restore_descriptors(struct restore_ctx *rc)
             if (src != f->fd && dup3(src, f->fd, cloexec) < 0)
                 restore_fail("cannot restore descriptor %d: %s", f->fd, strerror(errno));
             if (src == f->fd) fcntl(f->fd, F_SETFD, cloexec ? FD_CLOEXEC : 0);
+            if (f->kind == LZ_FD_CTL) restore_report_fd = f->fd;
             if (opened && src != f->fd) close(src);
             if ((f->kind == LZ_FD_FILE || f->kind == LZ_FD_GHOST) && lseek(f->fd, f->offset, SEEK_SET) < 0)
                 restore_fail("cannot restore the offset of descriptor %d (%s): %s", f->fd, path, strerror(errno));
         }
     free(stdio);
     free(chan);
+    free(shared);
     /* Close every descriptor the program did not have. */
     char *keep = calloc((size_t)base + 64, 1);
     for (size_t i = 0; i < img->nfds; i++) keep[img->fds[i].fd] = 1;
@@ -117,7 +124,7 @@ void restore_descriptors(struct restore_ctx *rc)
     while (d && (e = readdir(d)) && n < 1024) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
         int fd = atoi(e->d_name);
-        if (fd != dfd && (fd >= base + 64 || !keep[fd])) closeme[n++] = fd;
+        if (fd != dfd && fd != restore_tree_go_fd() && (fd >= base + 64 || !keep[fd])) closeme[n++] = fd;
     }
     if (d) closedir(d);
     for (int i = 0; i < n; i++) close(closeme[i]);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/personality.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,6 +48,8 @@ _Noreturn void restore_fail(const char *fmt, ...)
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     lz_err("cannot restart: %s", buf);
+    /* the supervisor stops the job's other restorers (restore_tree.c) */
+    if (restore_report_fd >= 0) send(restore_report_fd, "FAILED", 6, MSG_NOSIGNAL);
     _exit(1);
 }
 
@@ -91,9 +94,12 @@ static _Noreturn void restore_on_own_stack(void *unused)
     res.magic = LZ_RESUME_MAGIC;
     res.index = rc->index;
     res.ctl_fd = -1;
-    res.main_pid = rc->img.proc->pid; /* a single process: the job's main program */
-    for (size_t i = 0; i < rc->img.nfds; i++)
-        if (rc->img.fds[i].kind == LZ_FD_CTL) res.ctl_fd = rc->img.fds[i].fd;
+    res.main_pid = restore_tree_main_pid(rc->img.proc->pid); /* the job's main program */
+    for (size_t i = 0; i < rc->img.nfds; i++) {
+        const struct lz_fd *f = &rc->img.fds[i];
+        if (f->kind == LZ_FD_CTL) res.ctl_fd = f->fd;
+        if (f->kind == LZ_FD_STDIO && f->fd >= 0 && f->fd < 1024) res.stdio[f->fd / 8] |= (uint8_t)(1u << (f->fd % 8));
+    }
     snprintf(res.dir, sizeof res.dir, "%s", rc->store_dir);
     res.exe_fd = restore_exe_fd(rc);
     res.codec = compress_codec;
@@ -136,6 +142,11 @@ int main(int argc, char **argv)
     if (lz_parse_u64(argv[3], &v) < 0) restore_fail("bad checkpoint index %s", argv[3]);
     ctx.index = v;
     ctx.ctl_fd = atoi(argv[4]);
+    restore_report_fd = ctx.ctl_fd;
+    /* a job of several processes: its children first, once (not again after
+     * a placement attempt below re-runs us) */
+    restore_tree_read();
+    if (!getenv("LAZARUS_TREE_DONE")) restore_tree_start(ctx.ckpt_dir, argv);
     char why[1024];
     if (lz_manifest_load(ctx.ckpt_dir, &ctx.img, why, sizeof why) < 0) restore_fail("%s", why);
     /* Started without randomization, the restorer sits just below the stack
@@ -150,8 +161,11 @@ int main(int argc, char **argv)
         snprintf(next, sizeof next, "LAZARUS_RESTORE_ATTEMPT=%d", attempt + 1);
         char cz[64];
         snprintf(cz, sizeof cz, "LAZARUS_COMPRESS=%s", getenv("LAZARUS_COMPRESS") ? getenv("LAZARUS_COMPRESS") : "");
-        char *env[6] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, cz};
+        char plan[48];
+        snprintf(plan, sizeof plan, "LAZARUS_PLAN_FD=%s", getenv("LAZARUS_PLAN_FD") ? getenv("LAZARUS_PLAN_FD") : "");
+        char *env[8] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, cz};
         int ne = 3;
+        if (restore_in_tree()) { env[ne++] = plan; env[ne++] = "LAZARUS_TREE_DONE=1"; }
         if (drop_caps) env[ne++] = "LAZARUS_DROP_CAPS=1";
         if (tracing) env[ne++] = "LAZARUS_TRACE=1";
         personality((unsigned long)personality(0xffffffff) & ~(unsigned long)ADDR_NO_RANDOMIZE);

@@ -171,7 +171,10 @@ int *restore_chans(struct restore_ctx *rc, int base)
     for (size_t i = 0; i < img->nfds; i++) src[i] = -1;
     for (size_t k = 0; k < img->nchans; k++) {
         const struct lz_chan *c = &img->chans[k];
-        if (c->kind == LZ_CH_PIPE) { make_pipe(rc, c, base, src); continue; }
+        if (c->kind == LZ_CH_PIPE) {
+            if (!restore_tree_shared_pipe(c->ino)) make_pipe(rc, c, base, src); /* else made once for the job */
+            continue;
+        }
         if (c->ino > c->peer) continue; /* made with its peer */
         for (size_t j = 0; j < img->nchans; j++)
             if (img->chans[j].ino == c->peer) make_socketpair(rc, c, &img->chans[j], base, src);

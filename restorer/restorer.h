@@ -43,5 +43,16 @@ int restore_exe_fd(struct restore_ctx *rc);
 void restore_threads_prepare(struct restore_ctx *rc, int drop_caps);
 _Noreturn void restore_threads_and_jump(struct restore_ctx *rc);
 
+/* A job of several processes (restore_tree.c): no-ops for a single one. */
+extern int restore_report_fd; /* the channel to the supervisor: READY, FAILED */
+void restore_tree_read(void);
+void restore_tree_start(const char *ckpt_dir, char **argv);
+int restore_in_tree(void);
+int restore_tree_main_pid(int own);
+int *restore_tree_fds(const struct lz_image *img, int base);
+int restore_tree_shared_pipe(uint64_t ino);
+int restore_tree_go_fd(void);
+void restore_tree_go(void);
+
 _Noreturn void lz_final_jump(const struct lz_jmpctx *ctx, uint64_t fs_base);
 #endif

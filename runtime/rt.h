@@ -224,6 +224,9 @@ static inline int rt_is_main(void) { return rt.main_pid == rt.pid; } /* in its w
 
 /* Saves the job's variables for the programs it execs (rt_exec.c). */
 void rt_exec_remember_env(void);
+/* After a restart: the launcher's descriptors (rt.inherited) are the restarter's
+ * files now; their identities and LAZARUS_INHERITED for children follow. */
+void rt_exec_refresh_inherited(const uint8_t *restarters);
 
 /* Messages to the supervisor: one datagram, text. */
 void rt_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

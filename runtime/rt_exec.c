@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define RUNTIME_NAME "liblazarus-rt.so"
@@ -74,6 +75,30 @@ static const char *const job_names[] = {"LAZARUS_DIR", "LAZARUS_CTL_FD", "LAZARU
                                         "LAZARUS_NO_FORK", "LAZARUS_NO_DIRTY", "LD_PRELOAD"};
 #define NJOB (sizeof job_names / sizeof job_names[0])
 static char *job_vars[NJOB];
+
+/* LAZARUS_INHERITED is rewritten after a restart (the restarter's
+ * descriptors are other files): it lives here, not in the heap. */
+static char inherited_var[64 * 48 + 32];
+
+void rt_exec_refresh_inherited(const uint8_t *restarters)
+{
+    size_t len = (size_t)rt_fmt(inherited_var, sizeof inherited_var, "LAZARUS_INHERITED=");
+    for (int i = 0; i < rt.ninherited; i++) {
+        struct stat st;
+        int fd = rt.inherited[i].fd;
+        /* only where the restorer put the restarter's (this process may have
+         * put its own pipe on 0/1/2 since it started) */
+        if (fd >= 0 && fd < 1024 && (restarters[fd / 8] & (1u << (fd % 8))) && lz_sc2(SYS_fstat, fd, &st) == 0) {
+            rt.inherited[i].dev = st.st_dev;
+            rt.inherited[i].ino = st.st_ino;
+        }
+        len += (size_t)rt_fmt(inherited_var + len, sizeof inherited_var - len, "%s%d:%llu:%llu", i ? "," : "",
+                              rt.inherited[i].fd, (unsigned long long)rt.inherited[i].dev,
+                              (unsigned long long)rt.inherited[i].ino);
+    }
+    for (size_t i = 0; i < NJOB; i++)
+        if (!strcmp(job_names[i], "LAZARUS_INHERITED")) job_vars[i] = inherited_var;
+}
 
 void rt_exec_remember_env(void)
 {

@@ -50,15 +50,17 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
                 out->path = strings_add(&ck->strings, path);
                 return 0;
             }
-    if (fd <= 2 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
-        out->kind = LZ_FD_STDIO;
-        return 0;
-    }
     for (int i = 0; i < rt.ninherited; i++)
         if (rt.inherited[i].fd == fd && rt.inherited[i].dev == st.st_dev && rt.inherited[i].ino == st.st_ino) {
             out->kind = LZ_FD_STDIO; /* the launcher's: re-attached to the restarter's */
             return 0;
         }
+    /* a terminal is the restarter's too; a pipe on 0/1/2 that is not the
+     * launcher's is the job's own (`a | b`) */
+    if (fd <= 2 && S_ISCHR(st.st_mode)) {
+        out->kind = LZ_FD_STDIO;
+        return 0;
+    }
     if (deleted && S_ISREG(st.st_mode)) {
         /* open but unlinked (tmpfile, a file removed while in use): kept by content */
         char name[32];

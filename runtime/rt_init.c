@@ -133,8 +133,9 @@ static void rt_files_start(int main_process)
     if (!rt.active) pthread_atfork(NULL, NULL, rt_atfork_child); /* a member's rt_init registers it */
 }
 
-/* Descriptors the job's main program got from its launcher (a make jobserver
- * pipe, say) are re-attached at restart like 0/1/2.  Its children inherit the
+/* Descriptors the job's main program got from its launcher (its stdin,
+ * stdout and stderr when not regular files, a make jobserver pipe) are
+ * re-attached at restart to the restarter's.  Its children inherit the
  * list ("fd:dev:ino,..." in LAZARUS_INHERITED) instead of taking what they
  * were started with for the launcher's: a pipe between two of them is not. */
 static void note_inherited(int cfd)
@@ -158,7 +159,7 @@ static void note_inherited(int cfd)
     }
     char list[64 * 48] = "";
     size_t len = 0;
-    for (int fd = 3; fd < 1024 && rt.ninherited < 64; fd++) {
+    for (int fd = 0; fd < 1024 && rt.ninherited < 64; fd++) {
         struct stat st;
         if (fd != cfd && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
             rt.inherited[rt.ninherited].fd = fd;

@@ -150,7 +150,8 @@ void rt_map_seed(const char *dir, uint64_t index, int tracked)
     if (rt_map_init() < 0) return;
     struct rt_map *m = &sh->slot[0];
     char path[LZ_PATH_MAX + 64];
-    rt_fmt(path, sizeof path, "%s/" LZ_CKPT_PREFIX "%06llu/" LZ_MANIFEST, dir, (unsigned long long)index);
+    if (rt_is_main()) rt_fmt(path, sizeof path, "%s/" LZ_CKPT_PREFIX "%06llu/" LZ_MANIFEST, dir, (unsigned long long)index);
+    else rt_fmt(path, sizeof path, "%s/" LZ_CKPT_PREFIX "%06llu/" LZ_PROC_PREFIX "%d/" LZ_MANIFEST, dir, (unsigned long long)index, rt.pid);
     long fd = lz_sc4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) return;
     long size = lz_sc3(SYS_lseek, fd, 0, 2 /* SEEK_END */);

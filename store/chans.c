@@ -16,11 +16,18 @@ int lz_chan_data(const char *ckpt_dir, const struct lz_image *img, const struct 
                  char *why, size_t whylen)
 {
     *data = NULL;
-    const char *what = c->kind == LZ_CH_PIPE ? "pipe" : "socket";
     if (c->bytes == 0) return 0;
     char path[LZ_PATH_MAX + 300];
-    const char *name = lz_str(img, c->path);
-    snprintf(path, sizeof path, "%s/%s", ckpt_dir, name);
+    snprintf(path, sizeof path, "%s/%s", ckpt_dir, lz_str(img, c->path));
+    return lz_chan_data_path(path, c, data, why, whylen);
+}
+
+int lz_chan_data_path(const char *path, const struct lz_chan *c, void **data, char *why, size_t whylen)
+{
+    *data = NULL;
+    const char *what = c->kind == LZ_CH_PIPE ? "pipe" : "socket";
+    if (c->bytes == 0) return 0;
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0) {

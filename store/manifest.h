@@ -38,4 +38,6 @@ const char *lz_trigger_name(uint32_t trigger);
  * reason naming the file. */
 int lz_chan_data(const char *ckpt_dir, const struct lz_image *img, const struct lz_chan *c, void **data,
                  char *why, size_t whylen);
+/* The same from the data file's path (another process's part). */
+int lz_chan_data_path(const char *path, const struct lz_chan *c, void **data, char *why, size_t whylen);
 #endif

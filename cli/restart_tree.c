@@ -1,0 +1,310 @@
+/* The restart of a job of several processes, on the supervisor's side:
+ * every part is loaded and checked before anything changes (its manifest,
+ * its mapped files, its pipes' data), then the plan the restorers follow is
+ * made (store/restart_plan.h): who makes which child, process groups and
+ * sessions, zombies, and the pipes and open file descriptions processes
+ * share, each made once by their nearest common ancestor. */
+#include "cli.h"
+#include "restart_plan.h"
+#include "store.h"
+#include "util.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+static int max_fd(const struct lz_image *img)
+{
+    int m = 2;
+    for (size_t i = 0; i < img->nfds; i++) if (img->fds[i].fd > m) m = img->fds[i].fd;
+    return m;
+}
+
+static ssize_t proc_index(const struct lz_tree *t, int32_t pid)
+{
+    for (size_t k = 0; k < t->nprocs; k++)
+        if (t->procs[k].pid == pid) return (ssize_t)k;
+    return -1;
+}
+
+static int depth_of(const struct lz_tree *t, int32_t pid)
+{
+    int d = 0;
+    for (ssize_t k = proc_index(t, pid); k > 0 && d <= (int)t->nprocs; k = proc_index(t, t->procs[k].ppid)) d++;
+    return d;
+}
+
+/* The nearest process of which both a and b are (or are) descendants. */
+static int32_t common_ancestor(const struct lz_tree *t, int32_t a, int32_t b)
+{
+    int da = depth_of(t, a), db = depth_of(t, b);
+    for (; da > db; da--) a = t->procs[proc_index(t, a)].ppid;
+    for (; db > da; db--) b = t->procs[proc_index(t, b)].ppid;
+    while (a != b) {
+        a = t->procs[proc_index(t, a)].ppid;
+        b = t->procs[proc_index(t, b)].ppid;
+    }
+    return a;
+}
+
+struct objs {
+    struct lz_plan_obj *v;
+    size_t n;
+    struct lz_plan_hold *h;
+    size_t nh;
+};
+
+static struct lz_plan_obj *new_obj(struct objs *o)
+{
+    struct lz_plan_obj *nv = realloc(o->v, (o->n + 1) * sizeof *nv);
+    if (!nv) return NULL;
+    o->v = nv;
+    memset(&o->v[o->n], 0, sizeof *o->v);
+    return &o->v[o->n++];
+}
+
+/* Pipes held by more than one process of the job (an inode seen in two parts). */
+static int plan_pipes(struct restart_tree *rt, const char *ckpt, struct objs *o, char *why, size_t whylen)
+{
+    const struct lz_tree *t = &rt->tree;
+    for (size_t k = 0; k < t->nprocs; k++) {
+        const struct lz_image *img = &rt->imgs[k];
+        for (size_t i = 0; i < img->nfds; i++) {
+            const struct lz_fd *f = &img->fds[i];
+            if (f->kind != LZ_FD_PIPE) continue;
+            int known = 0, elsewhere = 0;
+            for (size_t j = 0; j < o->n && !known; j++) known = o->v[j].kind == LZ_PO_PIPE && o->v[j].chan.ino == f->ino;
+            if (known) {
+                struct lz_plan_obj *ob = NULL;
+                for (size_t j = 0; j < o->n; j++) if (o->v[j].kind == LZ_PO_PIPE && o->v[j].chan.ino == f->ino) ob = &o->v[j];
+                ob->creator = common_ancestor(t, ob->creator, t->procs[k].pid);
+                continue;
+            }
+            for (size_t q = k + 1; q < t->nprocs && !elsewhere; q++)
+                for (size_t m = 0; m < rt->imgs[q].nfds && !elsewhere; m++)
+                    elsewhere = rt->imgs[q].fds[m].kind == LZ_FD_PIPE && rt->imgs[q].fds[m].ino == f->ino;
+            if (!elsewhere) continue; /* its own: the restorer makes it (restore_pipes.c) */
+            const struct lz_chan *c = NULL;
+            for (size_t m = 0; m < img->nchans; m++) if (img->chans[m].ino == f->ino) c = &img->chans[m];
+            if (!c) {
+                snprintf(why, whylen, "process %d: descriptor %d names pipe:[%llu], which its manifest does not describe",
+                         t->procs[k].pid, f->fd, (unsigned long long)f->ino);
+                return -1;
+            }
+            struct lz_plan_obj *ob = new_obj(o);
+            if (!ob) { snprintf(why, whylen, "out of memory"); return -1; }
+            ob->kind = LZ_PO_PIPE;
+            ob->creator = t->procs[k].pid;
+            ob->chan = *c;
+            if (c->bytes) {
+                char part[LZ_PATH_MAX];
+                lz_tree_part_dir(part, sizeof part, ckpt, &t->procs[k]);
+                const char *name = lz_str(img, c->path);
+                size_t pl = strlen(part), nl = strlen(name);
+                if (pl + 1 + nl >= sizeof ob->path) { snprintf(why, whylen, "the store's path is too long"); return -1; }
+                memcpy(ob->path, part, pl);
+                ob->path[pl] = '/';
+                memcpy(ob->path + pl + 1, name, nl + 1);
+            }
+        }
+    }
+    return 0;
+}
+
+static const struct lz_fd *fd_record(const struct lz_image *img, int fd)
+{
+    for (size_t i = 0; i < img->nfds; i++)
+        if (img->fds[i].fd == fd) return &img->fds[i];
+    return NULL;
+}
+
+/* Open file descriptions of regular files, directories and devices that
+ * several processes share (the tree's groups).  A dup inside one process
+ * follows its original; stdio from the launcher and deleted files are made
+ * per process, as before. */
+static int plan_files(struct restart_tree *rt, struct objs *o, char *why, size_t whylen)
+{
+    const struct lz_tree *t = &rt->tree;
+    for (size_t s = 0; s < t->nshared; s++) {
+        int32_t g = t->shared[s].group;
+        int seen = 0;
+        for (size_t r = 0; r < s && !seen; r++) seen = t->shared[r].group == g;
+        if (seen) continue;
+        size_t first = o->nh, nprocs = 0;
+        int32_t creator = 0, last_pid = 0;
+        const struct lz_fd *model = NULL;
+        for (size_t r = s; r < t->nshared; r++) {
+            if (t->shared[r].group != g) continue;
+            ssize_t k = proc_index(t, t->shared[r].pid);
+            if (k < 0 || t->procs[k].state != LZ_TP_LIVE) continue;
+            const struct lz_fd *f = fd_record(&rt->imgs[k], t->shared[r].fd);
+            if (!f || (f->kind != LZ_FD_FILE && f->kind != LZ_FD_DIR && f->kind != LZ_FD_DEV)) continue;
+            if (!model) model = f, creator = t->procs[k].pid;
+            else creator = common_ancestor(t, creator, t->procs[k].pid);
+            if (t->procs[k].pid != last_pid) nprocs++;
+            last_pid = t->procs[k].pid;
+            struct lz_plan_hold *nh = realloc(o->h, (o->nh + 1) * sizeof *nh);
+            if (!nh) { snprintf(why, whylen, "out of memory"); return -1; }
+            o->h = nh;
+            o->h[o->nh++] = (struct lz_plan_hold){t->procs[k].pid, t->shared[r].fd, (uint32_t)o->n, 0};
+        }
+        if (nprocs < 2) { o->nh = first; continue; } /* only one process holds it: nothing shared */
+        const struct lz_image *mimg = NULL;
+        for (size_t k = 0; k < t->nprocs && !mimg; k++)
+            for (size_t i = 0; i < rt->imgs[k].nfds; i++) if (&rt->imgs[k].fds[i] == model) mimg = &rt->imgs[k];
+        struct lz_plan_obj *ob = new_obj(o);
+        if (!ob) { snprintf(why, whylen, "out of memory"); return -1; }
+        ob->kind = LZ_PO_FILE;
+        ob->creator = creator;
+        ob->flags = model->flags;
+        ob->offset = model->offset;
+        snprintf(ob->path, sizeof ob->path, "%s", lz_str(mimg, model->path));
+    }
+    return 0;
+}
+
+/* What each process does about its process group and session: a group or
+ * session it led is made again; a group led by another process of the job
+ * is joined; one outside the job (the launcher's) is inherited. */
+static void plan_procs(const struct lz_tree *t, struct lz_plan_proc *pp)
+{
+    for (size_t k = 0; k < t->nprocs; k++) {
+        const struct lz_tree_proc *p = &t->procs[k];
+        memset(&pp[k], 0, sizeof pp[k]);
+        pp[k].pid = p->pid;
+        pp[k].ppid = p->ppid;
+        if (p->sid == p->pid) pp[k].flags |= LZ_PP_SETSID;
+        else if (p->pgid == p->pid) pp[k].flags |= LZ_PP_GROUP;
+        else if (p->pgid > 0 && proc_index(t, p->pgid) >= 0) pp[k].join_pgid = p->pgid;
+        if (p->state == LZ_TP_ZOMBIE) { pp[k].flags |= LZ_PP_ZOMBIE; pp[k].status = p->status; }
+        memcpy(pp[k].dir, p->dir, sizeof pp[k].dir);
+    }
+}
+
+/* A descriptor at exactly `at`, not close-on-exec (the restorers inherit it). */
+static int place(int fd, int at)
+{
+    if (fd < 0) return -1;
+    int r = dup2(fd, at);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return r;
+}
+
+int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index, char *why, size_t whylen)
+{
+    const struct lz_tree *t = &rt->tree;
+    rt->imgs = calloc(t->nprocs, sizeof *rt->imgs);
+    if (!rt->imgs) { snprintf(why, whylen, "out of memory"); return -1; }
+    rt->nlive = 0;
+    for (size_t k = 0; k < t->nprocs; k++) {
+        const struct lz_tree_proc *p = &t->procs[k];
+        if (p->state != LZ_TP_LIVE) continue;
+        rt->nlive++;
+        char part[LZ_PATH_MAX], inner[1024], idwhy[1200];
+        lz_tree_part_dir(part, sizeof part, ckpt, p);
+        if (lz_manifest_load(part, &rt->imgs[k], inner, sizeof inner) < 0) {
+            snprintf(why, whylen, "checkpoint %llu is damaged: process %d (%s): %s", (unsigned long long)index, p->pid,
+                     p->comm, inner);
+            return -1;
+        }
+        if (rt->imgs[k].proc->pid != p->pid) {
+            snprintf(why, whylen, "checkpoint %llu is damaged: the part of process %d holds process %d",
+                     (unsigned long long)index, p->pid, rt->imgs[k].proc->pid);
+            return -1;
+        }
+        if (check_identity(&rt->imgs[k], idwhy, sizeof idwhy) < 0) {
+            snprintf(why, whylen, "cannot restart from checkpoint %llu: process %d (%s): %s", (unsigned long long)index,
+                     p->pid, p->comm, idwhy);
+            return -1;
+        }
+        if (lz_check_chans(part, &rt->imgs[k], index, inner, sizeof inner) < 0) {
+            snprintf(why, whylen, "cannot restart: process %d (%s): %s", p->pid, p->comm, inner);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int restart_tree_plan(struct restart_tree *rt, const char *ckpt, int ctl_fd, char *why, size_t whylen)
+{
+    const struct lz_tree *t = &rt->tree;
+    int maxfd = ctl_fd > 2 ? ctl_fd : 2;
+    for (size_t k = 0; k < t->nprocs; k++) {
+        int m = t->procs[k].state == LZ_TP_LIVE ? max_fd(&rt->imgs[k]) : 0;
+        if (m > maxfd) maxfd = m;
+    }
+    struct objs o = {0};
+    if (plan_pipes(rt, ckpt, &o, why, whylen) < 0 || plan_files(rt, &o, why, whylen) < 0) {
+        free(o.v); free(o.h);
+        return -1;
+    }
+    /* above every descriptor number of every process: the plan, the go pipe, the objects */
+    int hi = maxfd + 8, next = hi + 2;
+    for (size_t j = 0; j < o.n; j++) {
+        o.v[j].fd = next++;
+        o.v[j].fd2 = o.v[j].kind == LZ_PO_PIPE ? next++ : -1;
+    }
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < (rlim_t)next + 64) {
+        /* the restorers put the program's own limit back */
+        if (rl.rlim_max < (rlim_t)next + 64) {
+            snprintf(why, whylen, "cannot restart: the job needs %d descriptors, above this user's limit of %llu", next + 64,
+                     (unsigned long long)rl.rlim_max);
+            free(o.v); free(o.h);
+            return -1;
+        }
+        rl.rlim_cur = (rlim_t)next + 64;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    struct lz_plan_header h = {LZ_PLAN_MAGIC, (uint32_t)t->nprocs, (uint32_t)o.n, (uint32_t)o.nh, hi + 1, 0};
+    struct lz_plan_proc *pp = calloc(t->nprocs, sizeof *pp);
+    int mfd = memfd_create("lazarus-restart-plan", MFD_CLOEXEC), go[2] = {-1, -1};
+    int rc = -1;
+    if (pp && mfd >= 0 && pipe2(go, O_CLOEXEC) == 0) {
+        plan_procs(t, pp);
+        if (lz_write_all(mfd, &h, sizeof h) == 0 && lz_write_all(mfd, pp, t->nprocs * sizeof *pp) == 0 &&
+            lz_write_all(mfd, o.v, o.n * sizeof *o.v) == 0 && lz_write_all(mfd, o.h, o.nh * sizeof *o.h) == 0 &&
+            place(mfd, hi) == hi && place(go[0], hi + 1) == hi + 1) {
+            mfd = go[0] = -1;
+            rt->plan_fd = hi;
+            rt->go_read = hi + 1;
+            rt->go_write = go[1];
+            go[1] = -1;
+            rc = 0;
+        }
+    }
+    if (rc < 0) snprintf(why, whylen, "cannot prepare the restart: %s", strerror(errno));
+    if (mfd >= 0) close(mfd);
+    if (go[0] >= 0) close(go[0]);
+    if (go[1] >= 0) close(go[1]);
+    free(pp); free(o.v); free(o.h);
+    return rc;
+}
+
+int restart_tree_ids_free(const struct restart_tree *rt)
+{
+    const struct lz_tree *t = &rt->tree;
+    for (size_t k = 0; k < t->nprocs; k++) {
+        if (kill(t->procs[k].pid, 0) == 0 || errno != ESRCH) return 0;
+        for (size_t i = 1; t->procs[k].state == LZ_TP_LIVE && i < rt->imgs[k].nthreads; i++)
+            if (kill(rt->imgs[k].threads[i].tid, 0) == 0 || errno != ESRCH) return 0;
+    }
+    return 1;
+}
+
+void restart_tree_free(struct restart_tree *rt)
+{
+    for (size_t k = 0; rt->imgs && k < rt->tree.nprocs; k++)
+        if (rt->tree.procs[k].state == LZ_TP_LIVE) lz_image_free(&rt->imgs[k]);
+    free(rt->imgs);
+    rt->imgs = NULL;
+    lz_tree_free(&rt->tree);
+}

@@ -1,0 +1,283 @@
+/* A restart of a job of several processes, in each restorer: the plan
+ * (store/restart_plan.h, made by `lazarus restart`) says which children this
+ * process makes, with which PIDs, process groups and sessions, which of
+ * them are zombies, and which pipes and open file descriptions it makes
+ * for its descendants to inherit.  Before its jump back every restorer says
+ * READY and waits until the supervisor lets all go at once: a job whose
+ * restore failed in any process never runs. */
+#include "restorer.h"
+#include "restart_plan.h"
+#include "lzsys.h"
+#include "util.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct {
+    struct lz_plan_header h;
+    struct lz_plan_proc *procs;
+    struct lz_plan_obj *objs;
+    struct lz_plan_hold *holds;
+    const struct lz_plan_proc *me;
+} plan;
+
+int restore_report_fd = -1;
+
+int restore_in_tree(void) { return plan.me != NULL; }
+
+int restore_tree_main_pid(int own) { return plan.me ? plan.procs[0].pid : own; }
+
+void restore_tree_read(void)
+{
+    const char *v = getenv(LZ_PLAN_ENV);
+    if (!v) return;
+    int fd = atoi(v);
+    struct stat st;
+    if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof plan.h) restore_fail("the restart plan is missing");
+    char *buf = malloc((size_t)st.st_size);
+    if (!buf || lz_pread_all(fd, buf, (size_t)st.st_size, 0) < 0) restore_fail("cannot read the restart plan");
+    memcpy(&plan.h, buf, sizeof plan.h);
+    size_t want = sizeof plan.h + plan.h.nprocs * sizeof *plan.procs + plan.h.nobjs * sizeof *plan.objs +
+                  plan.h.nholds * sizeof *plan.holds;
+    if (plan.h.magic != LZ_PLAN_MAGIC || plan.h.nprocs == 0 || plan.h.nprocs > LZ_MAX_PROCS || want != (size_t)st.st_size)
+        restore_fail("the restart plan is malformed");
+    plan.procs = (void *)(buf + sizeof plan.h);
+    plan.objs = (void *)(plan.procs + plan.h.nprocs);
+    plan.holds = (void *)(plan.objs + plan.h.nobjs);
+    int self = getpid();
+    for (uint32_t k = 0; k < plan.h.nprocs; k++)
+        if (plan.procs[k].pid == self) plan.me = &plan.procs[k];
+    if (!plan.me) restore_fail("process %d is not in the restart plan (its PID could not be given back)", self);
+}
+
+/* Its session and process group, as at the checkpoint; the process group
+ * of another process of the job is joined once it exists (its leader may be
+ * made a moment later, elsewhere in the tree). */
+static void group_setup(const struct lz_plan_proc *p)
+{
+    if ((p->flags & LZ_PP_SETSID) && setsid() < 0)
+        lz_warn("process %d: cannot make its session again: %s", p->pid, strerror(errno));
+    if ((p->flags & LZ_PP_GROUP) && setpgid(0, 0) < 0)
+        lz_warn("process %d: cannot make its process group again: %s", p->pid, strerror(errno));
+    if (!p->join_pgid) return;
+    for (int tries = 0;; tries++) {
+        if (setpgid(0, p->join_pgid) == 0) return;
+        if (errno != EPERM || tries == 2000) break;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    lz_warn("process %d: cannot join process group %d again: %s", p->pid, p->join_pgid, strerror(errno));
+}
+
+/* At exactly `at`, inheritable. */
+static void place(int fd, int at, const char *what)
+{
+    if (fd < 0 || (fd != at && dup2(fd, at) < 0)) restore_fail("cannot make %s: %s", what, strerror(errno));
+    if (fd != at) close(fd);
+}
+
+static void make_objects(void)
+{
+    for (uint32_t j = 0; j < plan.h.nobjs; j++) {
+        const struct lz_plan_obj *o = &plan.objs[j];
+        if (o->creator != plan.me->pid) continue;
+        char what[LZ_PATH_MAX + 64];
+        if (o->kind == LZ_PO_FILE) {
+            snprintf(what, sizeof what, "the shared open file %s", o->path);
+            int fd = open(o->path, (int)(o->flags & ~(uint32_t)(O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC)));
+            if (fd < 0) restore_fail("cannot reopen %s, shared by processes of the job: %s", o->path, strerror(errno));
+            struct stat st;
+            if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && lseek(fd, o->offset, SEEK_SET) < 0)
+                restore_fail("cannot restore the offset of %s: %s", o->path, strerror(errno));
+            place(fd, o->fd, what);
+            continue;
+        }
+        snprintf(what, sizeof what, "pipe:[%llu], shared by processes of the job", (unsigned long long)o->chan.ino);
+        int p[2];
+        if (pipe(p) < 0) restore_fail("cannot make %s: %s", what, strerror(errno));
+        if (fcntl(p[1], F_GETPIPE_SZ) != (int)o->chan.capacity &&
+            (fcntl(p[1], F_SETPIPE_SZ, (int)o->chan.capacity) < 0 || fcntl(p[1], F_GETPIPE_SZ) < (int)o->chan.capacity))
+            restore_fail("cannot give %s its size of %u bytes: %s", what, o->chan.capacity,
+                         errno == EPERM ? "above this user's limit (/proc/sys/fs/pipe-max-size)" : strerror(errno));
+        char why[LZ_PATH_MAX + 512];
+        void *data;
+        if (lz_chan_data_path(o->path, &o->chan, &data, why, sizeof why) < 0) restore_fail("%s", why);
+        for (uint64_t off = 0; off < o->chan.bytes;) {
+            ssize_t n = write(p[1], (char *)data + off, o->chan.bytes - off);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) restore_fail("cannot put back the bytes in flight in %s: %s", what, n < 0 ? strerror(errno) : "short write");
+            off += (uint64_t)n;
+        }
+        free(data);
+        place(p[0], o->fd, what);
+        place(p[1], o->fd2, what);
+    }
+}
+
+/* A zombie child: exits as the checkpoint saw it exit (a core-dump flag
+ * is not made again: no core file is written). */
+static _Noreturn void become_zombie(int status)
+{
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        struct rlimit none = {0, 0};
+        setrlimit(RLIMIT_CORE, &none);
+        signal(sig, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        sigprocmask(SIG_UNBLOCK, &one, NULL);
+        kill(getpid(), sig);
+    }
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}
+
+extern char **environ;
+
+static _Noreturn void exec_child(const struct lz_plan_proc *q, const char *root, char **argv)
+{
+    char dir[LZ_PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s/%s", root, q->dir);
+    char *args[] = {argv[0], dir, argv[2], argv[3], argv[4], NULL};
+    /* its own placement attempts start again; everything else is ours */
+    char *env[16];
+    int n = 0;
+    for (char **e = environ; *e && n < 15; e++)
+        if (strncmp(*e, "LAZARUS_RESTORE_ATTEMPT=", 24) && strncmp(*e, "LAZARUS_TREE_DONE=", 18)) env[n++] = *e;
+    env[n] = NULL;
+    execve("/proc/self/exe", args, env);
+    restore_fail("process %d: cannot run the restorer: %s", q->pid, strerror(errno));
+}
+
+void restore_tree_start(const char *ckpt_dir, char **argv)
+{
+    if (!plan.me) return;
+    if (plan.me->ppid == 0) group_setup(plan.me); /* the others did it before their exec */
+    make_objects();
+    /* the checkpoint directory the parts are in */
+    char root[LZ_PATH_MAX];
+    snprintf(root, sizeof root, "%s", ckpt_dir);
+    if (plan.me->dir[0]) {
+        char *slash = strrchr(root, '/');
+        if (slash) *slash = 0;
+    }
+    for (uint32_t k = 0; k < plan.h.nprocs; k++) {
+        const struct lz_plan_proc *q = &plan.procs[k];
+        if (q->ppid != plan.me->pid) continue;
+        struct clone_args a;
+        memset(&a, 0, sizeof a);
+        a.exit_signal = SIGCHLD;
+        pid_t tid = q->pid;
+        a.set_tid = (uint64_t)(uintptr_t)&tid;
+        a.set_tid_size = 1;
+        long r = syscall(SYS_clone3, &a, sizeof a);
+        if (r < 0) restore_fail("cannot make process %d again with its PID: %s", q->pid, strerror(errno));
+        if (r == 0) {
+            /* dies with the restorer that made it until all go */
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            group_setup(q);
+            if (q->flags & LZ_PP_ZOMBIE) become_zombie(q->status);
+            exec_child(q, root, argv);
+        }
+    }
+}
+
+/* The descriptor records of this process that use an object of the plan:
+ * per record, an open file parked at >= base (closed once in place), or -1. */
+int *restore_tree_fds(const struct lz_image *img, int base)
+{
+    int *src = malloc((img->nfds + 1) * sizeof *src);
+    if (!src) restore_fail("out of memory");
+    for (size_t i = 0; i < img->nfds; i++) src[i] = -1;
+    if (!plan.me) return src;
+    for (uint32_t j = 0; j < plan.h.nobjs; j++) {
+        const struct lz_plan_obj *o = &plan.objs[j];
+        int r_used = 0, w_used = 0;
+        for (size_t i = 0; i < img->nfds; i++) {
+            const struct lz_fd *f = &img->fds[i];
+            int from = -1, reopen = 0;
+            if (o->kind == LZ_PO_PIPE && f->kind == LZ_FD_PIPE && f->ino == o->chan.ino) {
+                /* the first reading and writing descriptors are the pipe's ends;
+                 * another description of it is opened anew, as the program did */
+                int acc = (int)(f->flags & O_ACCMODE);
+                if (acc == O_RDONLY && !r_used) { from = o->fd; r_used = 1; }
+                else if (acc == O_WRONLY && !w_used) { from = o->fd2; w_used = 1; }
+                else { from = acc == O_WRONLY ? o->fd2 : o->fd; reopen = 1; }
+            } else if (o->kind == LZ_PO_FILE) {
+                for (uint32_t k = 0; k < plan.h.nholds; k++)
+                    if (plan.holds[k].obj == j && plan.holds[k].pid == plan.me->pid && plan.holds[k].fd == f->fd) from = o->fd;
+            }
+            if (from < 0) continue;
+            if (reopen) {
+                char lp[64];
+                snprintf(lp, sizeof lp, "/proc/self/fd/%d", from);
+                int fd = open(lp, (int)(f->flags & O_ACCMODE) | O_CLOEXEC | O_NONBLOCK);
+                src[i] = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, base);
+                if (fd >= 0) close(fd);
+            } else {
+                src[i] = fcntl(from, F_DUPFD_CLOEXEC, base);
+            }
+            if (src[i] < 0) restore_fail("cannot take descriptor %d, shared with other processes of the job: %s", f->fd, strerror(errno));
+        }
+    }
+    return src;
+}
+
+int restore_tree_shared_pipe(uint64_t ino)
+{
+    for (uint32_t j = 0; plan.me && j < plan.h.nobjs; j++)
+        if (plan.objs[j].kind == LZ_PO_PIPE && plan.objs[j].chan.ino == ino) return 1;
+    return 0;
+}
+
+int restore_tree_go_fd(void) { return plan.me ? plan.h.go_fd : -1; }
+
+/* Everything that can fail has been done: READY, then wait until every
+ * process of the job is too.  A child that died meanwhile fails us all. */
+void restore_tree_go(void)
+{
+    if (!plan.me) return;
+    char msg[48];
+    int n = snprintf(msg, sizeof msg, "READY %d", plan.me->pid);
+    if (send(restore_report_fd, msg, (size_t)n, MSG_NOSIGNAL) < 0) restore_fail("cannot reach the supervisor: %s", strerror(errno));
+    for (;;) {
+        struct pollfd p = {plan.h.go_fd, POLLIN, 0};
+        int r = poll(&p, 1, 500);
+        if (r > 0) {
+            char c;
+            ssize_t m = read(plan.h.go_fd, &c, 1);
+            if (m == 1) break;
+            if (m == 0) _exit(1); /* the supervisor is gone: nothing may run */
+            continue;
+        }
+        for (uint32_t k = 0; k < plan.h.nprocs; k++) {
+            const struct lz_plan_proc *q = &plan.procs[k];
+            if (q->ppid != plan.me->pid || (q->flags & LZ_PP_ZOMBIE)) continue;
+            siginfo_t si;
+            memset(&si, 0, sizeof si);
+            if (waitid(P_PID, (id_t)q->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == q->pid)
+                restore_fail("process %d of the job could not be restored", q->pid);
+        }
+    }
+    close(plan.h.go_fd);
+    /* made by us, not by the program: the exits of zombie children */
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&chld, NULL, &zero) == SIGCHLD) {}
+    if (plan.me->ppid) prctl(PR_SET_PDEATHSIG, 0);
+}

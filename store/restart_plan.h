@@ -1,0 +1,65 @@
+/* The plan of a restart of several processes: `lazarus restart` makes it
+ * from the checkpoint's tree and every part's manifest (cli/restart_tree.c),
+ * each restorer follows its own lines of it (restorer/restore_tree.c).  It
+ * is never stored: a memfd inherited by every restorer at LAZARUS_PLAN_FD.
+ *
+ * Layout: header, nprocs lz_plan_proc (the tree's order: parents before
+ * children, the main program first), nobjs lz_plan_obj, nholds lz_plan_hold.
+ *
+ * Objects are what several processes share and so must be made once, by the
+ * nearest common ancestor of those that hold them, before it makes its
+ * children: a pipe (with the bytes in flight) or an open file description
+ * (a file's offset and flags, shared after a fork).  Each sits at a fixed
+ * descriptor number above every number any process of the job used, not
+ * close-on-exec, so every process made after it inherits it; a restorer
+ * takes the ones it holds into place and closes the rest. */
+#ifndef LZ_RESTART_PLAN_H
+#define LZ_RESTART_PLAN_H
+#include "format.h"
+#include <stdint.h>
+
+#define LZ_PLAN_MAGIC 0x4e4c504cu /* "LPLN" */
+#define LZ_PLAN_ENV "LAZARUS_PLAN_FD"
+
+enum lz_plan_flags {
+    LZ_PP_SETSID = 1, /* led its own session */
+    LZ_PP_GROUP = 2,  /* led its own process group */
+    LZ_PP_ZOMBIE = 4, /* exited, not waited for: made, then exits with `status` */
+};
+
+struct lz_plan_header {
+    uint32_t magic;
+    uint32_t nprocs, nobjs, nholds;
+    int32_t go_fd;   /* read end of the supervisor's go pipe: one byte per live process
+                      * once every one said READY; end of file: the supervisor is gone */
+    int32_t pad;
+};
+
+struct lz_plan_proc {
+    int32_t pid, ppid; /* ppid 0: the main program */
+    int32_t join_pgid; /* a process group of another process of the job to join, or 0 */
+    uint32_t flags;    /* enum lz_plan_flags */
+    int32_t status;    /* zombie: the wait status its parent will see */
+    int32_t pad;
+    char dir[32];      /* its part: "" (the checkpoint directory) or "proc.PID" */
+};
+
+enum lz_plan_kind { LZ_PO_PIPE = 1, LZ_PO_FILE = 2 };
+
+struct lz_plan_obj {
+    uint32_t kind;       /* enum lz_plan_kind */
+    int32_t creator;     /* the process that makes it */
+    int32_t fd, fd2;     /* where it sits: a file's description; a pipe's read and write ends */
+    uint32_t flags;      /* file: open flags */
+    uint32_t pad;
+    int64_t offset;      /* file: the shared offset */
+    struct lz_chan chan; /* pipe: its record (ino, capacity, bytes, checksum) */
+    char path[LZ_PATH_MAX]; /* file: its path; pipe: its data file (absolute), "" if empty */
+};
+
+/* Process pid's descriptor fd is file object obj (pipes are matched by inode). */
+struct lz_plan_hold {
+    int32_t pid, fd;
+    uint32_t obj, pad;
+};
+#endif
