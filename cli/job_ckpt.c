@@ -530,7 +530,14 @@ void job_ckpt_tick(struct sv_state *st)
             }
             return;
         }
-        /* all stopped: did one start a process before it stopped? */
+        /* all stopped: a zombie its parent reaped before it stopped is gone */
+        for (size_t i = 1; i < st->nparts; i++)
+            if (st->parts[i].zombie && proc_state(st->parts[i].pid) != 'Z') {
+                memmove(&st->parts[i], &st->parts[i + 1], (st->nparts - i - 1) * sizeof st->parts[i]);
+                st->nparts--;
+                i--;
+            }
+        /* did one start a process before it stopped? */
         size_t before = st->nparts;
         for (size_t i = 0; i < before; i++) add_descendants(st, st->parts[i].pid);
         if (st->nparts > before) {

@@ -168,6 +168,40 @@ static int plan_files(struct restart_tree *rt, struct objs *o, char *why, size_t
     return 0;
 }
 
+/* Shared memory (LZ_R_SHARED_ANON regions) whose object several processes map. */
+static int plan_shm(struct restart_tree *rt, struct objs *o, char *why, size_t whylen)
+{
+    const struct lz_tree *t = &rt->tree;
+    for (size_t k = 0; k < t->nprocs; k++) {
+        const struct lz_image *img = &rt->imgs[k];
+        for (size_t i = 0; i < img->nregions; i++) {
+            const struct lz_region *r = &img->regions[i];
+            if (r->kind != LZ_R_SHARED_ANON || !r->file_ino) continue;
+            struct lz_plan_obj *ob = NULL;
+            for (size_t j = 0; j < o->n && !ob; j++)
+                if (o->v[j].kind == LZ_PO_SHM && o->v[j].chan.ino == r->file_dev && o->v[j].chan.peer == r->file_ino) ob = &o->v[j];
+            if (!ob) {
+                int elsewhere = 0;
+                for (size_t q = k + 1; q < t->nprocs && !elsewhere; q++)
+                    for (size_t m = 0; m < rt->imgs[q].nregions && !elsewhere; m++)
+                        elsewhere = rt->imgs[q].regions[m].kind == LZ_R_SHARED_ANON &&
+                                    rt->imgs[q].regions[m].file_dev == r->file_dev && rt->imgs[q].regions[m].file_ino == r->file_ino;
+                if (!elsewhere) continue; /* one process's: mapped anew by its restorer */
+                if (!(ob = new_obj(o))) { snprintf(why, whylen, "out of memory"); return -1; }
+                ob->kind = LZ_PO_SHM;
+                ob->creator = t->procs[k].pid;
+                ob->chan.ino = r->file_dev;
+                ob->chan.peer = r->file_ino;
+            } else {
+                ob->creator = common_ancestor(t, ob->creator, t->procs[k].pid);
+            }
+            int64_t end = (int64_t)(r->file_offset + (r->end - r->start));
+            if (end > ob->offset) ob->offset = end;
+        }
+    }
+    return 0;
+}
+
 /* What each process does about its process group and session: a group or
  * session it led is made again; a group led by another process of the job
  * is joined; one outside the job (the launcher's) is inherited. */
@@ -241,7 +275,8 @@ int restart_tree_plan(struct restart_tree *rt, const char *ckpt, int ctl_fd, cha
         if (m > maxfd) maxfd = m;
     }
     struct objs o = {0};
-    if (plan_pipes(rt, ckpt, &o, why, whylen) < 0 || plan_files(rt, &o, why, whylen) < 0) {
+    if (plan_pipes(rt, ckpt, &o, why, whylen) < 0 || plan_files(rt, &o, why, whylen) < 0 ||
+        plan_shm(rt, &o, why, whylen) < 0) {
         free(o.v); free(o.h);
         return -1;
     }

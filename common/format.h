@@ -168,7 +168,10 @@ enum lz_region_kind {
     LZ_R_ANON = 1,        /* private anonymous (incl. [heap], [stack]) */
     LZ_R_FILE_PRIVATE = 2,/* private file mapping: file + stored COW pages */
     LZ_R_FILE_SHARED = 3, /* shared file mapping: remapped, contents are the file's */
-    LZ_R_SHARED_ANON = 4, /* shared anonymous / /dev/zero */
+    LZ_R_SHARED_ANON = 4, /* shared memory kept by content: MAP_SHARED|MAP_ANONYMOUS, SysV,
+                           * memfd, a deleted file; file_dev/file_ino name the object (0:
+                           * unknown) so processes sharing it share it again after a restart,
+                           * file_offset is where in it the mapping starts */
     LZ_R_VDSO = 5,        /* [vvar], [vvar_vclock], [vdso]: moved, never stored */
 };
 

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <signal.h>
 #include <time.h>
 
 struct fj_global fj;
@@ -79,6 +80,22 @@ static int path_seen(struct interval *v, uint64_t h, int add);
 
 static void lock(void) { while (__atomic_exchange_n(&E.lock, 1, __ATOMIC_ACQUIRE)) lz_sc0(SYS_sched_yield); }
 static void unlock(void) { __atomic_store_n(&E.lock, 0, __ATOMIC_RELEASE); }
+
+/* For the entries not called inside the runtime's guard (rt_enter: a file
+ * call interposed): exit, exec.  A checkpoint signal taken while the lock
+ * is held would wait for it forever in fj_prepare: signals wait instead. */
+static void lock_quiet(uint64_t *saved)
+{
+    uint64_t all = ~0ull;
+    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &all, saved, 8);
+    lock();
+}
+
+static void unlock_quiet(const uint64_t *saved)
+{
+    unlock();
+    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, saved, NULL, 8);
+}
 
 static size_t slen(const char *s) { size_t n = 0; while (s[n]) n++; return n; }
 
@@ -1080,6 +1097,16 @@ int fj_stream_moved(FILE *f)
     return fj_stream_opened(f);
 }
 
+int fj_fd_reused(int fd)
+{
+    extern FILE *_IO_list_all;
+    if (!fj.live) return 0;
+    int r = 0;
+    for (FILE *f = _IO_list_all; f && r == 0; f = f->_chain)
+        if (f->_fileno == fd) r = fj_stream_opened(f);
+    return r;
+}
+
 int fj_before_shared_map(int fd, int64_t off, uint64_t len)
 {
     return fj_before_write(fd, off, len);
@@ -1399,11 +1426,12 @@ int fj_exec_prepare(char *envstr, size_t len)
     if (!fj.fdt || !fj.live || len < 96) return 0;
     /* a vfork child shares this memory: the journal is its parent's (E.pid),
      * and nothing here may change */
-    lock();
+    uint64_t saved;
+    lock_quiet(&saved);
     struct interval *v = &E.iv[E.cur];
     int fd = v->dir_fd, owner = E.pid;
     uint64_t lo = v->log_off, dof = v->data_off;
-    unlock();
+    unlock_quiet(&saved);
     if (fd < 0) return -EBADF;
     long r = lz_sc3(SYS_fcntl, fd, F_SETFD, 0);
     if (r == -EBADF) {
@@ -1522,14 +1550,19 @@ int fj_adopt(const char *val, char *err, size_t errlen)
  * engine is busy (exit from a signal handler). */
 __attribute__((destructor)) static void fj_exit(void)
 {
-    if (!fj.fdt || !fj.live || self_pid() != E.pid || __atomic_exchange_n(&E.lock, 1, __ATOMIC_ACQUIRE)) return;
-    struct interval *v = &E.iv[E.cur];
-    if (v->lwin) {
-        win_drop(v->lwin, LOG_WIN);
-        v->lwin = NULL; /* records of threads still running go with pwritev */
-        if (v->log_fd >= 0) lz_sc2(SYS_ftruncate, v->log_fd, v->log_off);
+    if (!fj.fdt || !fj.live || self_pid() != E.pid) return;
+    uint64_t saved, all = ~0ull;
+    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &all, &saved, 8);
+    if (!__atomic_exchange_n(&E.lock, 1, __ATOMIC_ACQUIRE)) {
+        struct interval *v = &E.iv[E.cur];
+        if (v->lwin) {
+            win_drop(v->lwin, LOG_WIN);
+            v->lwin = NULL; /* records of threads still running go with pwritev */
+            if (v->log_fd >= 0) lz_sc2(SYS_ftruncate, v->log_fd, v->log_off);
+        }
+        unlock();
     }
-    unlock();
+    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &saved, NULL, 8);
 }
 
 int fj_restarted(uint64_t index, int main_process, char *err, size_t errlen)

@@ -93,6 +93,9 @@ int fj_before_attr_fd(int fd);
 /* Streams (stdio writes are invisible to write()): save what a stream could
  * overwrite from its lowest possible position on. */
 int fj_stream_opened(FILE *f);
+/* dup2/dup3 made fd another file: a stream on fd (stdout under a shell's
+ * `>> log`) now writes there unseen, so it is covered like a new stream. */
+int fj_fd_reused(int fd);
 int fj_stream_moved(FILE *f);
 int fj_before_shared_map(int fd, int64_t off, uint64_t len);
 

@@ -133,14 +133,16 @@ void restore_map_regions(struct restore_ctx *rc)
         uint64_t len = r->end - r->start;
         int prot = (int)r->prot | (region_needs_write(r) ? PROT_READ | PROT_WRITE : 0);
         int flags = MAP_FIXED_NOREPLACE;
-        int fd = -1;
+        int fd = -1, shm = -1;
         const char *path = lz_str(&rc->img, r->path);
         switch (r->kind) {
         case LZ_R_ANON:
             flags |= MAP_PRIVATE | MAP_ANONYMOUS | ((r->flags & LZ_RF_GROWSDOWN) ? MAP_GROWSDOWN : 0);
             break;
         case LZ_R_SHARED_ANON:
-            flags |= MAP_SHARED | MAP_ANONYMOUS;
+            /* shared with other processes of the job: the object made once (restore_tree.c) */
+            shm = restore_tree_shm_fd(r->file_dev, r->file_ino);
+            flags |= MAP_SHARED | (shm < 0 ? MAP_ANONYMOUS : 0);
             break;
         case LZ_R_FILE_PRIVATE:
         case LZ_R_FILE_SHARED:
@@ -151,7 +153,8 @@ void restore_map_regions(struct restore_ctx *rc)
         default:
             restore_fail("unknown region kind %u in the image", r->kind);
         }
-        void *m = mmap((void *)r->start, len, prot, flags, fd, fd >= 0 ? (off_t)r->file_offset : 0);
+        void *m = shm >= 0 ? mmap((void *)r->start, len, prot, flags, shm, (off_t)r->file_offset)
+                           : mmap((void *)r->start, len, prot, flags, fd, fd >= 0 ? (off_t)r->file_offset : 0);
         int e = errno;
         if (fd >= 0) close(fd);
         if (m == MAP_FAILED || (uint64_t)m != r->start)

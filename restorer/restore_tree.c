@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -102,6 +103,13 @@ static void make_objects(void)
             struct stat st;
             if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && lseek(fd, o->offset, SEEK_SET) < 0)
                 restore_fail("cannot restore the offset of %s: %s", o->path, strerror(errno));
+            place(fd, o->fd, what);
+            continue;
+        }
+        if (o->kind == LZ_PO_SHM) {
+            snprintf(what, sizeof what, "the memory shared by processes of the job");
+            int fd = memfd_create("lazarus-shared", 0);
+            if (fd < 0 || ftruncate(fd, o->offset) < 0) restore_fail("cannot make %s: %s", what, strerror(errno));
             place(fd, o->fd, what);
             continue;
         }
@@ -241,6 +249,13 @@ int restore_tree_shared_pipe(uint64_t ino)
     for (uint32_t j = 0; plan.me && j < plan.h.nobjs; j++)
         if (plan.objs[j].kind == LZ_PO_PIPE && plan.objs[j].chan.ino == ino) return 1;
     return 0;
+}
+
+int restore_tree_shm_fd(uint64_t dev, uint64_t ino)
+{
+    for (uint32_t j = 0; plan.me && ino && j < plan.h.nobjs; j++)
+        if (plan.objs[j].kind == LZ_PO_SHM && plan.objs[j].chan.ino == dev && plan.objs[j].chan.peer == ino) return plan.objs[j].fd;
+    return -1;
 }
 
 int restore_tree_go_fd(void) { return plan.me ? plan.h.go_fd : -1; }

@@ -52,6 +52,8 @@ int restore_tree_main_pid(int own);
 int *restore_tree_fds(const struct lz_image *img, int base);
 int restore_tree_shared_pipe(uint64_t ino);
 int restore_tree_go_fd(void);
+/* The memfd of shared memory object dev/ino, made once for the job; -1: map it anew. */
+int restore_tree_shm_fd(uint64_t dev, uint64_t ino);
 void restore_tree_go(void);
 
 _Noreturn void lz_final_jump(const struct lz_jmpctx *ctx, uint64_t fs_base);

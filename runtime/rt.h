@@ -227,6 +227,10 @@ void rt_exec_remember_env(void);
 /* After a restart: the launcher's descriptors (rt.inherited) are the restarter's
  * files now; their identities and LAZARUS_INHERITED for children follow. */
 void rt_exec_refresh_inherited(const uint8_t *restarters);
+/* The main program's list of its launcher's descriptors ("fd:dev:ino,..."). */
+void rt_exec_set_inherited(const char *list);
+/* A variable of the environment the process started with (rt_init.c). */
+const char *rt_env(const char *name);
 
 /* Messages to the supervisor: one datagram, text. */
 void rt_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -100,10 +100,16 @@ void rt_exec_refresh_inherited(const uint8_t *restarters)
         if (!strcmp(job_names[i], "LAZARUS_INHERITED")) job_vars[i] = inherited_var;
 }
 
+void rt_exec_set_inherited(const char *list)
+{
+    rt_fmt(inherited_var, sizeof inherited_var, "LAZARUS_INHERITED=%s", list);
+}
+
 void rt_exec_remember_env(void)
 {
     for (size_t i = 0; i < NJOB; i++) {
-        const char *v = getenv(job_names[i]);
+        if (!strcmp(job_names[i], "LAZARUS_INHERITED") && inherited_var[0]) { job_vars[i] = inherited_var; continue; }
+        const char *v = rt_env(job_names[i]);
         if (!v) continue;
         size_t n = strlen(job_names[i]), m = strlen(v);
         job_vars[i] = malloc(n + m + 2);

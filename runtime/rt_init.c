@@ -100,7 +100,28 @@ void rt_notify(const char *fmt, ...)
  * memory), its write tracker (a userfaultfd and pagemap of the parent's
  * memory) and its channel to the supervisor are let go, and its first
  * checkpoint stores all of it. */
+/* The checkpoint signal waits while fork is under way: a child must not
+ * take one before this handler has made it a process of its own (a parent's
+ * one sent meanwhile is taken after). */
+static __thread uint64_t fork_saved_mask;
+
+static void rt_atfork_prepare(void)
+{
+    uint64_t urg = 1ull << (SIGURG - 1);
+    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &urg, &fork_saved_mask, 8);
+}
+
+static void rt_atfork_parent(void) { lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &fork_saved_mask, NULL, 8); }
+
+static void rt_atfork_child_body(void);
+
 static void rt_atfork_child(void)
+{
+    rt_atfork_child_body();
+    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &fork_saved_mask, NULL, 8);
+}
+
+static void rt_atfork_child_body(void)
 {
     fj_after_fork(); /* its file changes go to a journal of its own (files/journal.h) */
     if (!rt.active) return;
@@ -113,6 +134,27 @@ static void rt_atfork_child(void)
     rt_own_channel();
 }
 
+/* The environment as the kernel gave it.  getenv and setenv are not used
+ * before the program's main: a program may replace them (bash does, and its
+ * getenv sees nothing once its setenv has been called before its own set-up). */
+extern char **environ;
+
+const char *rt_env(const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = environ; e && *e; e++)
+        if (!strncmp(*e, name, n) && (*e)[n] == '=') return *e + n + 1;
+    return NULL;
+}
+
+static void rt_env_drop(const char *name)
+{
+    size_t n = strlen(name), k = 0;
+    for (size_t i = 0; environ && environ[i]; i++)
+        if (strncmp(environ[i], name, n) || environ[i][n] != '=') environ[k++] = environ[i];
+    if (environ) environ[k] = NULL;
+}
+
 /* File tracking runs in every process of the job, a member or not (one
  * that closed its channel still records): it is set up wherever LAZARUS_DIR
  * is, and an interval is joined where LAZARUS_FJ says (an exec, a vfork or
@@ -120,17 +162,17 @@ static void rt_atfork_child(void)
  * whose journal is the top one of a checkpoint directory. */
 static void rt_files_start(int main_process)
 {
-    const char *dir = getenv("LAZARUS_DIR"), *dur = getenv("LAZARUS_DURABILITY"), *jv = getenv(FJ_ENV);
+    const char *dir = rt_env("LAZARUS_DIR"), *dur = rt_env("LAZARUS_DURABILITY"), *jv = rt_env(FJ_ENV);
     if (!dir || strlen(dir) >= sizeof rt.dir) return;
-    if (fj_setup(dir, dur && !strcmp(dur, "machine"), getenv("LAZARUS_EXCLUDE"), main_process) < 0) {
+    if (fj_setup(dir, dur && !strcmp(dur, "machine"), rt_env("LAZARUS_EXCLUDE"), main_process) < 0) {
         fprintf(stderr, "lazarus: cannot set up file tracking; files will not be rolled back\n");
         return;
     }
     char err[200];
     if (jv && fj_adopt(jv, err, sizeof err) < 0)
         fprintf(stderr, "lazarus: process %d: %s; its file changes will not be rolled back\n", getpid(), err);
-    if (jv) unsetenv(FJ_ENV); /* its descriptor is this image's now; exec passes a fresh one */
-    if (!rt.active) pthread_atfork(NULL, NULL, rt_atfork_child); /* a member's rt_init registers it */
+    if (jv) rt_env_drop(FJ_ENV); /* its descriptor is this image's now; exec passes a fresh one */
+    if (!rt.active) pthread_atfork(rt_atfork_prepare, rt_atfork_parent, rt_atfork_child); /* a member's rt_init registers it */
 }
 
 /* Descriptors the job's main program got from its launcher (its stdin,
@@ -140,7 +182,7 @@ static void rt_files_start(int main_process)
  * were started with for the launcher's: a pipe between two of them is not. */
 static void note_inherited(int cfd)
 {
-    const char *inh = getenv("LAZARUS_INHERITED");
+    const char *inh = rt_env("LAZARUS_INHERITED");
     if (inh) {
         for (const char *p = inh; *p && rt.ninherited < 64;) {
             char *e;
@@ -170,7 +212,7 @@ static void note_inherited(int cfd)
                                     (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
         }
     }
-    setenv("LAZARUS_INHERITED", list, 1);
+    rt_exec_set_inherited(list);
 }
 
 /* In every process of a job: the supervisor started the main program with
@@ -178,13 +220,13 @@ static void note_inherited(int cfd)
  * children and the programs they exec inherit them (rt_exec.c). */
 __attribute__((constructor)) static void rt_init(void)
 {
-    const char *pid = getenv("LAZARUS_PID"), *dir = getenv("LAZARUS_DIR"), *fd = getenv("LAZARUS_CTL_FD");
+    const char *pid = rt_env("LAZARUS_PID"), *dir = rt_env("LAZARUS_DIR"), *fd = rt_env("LAZARUS_CTL_FD");
     int self_main = pid && atoi(pid) == getpid();
     if (!pid || !dir || !fd || strlen(dir) >= sizeof rt.dir) { rt_files_start(self_main); return; }
     int cfd = atoi(fd);
     struct stat cst;
     if (cfd < 0 || fstat(cfd, &cst) < 0 || !S_ISSOCK(cst.st_mode)) { rt_files_start(self_main); return; }
-    const char *parent = getenv("LAZARUS_PARENT"), *chan = getenv("LAZARUS_CHAN_PID");
+    const char *parent = rt_env("LAZARUS_PARENT"), *chan = rt_env("LAZARUS_CHAN_PID");
     rt.parent = parent ? strtoull(parent, NULL, 10) : 0;
     memcpy(rt.dir, dir, strlen(dir) + 1);
     rt.ctl_fd = cfd;
@@ -195,20 +237,20 @@ __attribute__((constructor)) static void rt_init(void)
     note_inherited(cfd);
     rt_exec_remember_env();
     rt_files_start(rt_is_main());
-    const char *cz = getenv("LAZARUS_COMPRESS");
+    const char *cz = rt_env("LAZARUS_COMPRESS");
     char cerr[160];
     rt.codec = LZ_CODEC_LZ4; /* nearly zstd's ratio on checkpoint data, and restores several times faster (bench/) */
     if (cz && *cz && lz_codec_parse(cz, &rt.codec, &rt.level, cerr, sizeof cerr) < 0) {
         fprintf(stderr, "lazarus: %s; using lz4\n", cerr);
         rt.codec = LZ_CODEC_LZ4;
     }
-    const char *nf = getenv("LAZARUS_NO_FORK");
+    const char *nf = rt_env("LAZARUS_NO_FORK");
     rt.nofork = nf && *nf == '1';
-    rt.tracing = getenv("LAZARUS_TRACE") != NULL;
-    const char *nd = getenv("LAZARUS_NO_DIRTY");
+    rt.tracing = rt_env("LAZARUS_TRACE") != NULL;
+    const char *nd = rt_env("LAZARUS_NO_DIRTY");
     rt.nodirty = nd && *nd == '1';
     rt_track_all(); /* what the program maps later is tracked from its first checkpoint on */
-    pthread_atfork(NULL, NULL, rt_atfork_child);
+    pthread_atfork(rt_atfork_prepare, rt_atfork_parent, rt_atfork_child);
     rt_install_handler();
     rt_own_channel();
     rt_notify("HELLO %d", getpid());

@@ -337,23 +337,26 @@ int rt_capture_regions(struct rt_ckpt *ck)
         ck->mem_bytes += end - start;
         if (!strcmp(path, "[heap]")) r->flags |= LZ_RF_HEAP;
         if (!strcmp(path, "[stack]")) r->flags |= LZ_RF_STACK;
-        if (ino == 0 || path[0] != '/' || !strncmp(path, "/dev/zero", 9) || !strncmp(path, "/SYSV", 5)) {
-            /* anonymous memory, shared (MAP_SHARED|MAP_ANONYMOUS shows as /dev/zero) or not */
+        struct stat st;
+        int gone = ends_with(path, " (deleted)");
+        long sr = gone || path[0] != '/' ? -1 : lz_sc4(SYS_newfstatat, AT_FDCWD, path, &st, 0);
+        int same = sr == 0 && st.st_ino == ino && (uint64_t)major(st.st_dev) == maj && (uint64_t)minor(st.st_dev) == min;
+        if (ino == 0 || path[0] != '/' || !strncmp(path, "/dev/zero", 9) || !strncmp(path, "/SYSV", 5) || (shared && !same)) {
+            /* anonymous memory; or shared memory no file name leads to
+             * (MAP_SHARED|MAP_ANONYMOUS shows as /dev/zero, memfd, a deleted
+             * /dev/shm file): kept by content, named by its inode so that
+             * processes that share it share it again after a restart */
             r->kind = shared ? LZ_R_SHARED_ANON : LZ_R_ANON;
+            if (shared) {
+                r->file_dev = makedev(maj, min);
+                r->file_ino = ino;
+                r->file_offset = off;
+            }
             continue;
         }
         /* a file mapping */
-        struct stat st;
-        int gone = ends_with(path, " (deleted)");
-        long sr = gone ? -1 : lz_sc4(SYS_newfstatat, AT_FDCWD, path, &st, 0);
-        int same = sr == 0 && st.st_ino == ino && (uint64_t)major(st.st_dev) == maj && (uint64_t)minor(st.st_dev) == min;
         r->file_offset = off;
         if (shared) {
-            if (!same) {
-                rt_fmt(ck->err, sizeof ck->err, "a shared mapping of %s cannot be checkpointed: the file was deleted or replaced", path);
-                rc = -1;
-                break;
-            }
             r->kind = LZ_R_FILE_SHARED;
             r->path = strings_add(&ck->strings, path);
             r->file_dev = st.st_dev; r->file_ino = st.st_ino; r->file_size = (uint64_t)st.st_size;

@@ -114,8 +114,12 @@ RT_API int dup2(int oldfd, int newfd)
     static int (*real)(int, int);
     if (!real) real = (int (*)(int, int))dlsym(RTLD_NEXT, "dup2");
     move_ctl_away(newfd);
+    rt_enter();
     fj_fd_changed(newfd);
-    return real(oldfd, newfd);
+    int r = real(oldfd, newfd);
+    if (r >= 0) fj_fd_reused(newfd);
+    rt_leave();
+    return r;
 }
 
 RT_API int dup3(int oldfd, int newfd, int flags)
@@ -123,6 +127,10 @@ RT_API int dup3(int oldfd, int newfd, int flags)
     static int (*real)(int, int, int);
     if (!real) real = (int (*)(int, int, int))dlsym(RTLD_NEXT, "dup3");
     move_ctl_away(newfd);
+    rt_enter();
     fj_fd_changed(newfd);
-    return real(oldfd, newfd, flags);
+    int r = real(oldfd, newfd, flags);
+    if (r >= 0) fj_fd_reused(newfd);
+    rt_leave();
+    return r;
 }

@@ -8,8 +8,8 @@
  *
  * Objects are what several processes share and so must be made once, by the
  * nearest common ancestor of those that hold them, before it makes its
- * children: a pipe (with the bytes in flight) or an open file description
- * (a file's offset and flags, shared after a fork).  Each sits at a fixed
+ * children: a pipe (with the bytes in flight), an open file description
+ * (a file's offset and flags, shared after a fork) or shared memory.  Each sits at a fixed
  * descriptor number above every number any process of the job used, not
  * close-on-exec, so every process made after it inherits it; a restorer
  * takes the ones it holds into place and closes the rest. */
@@ -44,7 +44,13 @@ struct lz_plan_proc {
     char dir[32];      /* its part: "" (the checkpoint directory) or "proc.PID" */
 };
 
-enum lz_plan_kind { LZ_PO_PIPE = 1, LZ_PO_FILE = 2 };
+enum lz_plan_kind {
+    LZ_PO_PIPE = 1,
+    LZ_PO_FILE = 2,
+    LZ_PO_SHM = 3, /* shared memory (LZ_R_SHARED_ANON regions with one object's dev/ino in
+                    * several processes): a memfd of `offset` bytes; each process maps its
+                    * part of it and fills it from its own image (the same bytes) */
+};
 
 struct lz_plan_obj {
     uint32_t kind;       /* enum lz_plan_kind */
@@ -53,7 +59,8 @@ struct lz_plan_obj {
     uint32_t flags;      /* file: open flags */
     uint32_t pad;
     int64_t offset;      /* file: the shared offset */
-    struct lz_chan chan; /* pipe: its record (ino, capacity, bytes, checksum) */
+    struct lz_chan chan; /* pipe: its record (ino, capacity, bytes, checksum); shm: ino and
+                          * peer = the object's dev and ino */
     char path[LZ_PATH_MAX]; /* file: its path; pipe: its data file (absolute), "" if empty */
 };
 
