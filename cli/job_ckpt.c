@@ -39,6 +39,35 @@
 #define RESIGNAL_NS (100ull * 1000000ull)
 #define NORUNTIME_GRACE_NS (200ull * 1000000ull)
 
+/* LAZARUS_TRACE=1: the coordination's steps as the supervisor sees them, on
+ * stderr, in ms since it began signalling the job (the runtime prints each
+ * process's own steps as "lazarus: checkpoint"). */
+static uint64_t trace_t0;
+
+static void sv_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sv_trace(const char *fmt, ...)
+{
+    static int tracing = -1;
+    if (tracing < 0) tracing = getenv("LAZARUS_TRACE") != NULL;
+    if (!tracing) return;
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "lazarus: job %8.3f ms %s\n", (double)(lz_now_ns(CLOCK_MONOTONIC) - trace_t0) / 1e6, msg);
+}
+
+static size_t count_parts(struct sv_state *st, int what)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < st->nparts; i++) {
+        const struct part *p = &st->parts[i];
+        if (!p->zombie) n += what == 0 ? p->stopped != 0 : what == 1 ? p->captured != 0 : 1;
+    }
+    return n;
+}
+
 static struct part *part_of(struct sv_state *st, pid_t pid)
 {
     for (size_t i = 0; i < st->nparts; i++) if (st->parts[i].pid == pid) return &st->parts[i];
@@ -174,6 +203,7 @@ int job_ckpt_start(struct sv_state *st, uint32_t trigger, char *why, size_t whyl
     struct supervisor *s = st->s;
     pid_t prog = sv_find_program(s);
     if (prog <= 0) { snprintf(why, whylen, "cannot signal the program"); return -1; }
+    trace_t0 = lz_now_ns(CLOCK_MONOTONIC);
     st->nparts = 0;
     st->index = s->next_index;
     st->trigger = trigger;
@@ -184,6 +214,7 @@ int job_ckpt_start(struct sv_state *st, uint32_t trigger, char *why, size_t whyl
     v.sival_ptr = (void *)(uintptr_t)((st->index << 2) | trigger);
     if (sigqueue(prog, LZ_SIGCKPT, v) < 0) { snprintf(why, whylen, "cannot signal the program"); return -1; }
     for (size_t i = 1; i < st->nparts; i++) if (!st->parts[i].zombie) signal_part(st, &st->parts[i]);
+    sv_trace("checkpoint %" PRIu64 ": signalled %zu process(es)", st->index, count_parts(st, 2));
     s->next_index++;
     st->in_progress = 1;
     st->go_sent = st->resumed = st->failed = 0;
@@ -218,9 +249,11 @@ void job_ckpt_message(struct sv_state *st, pid_t pid, const char *msg, int fd)
         const char *q = strchr(msg + 8, ' ');
         p->inner = q ? atoi(q + 1) : p->pid;
         p->begun = p->stopped = 1;
+        sv_trace("stopped %d (%zu/%zu)", p->pid, count_parts(st, 0), count_parts(st, 2));
     } else if (!strncmp(msg, "FORKED ", 7)) {
         p->captured = 1;
         if (fd >= 0 && p->writer_fd < 0) { p->writer_fd = fd; p->wlen = 0; fcntl(fd, F_SETFL, O_NONBLOCK); fd = -1; }
+        sv_trace("captured %d (%zu/%zu)", p->pid, count_parts(st, 1), count_parts(st, 2));
     } else if (!strncmp(msg, "OK ", 3)) {
         stats_from(p, msg);
     } else if (!strncmp(msg, "ERR ", 4)) {
@@ -460,6 +493,7 @@ static void finish_ok(struct sv_state *st)
         st->resumed = 1;
     }
     st->in_progress = 0;
+    sv_trace("committed");
     lz_store_retain(s->dir, s->keep, st->index, s->first_index);
     uint64_t pause = 0, stored = 0, threads = 0, nproc = 0;
     for (size_t i = 0; i < st->nparts; i++) {
@@ -527,6 +561,7 @@ void job_ckpt_tick(struct sv_state *st)
                 for (size_t i = 0; i < st->nparts; i++)
                     if (!st->parts[i].zombie && !st->parts[i].begun) signal_part(st, &st->parts[i]);
                 st->last_signal_ns = now;
+                sv_trace("signalled again the processes that have not begun");
             }
             return;
         }
@@ -548,6 +583,7 @@ void job_ckpt_tick(struct sv_state *st)
         for (size_t i = 0; i < st->nparts; i++)
             if (!st->parts[i].zombie) sv_tell(st, st->parts[i].pid, "GO %" PRIu64, st->index);
         st->go_sent = 1;
+        sv_trace("GO sent to %zu process(es)", count_parts(st, 2));
         return;
     }
     if (!st->resumed && all(st, 1)) {
@@ -555,11 +591,13 @@ void job_ckpt_tick(struct sv_state *st)
         if (!st->have_tree) {
             if (build_tree(st, &st->tree) < 0) { lz_tree_free(&st->tree); fail(st, NULL, "cannot read the job's process tree"); return; }
             st->have_tree = 1;
+            sv_trace("tree read");
         }
         if (st->trigger != LZ_TRIG_API) {
             for (size_t i = 0; i < st->nparts; i++)
                 if (!st->parts[i].zombie) sv_tell(st, st->parts[i].pid, "RESUME %" PRIu64 " 0", st->index);
             st->resumed = 1;
+            sv_trace("RESUME sent");
         }
     }
     if (st->have_tree && all(st, 1) && all(st, 2)) finish_ok(st);
