@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 struct vdso_vma { uint64_t start, end; };
@@ -126,6 +127,33 @@ void restore_move_vdso(struct restore_ctx *rc)
 
 static int region_needs_write(const struct lz_region *r) { return r->nextents > 0; }
 
+/* How far below its start the main thread's stack is mapped ahead.  The
+ * kernel keeps room below a stack for it to grow (its mmap base sits a stack
+ * limit below it), but a restarted program's mmap base is the restorer's,
+ * near the top of the address space: its new mappings would come down to
+ * just above the guard gap below the stack and stop it from growing (gcc's
+ * cc1 recursing deeper after a restart).  So the room is mapped as part of
+ * the stack (untouched pages cost nothing), up to the program's stack limit
+ * and at most 64 MiB, as far as the image's other regions (a guard gap
+ * away) and the restorer's own leave free. */
+static uint64_t stack_room(const struct restore_ctx *rc, const struct lz_region *r)
+{
+    const uint64_t gap = 1ull << 20, cap = 64ull << 20;
+    uint64_t limit = rc->img.proc->rlimits[RLIMIT_STACK].cur, size = r->end - r->start;
+    if (limit > cap) limit = cap;
+    if (limit <= size) return 0;
+    uint64_t lo = r->start - (limit - size);
+    if (lo > r->start) return 0;
+    for (size_t i = 0; i < rc->img.nregions; i++) {
+        const struct lz_region *o = &rc->img.regions[i];
+        if (o->end <= r->start && o->end + gap > lo) lo = o->end + gap;
+    }
+    for (int k = 0; k < rc->nown; k++)
+        if (rc->own[k].end <= r->start && rc->own[k].end + gap > lo) lo = rc->own[k].end + gap;
+    lo &= ~4095ull;
+    return lo < r->start ? r->start - lo : 0;
+}
+
 void restore_map_regions(struct restore_ctx *rc)
 {
     for (size_t i = 0; i < rc->img.nregions; i++) {
@@ -153,8 +181,15 @@ void restore_map_regions(struct restore_ctx *rc)
         default:
             restore_fail("unknown region kind %u in the image", r->kind);
         }
-        void *m = shm >= 0 ? mmap((void *)r->start, len, prot, flags, shm, (off_t)r->file_offset)
-                           : mmap((void *)r->start, len, prot, flags, fd, fd >= 0 ? (off_t)r->file_offset : 0);
+        uint64_t room = r->kind == LZ_R_ANON && (r->flags & LZ_RF_STACK) && (r->flags & LZ_RF_GROWSDOWN) ? stack_room(rc, r) : 0;
+        void *m = MAP_FAILED;
+        if (room) { /* something of ours may sit there after all (the parked vDSO): then without */
+            m = mmap((void *)(r->start - room), len + room, prot, flags, -1, 0);
+            if (m != MAP_FAILED) m = (char *)m + room;
+        }
+        if (m == MAP_FAILED)
+            m = shm >= 0 ? mmap((void *)r->start, len, prot, flags, shm, (off_t)r->file_offset)
+                         : mmap((void *)r->start, len, prot, flags, fd, fd >= 0 ? (off_t)r->file_offset : 0);
         int e = errno;
         if (fd >= 0) close(fd);
         if (m == MAP_FAILED || (uint64_t)m != r->start)

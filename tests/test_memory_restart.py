@@ -81,3 +81,21 @@ def test_killed_at_random_instants(name, runner, programs, reference, rng):
     # the same getpid() in every segment (the first one is the original)
     pids = {s.killed_nspid for s in kr.segments if s.killed_nspid is not None}
     assert len(pids) == 1, f"getpid() changed across restarts: {pids}\n{info}"
+
+
+def test_stack_grows_after_restart(runner, programs):
+    """A restarted program whose stack grows deeper than it ever was, after
+    new mappings filled the address space down past its stack
+    (programs/stack_room.c), runs on: the room below the stack is there as
+    natively (a restarted program's new mappings come from the top of the
+    address space, gcc's cc1 crashed on this)."""
+    from conftest import _compile, kill_program
+    prog = _compile("stack_room", programs.dir)
+    assert plain_output([prog, "now"]).startswith("start\ndeep "), "the program fails without Lazarus"
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", prog)
+    proc.wait_for_output(r"^start$", timeout=60)
+    runner.checkpoint(store)
+    kill_program(proc, "stack_room")
+    r = runner.lz("restart", "-d", store, timeout=120)
+    assert r.rc == 0 and re.search(r"^deep \d+$", r.stdout, re.M), str(r)

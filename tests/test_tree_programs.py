@@ -36,9 +36,9 @@ from conftest import (IS_ROOT, PROGRAMS_SRC, comm_of, descendants, wait_gone,
 KILLS = 5
 KILL_DELAY = 1.0  # a kill lands uniformly within this many seconds after a new checkpoint
 PLAIN_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
-PIPE_ARGS = ["40", "150000"]   # iterations, rows per iteration: ~6 s uninterrupted
-MAKE_MODULES, MAKE_FUNCS = 10, 36  # ~8 s of gcc -O2 on 2 cores
-POOL_ARGS = ["16", "25000"]    # tasks, rounds per task: ~6 s on 2 workers
+PIPE_ARGS = ["120", "150000"]  # iterations, rows per iteration: ~10 s uninterrupted
+MAKE_MODULES, MAKE_FUNCS = 10, 100  # ~10 s of gcc -O2 on 2 cores
+POOL_ARGS = ["48", "25000"]    # tasks, rounds per task: ~10 s on 2 workers
 
 
 def need(mode):
