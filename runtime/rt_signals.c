@@ -100,6 +100,21 @@ RT_API int close(int fd)
     return real(fd);
 }
 
+/* close_range (Python's subprocess closes every descriptor before exec
+ * with it): the control socket is skipped like close() skips it, so the
+ * program the child execs is still a member of the job. */
+RT_API int close_range(unsigned first, unsigned last, int flags)
+{
+    static int (*real)(unsigned, unsigned, int);
+    if (!real) real = (int (*)(unsigned, unsigned, int))dlsym(RTLD_NEXT, "close_range");
+    unsigned ctl = (unsigned)rt.ctl_fd;
+    if (!rt.active || rt.ctl_fd < 0 || ctl < first || ctl > last) return real(first, last, flags);
+    int r = 0;
+    if (ctl > first) r = real(first, ctl - 1, flags);
+    if (r == 0 && ctl < last) r = real(ctl + 1, last, flags);
+    return r;
+}
+
 static void move_ctl_away(int target)
 {
     if (!rt.active || target != rt.ctl_fd) return;

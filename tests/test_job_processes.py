@@ -142,3 +142,22 @@ def test_main_thread_exited_refused(runner, progs):
     assert runner.indexes(store) == [], "nothing may be committed"
     assert proc.wait(timeout=60) == 0, proc.stderr
     assert proc.stdout == "ready\nworker done\n", proc.stdout
+
+
+def test_python_subprocess_child_in_checkpoint(runner):
+    """Python's subprocess closes every descriptor above 2 before its exec
+    (close_range): the child still belongs to the job, and a checkpoint
+    taken while it runs includes it without waiting for it to end."""
+    store = runner.base / "store"
+    code = ("import subprocess, sys, time\n"
+            "p = subprocess.Popen(['/bin/sleep', '4'])\n"
+            "print('ready', flush=True)\n"
+            "sys.exit(p.wait())\n")
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", "-c", code)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    time.sleep(0.5)  # the child has exec'd
+    r = runner.lz("checkpoint", "-d", store, timeout=60)
+    assert r.rc == 0 and processes_of(runner, store, int(r.stdout)) == 2, str(r)
+    pause = [e for e in runner.list_json(store) if e["index"] == int(r.stdout)][0]["pause_ms"]
+    assert pause < 2000, f"the checkpoint waited for the child: pause {pause} ms"
+    assert proc.wait(timeout=60) == 0, proc.stderr
