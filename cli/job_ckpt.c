@@ -254,6 +254,16 @@ void job_ckpt_message(struct sv_state *st, pid_t pid, const char *msg, int fd)
         p->captured = 1;
         if (fd >= 0 && p->writer_fd < 0) { p->writer_fd = fd; p->wlen = 0; fcntl(fd, F_SETFL, O_NONBLOCK); fd = -1; }
         sv_trace("captured %d (%zu/%zu)", p->pid, count_parts(st, 1), count_parts(st, 2));
+    } else if (!strncmp(msg, "PEER ", 5)) {
+        int fdn = 0;
+        unsigned long long ino = 0;
+        if (sscanf(msg + 5, "%*u %d %llu", &fdn, &ino) != 2) return;
+        if (p->npeers == (int)(sizeof p->peers / sizeof p->peers[0])) {
+            fail(st, p, "holds too many socket pairs shared with other processes of the job");
+            return;
+        }
+        p->peers[p->npeers].fd = fdn;
+        p->peers[p->npeers++].ino = ino;
     } else if (!strncmp(msg, "OK ", 3)) {
         stats_from(p, msg);
     } else if (!strncmp(msg, "ERR ", 4)) {
@@ -372,6 +382,44 @@ static int ns_field(const char *status, const char *name, int dflt)
         l = e;
     }
     return last;
+}
+
+/* Does a process of the job hold socket `ino`?  (Read while all are stopped.) */
+static int job_holds_socket(struct sv_state *st, uint64_t ino)
+{
+    char want[48];
+    snprintf(want, sizeof want, "socket:[%llu]", (unsigned long long)ino);
+    for (size_t i = 0; i < st->nparts; i++) {
+        if (st->parts[i].zombie) continue;
+        char dir[64];
+        snprintf(dir, sizeof dir, "/proc/%d/fd", st->parts[i].pid);
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        int found = 0;
+        while (d && !found && (e = readdir(d))) {
+            char target[64];
+            ssize_t n = readlinkat(dirfd(d), e->d_name, target, sizeof target - 1);
+            if (n <= 0) continue;
+            target[n] = 0;
+            found = !strcmp(target, want);
+        }
+        if (d) closedir(d);
+        if (found) return 1;
+    }
+    return 0;
+}
+
+/* Every socket pair a process shares with another: that one is of the job. */
+static int check_peers(struct sv_state *st)
+{
+    for (size_t i = 0; i < st->nparts; i++)
+        for (int k = 0; k < st->parts[i].npeers; k++)
+            if (!job_holds_socket(st, st->parts[i].peers[k].ino)) {
+                fail(st, &st->parts[i], "descriptor %d is one end of a local socket pair whose other end no process of "
+                                        "the job holds", st->parts[i].peers[k].fd);
+                return -1;
+            }
+    return 0;
 }
 
 static int build_tree(struct sv_state *st, struct lz_tree *t)
@@ -591,6 +639,7 @@ void job_ckpt_tick(struct sv_state *st)
         if (!st->have_tree) {
             if (build_tree(st, &st->tree) < 0) { lz_tree_free(&st->tree); fail(st, NULL, "cannot read the job's process tree"); return; }
             st->have_tree = 1;
+            if (check_peers(st) < 0) return;
             sv_trace("tree read");
         }
         if (st->trigger != LZ_TRIG_API) {

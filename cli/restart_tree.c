@@ -168,6 +168,68 @@ static int plan_files(struct restart_tree *rt, struct objs *o, char *why, size_t
     return 0;
 }
 
+static int data_path(char *out, size_t len, const char *ckpt, const struct lz_tree_proc *p, const struct lz_image *img,
+                     const struct lz_chan *c)
+{
+    out[0] = 0;
+    if (!c->bytes) return 0;
+    char part[LZ_PATH_MAX];
+    lz_tree_part_dir(part, sizeof part, ckpt, p);
+    const char *name = lz_str(img, c->path);
+    size_t pl = strlen(part), nl = strlen(name);
+    if (pl + 1 + nl >= len) return -1;
+    memcpy(out, part, pl);
+    out[pl] = '/';
+    memcpy(out + pl + 1, name, nl + 1);
+    return 0;
+}
+
+/* Socket pairs whose two ends different processes hold (LZ_CHS_REMOTE). */
+static int plan_socks(struct restart_tree *rt, const char *ckpt, struct objs *o, char *why, size_t whylen)
+{
+    const struct lz_tree *t = &rt->tree;
+    for (size_t k = 0; k < t->nprocs; k++) {
+        const struct lz_image *img = &rt->imgs[k];
+        for (size_t i = 0; i < img->nchans; i++) {
+            const struct lz_chan *c = &img->chans[i];
+            if (!(c->sockflags & LZ_CHS_REMOTE) || c->ino > c->peer) continue; /* made with its peer */
+            const struct lz_chan *pc = NULL;
+            size_t q = 0;
+            for (q = 0; q < t->nprocs && !pc; q++)
+                for (size_t m = 0; q != k && m < rt->imgs[q].nchans && !pc; m++)
+                    if (rt->imgs[q].chans[m].ino == c->peer && rt->imgs[q].chans[m].peer == c->ino) pc = &rt->imgs[q].chans[m];
+            if (!pc || pc->kind != c->kind) {
+                snprintf(why, whylen, "process %d: socket:[%llu] has no other end in the checkpoint", t->procs[k].pid,
+                         (unsigned long long)c->ino);
+                return -1;
+            }
+            q--;
+            struct lz_plan_obj *ob = new_obj(o);
+            if (!ob) { snprintf(why, whylen, "out of memory"); return -1; }
+            ob->kind = LZ_PO_SOCK;
+            ob->creator = common_ancestor(t, t->procs[k].pid, t->procs[q].pid);
+            ob->chan = *c;
+            ob->chan2 = *pc;
+            if (data_path(ob->path, sizeof ob->path, ckpt, &t->procs[k], img, c) < 0 ||
+                data_path(ob->path2, sizeof ob->path2, ckpt, &t->procs[q], &rt->imgs[q], pc) < 0) {
+                snprintf(why, whylen, "the store's path is too long");
+                return -1;
+            }
+        }
+    }
+    /* a socket is held by one description, but it may be inherited by many processes */
+    for (size_t j = 0; j < o->n; j++) {
+        if (o->v[j].kind != LZ_PO_SOCK) continue;
+        for (size_t k = 0; k < t->nprocs; k++)
+            for (size_t i = 0; i < rt->imgs[k].nfds; i++) {
+                const struct lz_fd *f = &rt->imgs[k].fds[i];
+                if (f->kind == LZ_FD_SOCKET && (f->ino == o->v[j].chan.ino || f->ino == o->v[j].chan2.ino))
+                    o->v[j].creator = common_ancestor(t, o->v[j].creator, t->procs[k].pid);
+            }
+    }
+    return 0;
+}
+
 /* Shared memory (LZ_R_SHARED_ANON regions) whose object several processes map. */
 static int plan_shm(struct restart_tree *rt, struct objs *o, char *why, size_t whylen)
 {
@@ -276,7 +338,7 @@ int restart_tree_plan(struct restart_tree *rt, const char *ckpt, int ctl_fd, cha
     }
     struct objs o = {0};
     if (plan_pipes(rt, ckpt, &o, why, whylen) < 0 || plan_files(rt, &o, why, whylen) < 0 ||
-        plan_shm(rt, &o, why, whylen) < 0) {
+        plan_shm(rt, &o, why, whylen) < 0 || plan_socks(rt, ckpt, &o, why, whylen) < 0) {
         free(o.v); free(o.h);
         return -1;
     }
@@ -284,7 +346,7 @@ int restart_tree_plan(struct restart_tree *rt, const char *ckpt, int ctl_fd, cha
     int hi = maxfd + 8, next = hi + 2;
     for (size_t j = 0; j < o.n; j++) {
         o.v[j].fd = next++;
-        o.v[j].fd2 = o.v[j].kind == LZ_PO_PIPE ? next++ : -1;
+        o.v[j].fd2 = o.v[j].kind == LZ_PO_PIPE || o.v[j].kind == LZ_PO_SOCK ? next++ : -1;
     }
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);

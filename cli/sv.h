@@ -26,6 +26,10 @@ struct part {
     size_t wlen;
     uint64_t pause, stored, threads;
     char comm[16];
+    /* sockets whose other end it says another process holds (PEER): checked
+     * against every process's descriptors while all are stopped */
+    struct { int fd; uint64_t ino; } peers[32];
+    int npeers;
 };
 
 struct sv_state {

@@ -286,6 +286,9 @@ enum lz_chan_kind {
 };
 #define LZ_CHAN_MAX_BYTES (1u << 30) /* data of one object at most (buffers are far smaller) */
 #define LZ_CHS_PASSCRED 0x1u         /* SO_PASSCRED was on */
+#define LZ_CHS_REMOTE 0x2u           /* its peer is held by another process of the job (whose part
+                                      * has the peer's record): the pair is made by the restart's
+                                      * plan (store/restart_plan.h) */
 
 struct lz_chan {
     uint64_t ino;       /* the pipe's inode; a socket's own inode (its receive queue) */

@@ -107,10 +107,9 @@ static void set_buf(int s, int opt, int force, uint32_t want)
 }
 
 /* Queues c's data on socket `to` by sending it from `from`, its peer (whose
- * record is `sender`). */
-static void refill_socket(struct restore_ctx *rc, const struct lz_chan *c, const struct lz_chan *sender, int from, int to_fd)
+ * record is `sender`); data is freed. */
+static void refill_socket(const struct lz_chan *c, char *data, const struct lz_chan *sender, int from, int to_fd)
 {
-    char *data = load(rc, c);
     if (!data) return;
     /* the data was charged to the sender's buffer, each message with its
      * overhead: room for all of it meanwhile (set to the recorded size after) */
@@ -132,18 +131,18 @@ static void refill_socket(struct restore_ctx *rc, const struct lz_chan *c, const
     free(data);
 }
 
-static void make_socketpair(struct restore_ctx *rc, const struct lz_chan *a, const struct lz_chan *b, int base, int *src)
+/* A socket pair like a and b, each queue refilled with its data (freed),
+ * sv[0] a's end and sv[1] b's, parked at >= base; fa, fb name them in messages. */
+static void fill_pair(const struct lz_chan *a, char *da, const struct lz_chan *b, char *db, int base, int fa, int fb, int sv[2])
 {
-    const struct lz_image *img = &rc->img;
-    int fa = some_fd(img, a->ino), fb = some_fd(img, b->ino), sv[2];
     int type = a->kind == LZ_CH_STREAM ? SOCK_STREAM : a->kind == LZ_CH_DGRAM ? SOCK_DGRAM : SOCK_SEQPACKET;
     if (socketpair(AF_UNIX, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0)
         restore_fail("cannot make the socket pair of descriptors %d and %d: %s", fa, fb, strerror(errno));
     sv[0] = park(sv[0], base);
     sv[1] = park(sv[1], base);
     if (sv[0] < 0 || sv[1] < 0) restore_fail("cannot make the socket pair of descriptors %d and %d: %s", fa, fb, strerror(errno));
-    refill_socket(rc, a, b, sv[1], fa);
-    refill_socket(rc, b, a, sv[0], fb);
+    refill_socket(a, da, b, sv[1], fa);
+    refill_socket(b, db, a, sv[0], fb);
     const struct lz_chan *cs[2] = {a, b};
     for (int k = 0; k < 2; k++) {
         const struct lz_chan *c = cs[k];
@@ -155,12 +154,31 @@ static void make_socketpair(struct restore_ctx *rc, const struct lz_chan *a, con
         /* after the refill: a shut send side refuses it */
         if (c->shutdown & 1) shutdown(s, SHUT_RD);
         if (c->shutdown & 2) shutdown(s, SHUT_WR);
-        for (size_t i = 0; i < img->nfds; i++)
-            if (img->fds[i].kind == LZ_FD_SOCKET && img->fds[i].ino == c->ino) {
-                src[i] = s;
-                set_flags(s, img->fds[i].flags, img->fds[i].fd);
-            }
     }
+}
+
+static void make_socketpair(struct restore_ctx *rc, const struct lz_chan *a, const struct lz_chan *b, int base, int *src)
+{
+    const struct lz_image *img = &rc->img;
+    int sv[2];
+    fill_pair(a, load(rc, a), b, load(rc, b), base, some_fd(img, a->ino), some_fd(img, b->ino), sv);
+    const struct lz_chan *cs[2] = {a, b};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < img->nfds; i++)
+            if (img->fds[i].kind == LZ_FD_SOCKET && img->fds[i].ino == cs[k]->ino) {
+                src[i] = sv[k];
+                set_flags(sv[k], img->fds[i].flags, img->fds[i].fd);
+            }
+}
+
+void restore_socket_pair(const struct lz_chan *a, const char *path_a, const struct lz_chan *b, const char *path_b, int base,
+                         int sv[2])
+{
+    char why[LZ_PATH_MAX + 512];
+    void *da, *db;
+    if (lz_chan_data_path(path_a, a, &da, why, sizeof why) < 0 || lz_chan_data_path(path_b, b, &db, why, sizeof why) < 0)
+        restore_fail("%s", why);
+    fill_pair(a, da, b, db, base, -1, -1, sv);
 }
 
 int *restore_chans(struct restore_ctx *rc, int base)
@@ -175,7 +193,7 @@ int *restore_chans(struct restore_ctx *rc, int base)
             if (!restore_tree_shared_pipe(c->ino)) make_pipe(rc, c, base, src); /* else made once for the job */
             continue;
         }
-        if (c->ino > c->peer) continue; /* made with its peer */
+        if (c->ino > c->peer || (c->sockflags & LZ_CHS_REMOTE)) continue; /* made with its peer; or for the job */
         for (size_t j = 0; j < img->nchans; j++)
             if (img->chans[j].ino == c->peer) make_socketpair(rc, c, &img->chans[j], base, src);
     }

@@ -106,6 +106,14 @@ static void make_objects(void)
             place(fd, o->fd, what);
             continue;
         }
+        if (o->kind == LZ_PO_SOCK) {
+            int sv[2];
+            restore_socket_pair(&o->chan, o->path, &o->chan2, o->path2, 3, sv);
+            snprintf(what, sizeof what, "the socket pair shared by processes of the job");
+            place(sv[0], o->fd, what);
+            place(sv[1], o->fd2, what);
+            continue;
+        }
         if (o->kind == LZ_PO_SHM) {
             snprintf(what, sizeof what, "the memory shared by processes of the job");
             int fd = memfd_create("lazarus-shared", 0);
@@ -224,6 +232,8 @@ int *restore_tree_fds(const struct lz_image *img, int base)
                 if (acc == O_RDONLY && !r_used) { from = o->fd; r_used = 1; }
                 else if (acc == O_WRONLY && !w_used) { from = o->fd2; w_used = 1; }
                 else { from = acc == O_WRONLY ? o->fd2 : o->fd; reopen = 1; }
+            } else if (o->kind == LZ_PO_SOCK && f->kind == LZ_FD_SOCKET && (f->ino == o->chan.ino || f->ino == o->chan2.ino)) {
+                from = f->ino == o->chan.ino ? o->fd : o->fd2;
             } else if (o->kind == LZ_PO_FILE) {
                 for (uint32_t k = 0; k < plan.h.nholds; k++)
                     if (plan.holds[k].obj == j && plan.holds[k].pid == plan.me->pid && plan.holds[k].fd == f->fd) from = o->fd;
@@ -239,6 +249,12 @@ int *restore_tree_fds(const struct lz_image *img, int base)
                 src[i] = fcntl(from, F_DUPFD_CLOEXEC, base);
             }
             if (src[i] < 0) restore_fail("cannot take descriptor %d, shared with other processes of the job: %s", f->fd, strerror(errno));
+            if (f->kind == LZ_FD_PIPE || f->kind == LZ_FD_SOCKET) {
+                /* O_NONBLOCK belongs to the description: as this record has it */
+                int cur = fcntl(src[i], F_GETFL);
+                if (cur < 0 || fcntl(src[i], F_SETFL, (cur & ~(O_NONBLOCK | O_APPEND)) | (int)(f->flags & (O_NONBLOCK | O_APPEND))) < 0)
+                    restore_fail("cannot set the flags of descriptor %d: %s", f->fd, strerror(errno));
+            }
         }
     }
     return src;

@@ -36,6 +36,10 @@ void restore_descriptors(struct restore_ctx *rc);
  * descriptor record of a pipe or socket, an open file parked at >= base to
  * be moved to its number (-1 for the other records); malloc'ed. */
 int *restore_chans(struct restore_ctx *rc, int base);
+/* A socket pair shared by processes of the job (restore_tree.c): made and
+ * refilled from the data files of its two records, parked at >= base. */
+void restore_socket_pair(const struct lz_chan *a, const char *path_a, const struct lz_chan *b, const char *path_b, int base,
+                         int sv[2]);
 void restore_process_state(struct restore_ctx *rc);
 void restore_mm(struct restore_ctx *rc);
 int restore_exe_fd(struct restore_ctx *rc);

@@ -313,10 +313,11 @@ static int capture_socket(struct rt_ckpt *ck, const struct lz_fd *f, const struc
     /* what is queued here was charged to the peer's send buffer (at most one
      * message over it); untouched scratch pages cost nothing */
     int peer_sndbuf = 0;
-    getopt_int((int)peer, SOL_SOCKET, SO_SNDBUF, &peer_sndbuf);
+    if (peer >= 0) getopt_int((int)peer, SOL_SOCKET, SO_SNDBUF, &peer_sndbuf);
+    else peer_sndbuf = (int)(c->capacity > c->sndbuf ? c->capacity : c->sndbuf); /* the peer is another process's */
     size_t cap = 4 * (size_t)peer_sndbuf + (1u << 20);
     if (peek_queue(ck, f, si, c, data, cap) < 0) return -1;
-    if (si->type != SOCK_STREAM && hidden_messages(si->type, peer, *data, c->bytes))
+    if (si->type != SOCK_STREAM && peer >= 0 && hidden_messages(si->type, peer, *data, c->bytes))
         return refuse(ck, f, "a local socket holding empty messages that the kernel no longer shows to a peek (an "
                              "earlier checkpoint or the program peeked at them); it can be checkpointed once they are read");
     return 0;
@@ -388,13 +389,18 @@ int rt_capture_chans(struct rt_ckpt *ck)
             long k = chan_slot(ck, n);
             rc = k < 0 ? -1 : capture_pipe(ck, i, &ck->chans[k], &ck->chan_data[k]);
         } else {
-            /* the other end must be here, connected to this one */
+            /* the other end here, connected to this one; or in another
+             * process, which the supervisor checks is one of the job's */
             size_t j = 0;
             while (j < ck->nfds && !(is_chan_end(&ck->fds[j]) && ck->fds[j].kind == LZ_FD_SOCKET && ck->fds[j].ino == peer[i])) j++;
-            if (j == ck->nfds || peer[j] != f->ino)
-                return refuse(ck, f, "one end of a local socket pair whose other end this process does not hold");
+            if (j < ck->nfds && peer[j] != f->ino)
+                return refuse(ck, f, "one end of a local socket pair whose other end is connected elsewhere");
             long k = chan_slot(ck, n);
-            rc = k < 0 ? -1 : capture_socket(ck, f, &si[i], ck->fds[j].fd, &ck->chans[k], &ck->chan_data[k]);
+            rc = k < 0 ? -1 : capture_socket(ck, f, &si[i], j < ck->nfds ? ck->fds[j].fd : -1, &ck->chans[k], &ck->chan_data[k]);
+            if (rc == 0 && j == ck->nfds) {
+                ck->chans[k].sockflags |= LZ_CHS_REMOTE;
+                rt_notify("PEER %llu %d %llu", (unsigned long long)ck->index, f->fd, (unsigned long long)peer[i]);
+            }
         }
         if (rc == 0) ck->nchans++;
     }

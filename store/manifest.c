@@ -62,10 +62,11 @@ static int check_fds(struct lz_image *img, char *why, size_t whylen)
         if ((c->kind != LZ_CH_PIPE && !sock) || c->ino == 0 || c->bytes > LZ_CHAN_MAX_BYTES ||
             (c->bytes ? !plain_name(img, c->path) : c->path != 0) || (msgs ? c->bytes < 4ull * c->nmsgs : c->nmsgs != 0) ||
             c->capacity == 0 || (c->kind == LZ_CH_PIPE && (c->bytes > c->capacity || c->peer || c->sndbuf || c->shutdown)) ||
-            (sock && (c->sndbuf == 0 || c->shutdown > 3 || c->peek_off < -1)) || c->sockflags & ~LZ_CHS_PASSCRED)
+            (sock && (c->sndbuf == 0 || c->shutdown > 3 || c->peek_off < -1)) || c->sockflags & ~(LZ_CHS_PASSCRED | LZ_CHS_REMOTE) ||
+            (!sock && c->sockflags))
             FAIL("manifest pipe or socket record %zu is malformed", i);
         if (find_chan(img, c->ino) != c) FAIL("manifest pipe or socket record %zu is malformed", i);
-        if (sock) { /* both ends, each the other's peer, of one type */
+        if (sock && !(c->sockflags & LZ_CHS_REMOTE)) { /* both ends, each the other's peer, of one type */
             const struct lz_chan *p = c->peer != c->ino ? find_chan(img, c->peer) : NULL;
             if (!p || p->peer != c->ino || p->kind != c->kind) FAIL("manifest pipe or socket record %zu is malformed", i);
         }

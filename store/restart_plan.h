@@ -47,6 +47,8 @@ struct lz_plan_proc {
 enum lz_plan_kind {
     LZ_PO_PIPE = 1,
     LZ_PO_FILE = 2,
+    LZ_PO_SOCK = 4, /* a socket pair whose ends different processes hold: fd is end `chan`,
+                     * fd2 end `chan2`, each refilled from its own record's data */
     LZ_PO_SHM = 3, /* shared memory (LZ_R_SHARED_ANON regions with one object's dev/ino in
                     * several processes): a memfd of `offset` bytes; each process maps its
                     * part of it and fills it from its own image (the same bytes) */
@@ -61,7 +63,9 @@ struct lz_plan_obj {
     int64_t offset;      /* file: the shared offset */
     struct lz_chan chan; /* pipe: its record (ino, capacity, bytes, checksum); shm: ino and
                           * peer = the object's dev and ino */
-    char path[LZ_PATH_MAX]; /* file: its path; pipe: its data file (absolute), "" if empty */
+    char path[LZ_PATH_MAX]; /* file: its path; pipe, socket pair: chan's data file (absolute), "" if empty */
+    struct lz_chan chan2;   /* socket pair: the other end */
+    char path2[LZ_PATH_MAX];
 };
 
 /* Process pid's descriptor fd is file object obj (pipes are matched by inode). */

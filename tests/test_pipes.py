@@ -292,18 +292,20 @@ REFUSED = {
     "halfpair": r"socket.*(not connected|closed)",
     "listen": r"listening socket",
     "inet": r"is a socket",
-    # a socket pair shared with a child: each process holds one end (a pipe shared with a
-    # child is checkpointed with both processes: test_pipe_shared_with_a_child)
-    "childsock": r"process \d+ \(chan_refuse\): descriptor \d+ .*other end this process does not hold",
+    # a socket pair whose other end an orphan outside the job holds (one shared with a
+    # child is checkpointed with both processes: test_shared_with_a_child)
+    "outsock": r"descriptor 7 is one end of a local socket pair whose other end no process of the job holds",
     "peekedempty": r"empty messages",
 }
 
 
-def test_pipe_shared_with_a_child(runner, progs):
-    """A pipe whose other end a child holds: both processes are in the checkpoint."""
+@pytest.mark.parametrize("kind", ["childpipe", "childsock"])
+def test_shared_with_a_child(kind, runner, progs):
+    """A pipe or socket pair whose other end a child holds: both processes
+    are in the checkpoint."""
     store = runner.base / "store"
     f1, f2 = runner.base / "f1", runner.base / "f2"
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", progs["chan_refuse"], "childpipe", f1, f2)
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", progs["chan_refuse"], kind, f1, f2)
     proc.wait_for_output(r"^ready$", timeout=60)
     res = runner.lz("checkpoint", "-d", store)
     assert res.rc == 0 and "2 processes" in res.stderr, str(res)

@@ -7,6 +7,7 @@
  * listening AF_UNIX socket), inet (a listening TCP socket on 127.0.0.1),
  * childpipe (the write end of a pipe whose read end a child process holds),
  * childsock (a socket pair whose other end a child process holds),
+ * outsock (a socket pair whose other end an orphan outside the job holds),
  * peekedempty (a datagram socket pair, both ends held, with an empty message
  * queued on descriptor 7 that the program peeked at: a peek at an offset no
  * longer sees it, so a checkpoint cannot copy it).
@@ -59,7 +60,7 @@ static pid_t child_holding(int keep, int drop)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: chan_refuse halfpair|listen|inet|childpipe|childsock|peekedempty FILE1 FILE2\n");
+        fprintf(stderr, "usage: chan_refuse halfpair|listen|inet|childpipe|childsock|outsock|peekedempty FILE1 FILE2\n");
         return 2;
     }
     const char *kind = argv[1];
@@ -87,6 +88,22 @@ int main(int argc, char **argv)
         if (send(other, "", 0, 0) != 0 || recv(fd, &c, 1, MSG_PEEK) != 0) fd = -1;
     } else if (!strcmp(kind, "childsock") && socketpair(AF_UNIX, SOCK_STREAM, 0, two) == 0) {
         child = child_holding(two[1], two[0]);
+        fd = two[0];
+    } else if (!strcmp(kind, "outsock") && socketpair(AF_UNIX, SOCK_STREAM, 0, two) == 0) {
+        /* the other end goes to an orphan (a double fork): it leaves the job's
+         * tree, and ends when descriptor 7 is closed */
+        pid_t c = fork();
+        if (c == 0) {
+            if (fork() == 0) {
+                char b;
+                close(two[0]);
+                while (read(two[1], &b, 1) > 0) {}
+                _exit(0);
+            }
+            _exit(0);
+        }
+        waitpid(c, NULL, 0);
+        close(two[1]);
         fd = two[0];
     }
     if (fd < 0 || dup2(fd, 7) != 7) {

@@ -4,7 +4,9 @@
  *
  * main forks:
  *   A  leads its own process group, reads records from main over a pipe
- *      (main keeps a few unread records in it), forks A1 (in A's group)
+ *      (main keeps a few unread records in it) and acknowledges each over a
+ *      seqpacket socket pair (main reads them three behind), forks A1 (in
+ *      A's group)
  *   B  leads its own session, works in ./bdir; writes lines to shared.txt
  *      through the description it inherited from main (one offset shared
  *      with main)
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -56,7 +59,19 @@ static void stepper(const char *name, void (*each)(int))
     }
 }
 
-static int pipe_r, pipe_w, shared_fd;
+static int pipe_r, pipe_w, shared_fd, sock_m, sock_a;
+
+/* A acknowledges every record over a seqpacket socket pair; M reads the
+ * acknowledgements three behind, so some are always in flight */
+static void read_ack(int i)
+{
+    char msg[32], want[32];
+    ssize_t n = recv(sock_m, msg, sizeof msg - 1, 0);
+    if (n <= 0) fail("ack missing");
+    msg[n] = 0;
+    snprintf(want, sizeof want, "ack %d", i);
+    if (strcmp(msg, want)) fail("ack out of order");
+}
 
 #define REC 64
 static void a_each(int i)
@@ -66,6 +81,9 @@ static void a_each(int i)
     if (n != REC) fail("short record");
     snprintf(want, REC, "record %d", i);
     if (strcmp(rec, want)) fail("record out of order");
+    char ack[32];
+    int k = snprintf(ack, sizeof ack, "ack %d", i);
+    if (send(sock_a, ack, (size_t)k, 0) != k) fail("send ack");
 }
 
 static void b_each(int i)
@@ -87,6 +105,7 @@ static void m_each(int i)
             snprintf(rec, REC, "record %d", k);
             if (write(pipe_w, rec, REC) != REC) fail("write pipe");
         }
+    if (i >= 3) read_ack(i - 3);
     if (i + 4 < steps) {
         char rec[REC] = {0};
         snprintf(rec, REC, "record %d", i + 4);
@@ -103,6 +122,10 @@ int main(int argc, char **argv)
     pipe_r = p[0];
     pipe_w = p[1];
     shared_fd = open("shared.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) < 0) fail("socketpair");
+    sock_m = sv[0];
+    sock_a = sv[1];
     if (shared_fd < 0) fail("open shared.txt");
     id("id", "M");
     int ready[2];
@@ -110,6 +133,7 @@ int main(int argc, char **argv)
     pid_t a = fork();
     if (a == 0) {
         close(pipe_w);
+        close(sock_m);
         setpgid(0, 0);
         id("id", "A");
         if (write(ready[1], "a", 1) != 1) fail("ready");
@@ -129,6 +153,7 @@ int main(int argc, char **argv)
     char c;
     if (read(ready[0], &c, 1) != 1) fail("ready"); /* A's group exists */
     close(pipe_r);
+    close(sock_a);
     pid_t b = fork();
     if (b == 0) {
         close(pipe_w);
@@ -162,6 +187,7 @@ int main(int argc, char **argv)
         fail("zombies");
     printf("ready %d %d\n", z, k);
     stepper("M", m_each);
+    for (int i = steps > 3 ? steps - 3 : 0; i < steps; i++) read_ack(i);
     int st;
     if (waitpid(a, &st, 0) != a || !WIFEXITED(st) || WEXITSTATUS(st)) fail("A status");
     if (waitpid(b, &st, 0) != b || !WIFEXITED(st) || WEXITSTATUS(st)) fail("B status");
