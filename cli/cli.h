@@ -4,6 +4,7 @@
 #define LZ_CLI_H
 #include "store.h"
 #include "tree.h"
+#include "restart_plan.h"
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -82,13 +83,17 @@ struct restart_tree {
     size_t nlive;          /* processes that come back (not zombies) */
     int plan_fd, go_read;  /* placed for the restorers to inherit */
     int go_write;
+    struct lz_plan_obj *objs; /* what processes share (store/restart_plan.h) */
+    size_t nobjs;
+    struct lz_plan_hold *holds;
+    size_t nholds;
 };
-/* Loads and checks every part of rt->tree (loaded by the caller): 0, or -1
- * with why (one line; nothing changed). */
+/* Loads and checks every part of rt->tree (loaded by the caller) and finds
+ * what its processes share: 0, or -1 with why (one line; nothing changed). */
 int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index, char *why, size_t whylen);
 /* Makes the plan (store/restart_plan.h) and the go pipe, above every
  * descriptor number of the job and ctl_fd: 0, or -1 with why. */
-int restart_tree_plan(struct restart_tree *rt, const char *ckpt, int ctl_fd, char *why, size_t whylen);
+int restart_tree_plan(struct restart_tree *rt, int ctl_fd, char *why, size_t whylen);
 /* Every PID and thread ID of the job is free here. */
 int restart_tree_ids_free(const struct restart_tree *rt);
 void restart_tree_free(struct restart_tree *rt);

@@ -179,7 +179,7 @@ int cmd_restart(int argc, char **argv)
     s.restore_index = index;
     int ids_free;
     if (several) {
-        if (restart_tree_plan(&rt, ckpt, child_ctl, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
+        if (restart_tree_plan(&rt, child_ctl, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
         s.plan_fd = rt.plan_fd;
         s.go_fd = rt.go_write;
         s.nlive = rt.nlive;

@@ -25,6 +25,17 @@ static int max_fd(const struct lz_image *img)
     return m;
 }
 
+/* The highest descriptor number any process of the job used, or at least. */
+static int job_max_fd(const struct restart_tree *rt, int at_least)
+{
+    int m = at_least > 2 ? at_least : 2;
+    for (size_t k = 0; k < rt->tree.nprocs; k++) {
+        int f = rt->tree.procs[k].state == LZ_TP_LIVE ? max_fd(&rt->imgs[k]) : 0;
+        if (f > m) m = f;
+    }
+    return m;
+}
+
 static ssize_t proc_index(const struct lz_tree *t, int32_t pid)
 {
     for (size_t k = 0; k < t->nprocs; k++)
@@ -184,7 +195,17 @@ static int data_path(char *out, size_t len, const char *ckpt, const struct lz_tr
     return 0;
 }
 
-/* Socket pairs whose two ends different processes hold (LZ_CHS_REMOTE). */
+static const struct lz_chan *chan_record(const struct restart_tree *rt, uint64_t ino, size_t *owner)
+{
+    for (size_t k = 0; k < rt->tree.nprocs; k++)
+        for (size_t m = 0; m < rt->imgs[k].nchans; m++)
+            if (rt->imgs[k].chans[m].ino == ino) { *owner = k; return &rt->imgs[k].chans[m]; }
+    return NULL;
+}
+
+/* Socket pairs whose ends more than one process holds (one holds an end the
+ * other's peer, LZ_CHS_REMOTE; or a child inherited an end of a pair its
+ * parent holds whole): made once by their nearest common ancestor. */
 static int plan_socks(struct restart_tree *rt, const char *ckpt, struct objs *o, char *why, size_t whylen)
 {
     const struct lz_tree *t = &rt->tree;
@@ -192,40 +213,40 @@ static int plan_socks(struct restart_tree *rt, const char *ckpt, struct objs *o,
         const struct lz_image *img = &rt->imgs[k];
         for (size_t i = 0; i < img->nchans; i++) {
             const struct lz_chan *c = &img->chans[i];
-            if (!(c->sockflags & LZ_CHS_REMOTE) || c->ino > c->peer) continue; /* made with its peer */
-            const struct lz_chan *pc = NULL;
-            size_t q = 0;
-            for (q = 0; q < t->nprocs && !pc; q++)
-                for (size_t m = 0; q != k && m < rt->imgs[q].nchans && !pc; m++)
-                    if (rt->imgs[q].chans[m].ino == c->peer && rt->imgs[q].chans[m].peer == c->ino) pc = &rt->imgs[q].chans[m];
-            if (!pc || pc->kind != c->kind) {
+            if (c->kind == LZ_CH_PIPE) continue;
+            uint64_t lo = c->ino < c->peer ? c->ino : c->peer, hi = c->ino ^ c->peer ^ lo;
+            int seen = 0;
+            for (size_t j = 0; j < o->n && !seen; j++) seen = o->v[j].kind == LZ_PO_SOCK && o->v[j].chan.ino == lo;
+            if (seen) continue;
+            int32_t creator = 0;
+            size_t holders = 0;
+            for (size_t q = 0; q < t->nprocs; q++) {
+                int holds = 0;
+                for (size_t m = 0; m < rt->imgs[q].nfds && !holds; m++)
+                    holds = rt->imgs[q].fds[m].kind == LZ_FD_SOCKET && (rt->imgs[q].fds[m].ino == lo || rt->imgs[q].fds[m].ino == hi);
+                if (!holds) continue;
+                creator = holders++ ? common_ancestor(t, creator, t->procs[q].pid) : t->procs[q].pid;
+            }
+            if (holders < 2) continue; /* its own: the restorer makes it (restore_pipes.c) */
+            size_t ka = 0, kb = 0;
+            const struct lz_chan *ca = chan_record(rt, lo, &ka), *cb = chan_record(rt, hi, &kb);
+            if (!ca || !cb || ca->kind != cb->kind || ca->peer != hi || cb->peer != lo) {
                 snprintf(why, whylen, "process %d: socket:[%llu] has no other end in the checkpoint", t->procs[k].pid,
                          (unsigned long long)c->ino);
                 return -1;
             }
-            q--;
             struct lz_plan_obj *ob = new_obj(o);
             if (!ob) { snprintf(why, whylen, "out of memory"); return -1; }
             ob->kind = LZ_PO_SOCK;
-            ob->creator = common_ancestor(t, t->procs[k].pid, t->procs[q].pid);
-            ob->chan = *c;
-            ob->chan2 = *pc;
-            if (data_path(ob->path, sizeof ob->path, ckpt, &t->procs[k], img, c) < 0 ||
-                data_path(ob->path2, sizeof ob->path2, ckpt, &t->procs[q], &rt->imgs[q], pc) < 0) {
+            ob->creator = creator;
+            ob->chan = *ca;
+            ob->chan2 = *cb;
+            if (data_path(ob->path, sizeof ob->path, ckpt, &t->procs[ka], &rt->imgs[ka], ca) < 0 ||
+                data_path(ob->path2, sizeof ob->path2, ckpt, &t->procs[kb], &rt->imgs[kb], cb) < 0) {
                 snprintf(why, whylen, "the store's path is too long");
                 return -1;
             }
         }
-    }
-    /* a socket is held by one description, but it may be inherited by many processes */
-    for (size_t j = 0; j < o->n; j++) {
-        if (o->v[j].kind != LZ_PO_SOCK) continue;
-        for (size_t k = 0; k < t->nprocs; k++)
-            for (size_t i = 0; i < rt->imgs[k].nfds; i++) {
-                const struct lz_fd *f = &rt->imgs[k].fds[i];
-                if (f->kind == LZ_FD_SOCKET && (f->ino == o->v[j].chan.ino || f->ino == o->v[j].chan2.ino))
-                    o->v[j].creator = common_ancestor(t, o->v[j].creator, t->procs[k].pid);
-            }
     }
     return 0;
 }
@@ -285,7 +306,7 @@ static void plan_procs(const struct lz_tree *t, struct lz_plan_proc *pp)
 /* A descriptor at exactly `at`, not close-on-exec (the restorers inherit it). */
 static int place(int fd, int at)
 {
-    if (fd < 0) return -1;
+    if (fd < 0 || fd == at) return fd;
     int r = dup2(fd, at);
     int e = errno;
     close(fd);
@@ -325,42 +346,52 @@ int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index,
             return -1;
         }
     }
-    return 0;
-}
-
-int restart_tree_plan(struct restart_tree *rt, const char *ckpt, int ctl_fd, char *why, size_t whylen)
-{
-    const struct lz_tree *t = &rt->tree;
-    int maxfd = ctl_fd > 2 ? ctl_fd : 2;
-    for (size_t k = 0; k < t->nprocs; k++) {
-        int m = t->procs[k].state == LZ_TP_LIVE ? max_fd(&rt->imgs[k]) : 0;
-        if (m > maxfd) maxfd = m;
-    }
+    /* the objects, and whether their descriptors fit: all before any file changes */
     struct objs o = {0};
     if (plan_pipes(rt, ckpt, &o, why, whylen) < 0 || plan_files(rt, &o, why, whylen) < 0 ||
         plan_shm(rt, &o, why, whylen) < 0 || plan_socks(rt, ckpt, &o, why, whylen) < 0) {
         free(o.v); free(o.h);
         return -1;
     }
+    rt->objs = o.v;
+    rt->nobjs = o.n;
+    rt->holds = o.h;
+    rt->nholds = o.nh;
+    int need = job_max_fd(rt, 1024) + 8 + 2 + 2 * (int)o.n + 64; /* the control socket goes at 900 or above */
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_max < (rlim_t)need) {
+        snprintf(why, whylen, "cannot restart: the job needs %d descriptors, above this user's limit of %llu", need,
+                 (unsigned long long)rl.rlim_max);
+        return -1;
+    }
+    return 0;
+}
+
+int restart_tree_plan(struct restart_tree *rt, int ctl_fd, char *why, size_t whylen)
+{
+    const struct lz_tree *t = &rt->tree;
+    struct objs o = {rt->objs, rt->nobjs, rt->holds, rt->nholds};
     /* above every descriptor number of every process: the plan, the go pipe, the objects */
-    int hi = maxfd + 8, next = hi + 2;
+    int hi = job_max_fd(rt, ctl_fd) + 8, next = hi + 2;
     for (size_t j = 0; j < o.n; j++) {
         o.v[j].fd = next++;
         o.v[j].fd2 = o.v[j].kind == LZ_PO_PIPE || o.v[j].kind == LZ_PO_SOCK ? next++ : -1;
     }
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
-    if (rl.rlim_cur < (rlim_t)next + 64) {
-        /* the restorers put the program's own limit back */
-        if (rl.rlim_max < (rlim_t)next + 64) {
-            snprintf(why, whylen, "cannot restart: the job needs %d descriptors, above this user's limit of %llu", next + 64,
-                     (unsigned long long)rl.rlim_max);
-            free(o.v); free(o.h);
+    if (rl.rlim_cur < (rlim_t)next + 64) { /* the restorers put the program's own limit back */
+        rl.rlim_cur = (rlim_t)next + 64;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+            snprintf(why, whylen, "cannot restart: cannot raise the descriptor limit to %d: %s", next + 64, strerror(errno));
             return -1;
         }
-        rl.rlim_cur = (rlim_t)next + 64;
-        setrlimit(RLIMIT_NOFILE, &rl);
     }
+    for (int fd = hi; fd < next; fd++)
+        if (fcntl(fd, F_GETFD) >= 0) {
+            snprintf(why, whylen, "cannot restart: descriptor %d of `lazarus restart` is in the way", fd);
+            return -1;
+        }
     struct lz_plan_header h = {LZ_PLAN_MAGIC, (uint32_t)t->nprocs, (uint32_t)o.n, (uint32_t)o.nh, hi + 1, 0};
     struct lz_plan_proc *pp = calloc(t->nprocs, sizeof *pp);
     int mfd = memfd_create("lazarus-restart-plan", MFD_CLOEXEC), go[2] = {-1, -1};
@@ -382,7 +413,7 @@ int restart_tree_plan(struct restart_tree *rt, const char *ckpt, int ctl_fd, cha
     if (mfd >= 0) close(mfd);
     if (go[0] >= 0) close(go[0]);
     if (go[1] >= 0) close(go[1]);
-    free(pp); free(o.v); free(o.h);
+    free(pp);
     return rc;
 }
 
@@ -404,4 +435,8 @@ void restart_tree_free(struct restart_tree *rt)
     free(rt->imgs);
     rt->imgs = NULL;
     lz_tree_free(&rt->tree);
+    free(rt->objs);
+    free(rt->holds);
+    rt->objs = NULL;
+    rt->holds = NULL;
 }

@@ -182,7 +182,7 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
     } else if (!strncmp(msg, "READY", 5)) {
         /* a restorer of a job of several processes is about to jump back:
          * once all are, all go (restart_tree.c); none goes if one failed */
-        if (s->restoring && s->go_fd >= 0 && ++st->nready == s->nlive) {
+        if (s->restoring && !st->restore_failed && s->go_fd >= 0 && ++st->nready == s->nlive) {
             char *go = malloc(s->nlive);
             if (go) {
                 memset(go, 'g', s->nlive);
@@ -193,10 +193,13 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
             s->go_fd = -1;
         }
     } else if (!strncmp(msg, "FAILED", 6)) {
-        /* a restorer said why on stderr: the others go too, nothing ran */
+        /* a restorer could not restore its process: the others go too, none
+         * ran (those waiting for go see its pipe end) */
         if (s->restoring && !st->restore_failed) {
             st->restore_failed = 1;
-            kill(s->child, SIGKILL);
+            if (msg[6] == ' ') lz_err("%s", msg + 7);
+            if (!st->child_gone) kill(s->child, SIGKILL);
+            if (s->go_fd >= 0) { close(s->go_fd); s->go_fd = -1; }
         }
     } else if (!strncmp(msg, "API", 3)) {
         request(st, LZ_TRIG_API, -1);

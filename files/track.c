@@ -1100,10 +1100,14 @@ int fj_stream_moved(FILE *f)
 int fj_fd_reused(int fd)
 {
     extern FILE *_IO_list_all;
-    if (!fj.live) return 0;
+    extern void _IO_list_lock(void), _IO_list_unlock(void);
+    /* not in a vfork child: the tables are its parent's */
+    if (!fj.live || lz_sc0(SYS_getpid) != E.pid) return 0;
     int r = 0;
+    _IO_list_lock(); /* another thread's fclose frees streams from the list */
     for (FILE *f = _IO_list_all; f && r == 0; f = f->_chain)
         if (f->_fileno == fd) r = fj_stream_opened(f);
+    _IO_list_unlock();
     return r;
 }
 

@@ -117,16 +117,20 @@ void restore_descriptors(struct restore_ctx *rc)
     /* Close every descriptor the program did not have. */
     char *keep = calloc((size_t)base + 64, 1);
     for (size_t i = 0; i < img->nfds; i++) keep[img->fds[i].fd] = 1;
-    DIR *d = opendir("/proc/self/fd");
-    int dfd = d ? dirfd(d) : -1;
-    int closeme[1024], n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)) && n < 1024) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        int fd = atoi(e->d_name);
-        if (fd != dfd && fd != restore_tree_go_fd() && (fd >= base + 64 || !keep[fd])) closeme[n++] = fd;
+    /* in rounds: a job's restorers may inherit many objects (restore_tree.c) */
+    for (int full = 1; full;) {
+        DIR *d = opendir("/proc/self/fd");
+        int dfd = d ? dirfd(d) : -1;
+        int closeme[1024], n = 0;
+        struct dirent *e;
+        while (d && (e = readdir(d)) && n < 1024) {
+            if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+            int fd = atoi(e->d_name);
+            if (fd != dfd && fd != restore_tree_go_fd() && (fd >= base + 64 || !keep[fd])) closeme[n++] = fd;
+        }
+        if (d) closedir(d);
+        for (int i = 0; i < n; i++) close(closeme[i]);
+        full = n == 1024;
     }
-    if (d) closedir(d);
-    for (int i = 0; i < n; i++) close(closeme[i]);
     free(keep);
 }

@@ -42,14 +42,17 @@ void restore_trace(const char *step)
 
 _Noreturn void restore_fail(const char *fmt, ...)
 {
-    char buf[1024];
+    char buf[1100];
+    int n = snprintf(buf, sizeof buf, "FAILED cannot restart: ");
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
     va_end(ap);
-    lz_err("cannot restart: %s", buf);
-    /* the supervisor stops the job's other restorers (restore_tree.c) */
-    if (restore_report_fd >= 0) send(restore_report_fd, "FAILED", 6, MSG_NOSIGNAL);
+    /* The supervisor says why (once descriptors are restored, 2 is the
+     * program's stderr: a user's file, or a pipe nobody reads yet) and stops
+     * the job's other restorers (restore_tree.c).  Only if it cannot be told,
+     * on our stderr. */
+    if (restore_report_fd < 0 || send(restore_report_fd, buf, strlen(buf), MSG_NOSIGNAL) < 0) lz_err("%s", buf + 7);
     _exit(1);
 }
 

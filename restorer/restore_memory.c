@@ -150,7 +150,7 @@ static uint64_t stack_room(const struct restore_ctx *rc, const struct lz_region 
     }
     for (int k = 0; k < rc->nown; k++)
         if (rc->own[k].end <= r->start && rc->own[k].end + gap > lo) lo = rc->own[k].end + gap;
-    lo &= ~4095ull;
+    lo = (lo + 4095) & ~4095ull; /* within the limit */
     return lo < r->start ? r->start - lo : 0;
 }
 

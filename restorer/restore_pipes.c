@@ -190,10 +190,10 @@ int *restore_chans(struct restore_ctx *rc, int base)
     for (size_t k = 0; k < img->nchans; k++) {
         const struct lz_chan *c = &img->chans[k];
         if (c->kind == LZ_CH_PIPE) {
-            if (!restore_tree_shared_pipe(c->ino)) make_pipe(rc, c, base, src); /* else made once for the job */
+            if (!restore_tree_shared_chan(c->ino)) make_pipe(rc, c, base, src); /* else made once for the job */
             continue;
         }
-        if (c->ino > c->peer || (c->sockflags & LZ_CHS_REMOTE)) continue; /* made with its peer; or for the job */
+        if (c->ino > c->peer || restore_tree_shared_chan(c->ino)) continue; /* made with its peer; or for the job */
         for (size_t j = 0; j < img->nchans; j++)
             if (img->chans[j].ino == c->peer) make_socketpair(rc, c, &img->chans[j], base, src);
     }

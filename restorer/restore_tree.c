@@ -260,10 +260,13 @@ int *restore_tree_fds(const struct lz_image *img, int base)
     return src;
 }
 
-int restore_tree_shared_pipe(uint64_t ino)
+int restore_tree_shared_chan(uint64_t ino)
 {
-    for (uint32_t j = 0; plan.me && j < plan.h.nobjs; j++)
-        if (plan.objs[j].kind == LZ_PO_PIPE && plan.objs[j].chan.ino == ino) return 1;
+    for (uint32_t j = 0; plan.me && j < plan.h.nobjs; j++) {
+        const struct lz_plan_obj *o = &plan.objs[j];
+        if ((o->kind == LZ_PO_PIPE && o->chan.ino == ino) || (o->kind == LZ_PO_SOCK && (o->chan.ino == ino || o->chan2.ino == ino)))
+            return 1;
+    }
     return 0;
 }
 
@@ -281,6 +284,21 @@ int restore_tree_go_fd(void) { return plan.me ? plan.h.go_fd : -1; }
 void restore_tree_go(void)
 {
     if (!plan.me) return;
+    /* zombie children have exited, and the SIGCHLDs that made are not the
+     * program's: all before READY (no live child runs before go) */
+    for (uint32_t k = 0; k < plan.h.nprocs; k++) {
+        const struct lz_plan_proc *q = &plan.procs[k];
+        if (q->ppid != plan.me->pid || !(q->flags & LZ_PP_ZOMBIE)) continue;
+        siginfo_t si;
+        while (waitid(P_PID, (id_t)q->pid, &si, WEXITED | WNOWAIT) < 0 && errno == EINTR) {}
+    }
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&chld, NULL, &zero) == SIGCHLD) {}
+    /* from READY on, only a lost supervisor (end of file on go) stops us */
+    if (plan.me->ppid) prctl(PR_SET_PDEATHSIG, 0);
     char msg[48];
     int n = snprintf(msg, sizeof msg, "READY %d", plan.me->pid);
     if (send(restore_report_fd, msg, (size_t)n, MSG_NOSIGNAL) < 0) restore_fail("cannot reach the supervisor: %s", strerror(errno));
@@ -304,11 +322,4 @@ void restore_tree_go(void)
         }
     }
     close(plan.h.go_fd);
-    /* made by us, not by the program: the exits of zombie children */
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    struct timespec zero = {0, 0};
-    while (sigtimedwait(&chld, NULL, &zero) == SIGCHLD) {}
-    if (plan.me->ppid) prctl(PR_SET_PDEATHSIG, 0);
 }

@@ -375,6 +375,23 @@ int rt_capture_regions(struct rt_ckpt *ck)
         r->path = 0;
         ck->rdirty[ck->nregions - 1].from_content = 1;
     }
+    /* one shared memory object mapped twice over the same bytes (a ring
+     * buffer's two views): each region comes back as memory of its own, so
+     * refused rather than silently split */
+    for (size_t i = 0; rc == 0 && i < ck->nregions; i++) {
+        const struct lz_region *a = &ck->regions[i];
+        if (a->kind != LZ_R_SHARED_ANON || !a->file_ino) continue;
+        for (size_t j = i + 1; j < ck->nregions; j++) {
+            const struct lz_region *b = &ck->regions[j];
+            if (b->kind != LZ_R_SHARED_ANON || b->file_ino != a->file_ino || b->file_dev != a->file_dev) continue;
+            if (b->file_offset < a->file_offset + (a->end - a->start) && a->file_offset < b->file_offset + (b->end - b->start)) {
+                rt_fmt(ck->err, sizeof ck->err, "shared memory mapped twice over the same bytes (at 0x%llx and 0x%llx): "
+                       "Lazarus cannot keep two views of it yet", (unsigned long long)a->start, (unsigned long long)b->start);
+                rc = -1;
+                break;
+            }
+        }
+    }
     if (rc == 0) nadvice = 0; /* the log is in the flags now */
     if (rc == 0 && vd_hi) {
         p->vdso_block_start = vd_lo;

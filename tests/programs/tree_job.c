@@ -10,7 +10,8 @@
  *   B  leads its own session, works in ./bdir; writes lines to shared.txt
  *      through the description it inherited from main (one offset shared
  *      with main)
- *   C  joins A's process group
+ *   C  joins A's process group; sends a message each step on one end of a
+ *      socket pair whose both ends main holds (and reads only at the end)
  *   Z  exits at once with status 7; main waits for it only at the end
  *   K  is killed by SIGTERM at once; waited for at the end too
  * Every process prints "id NAME pid ppid pgid sid" when it starts and again
@@ -59,7 +60,14 @@ static void stepper(const char *name, void (*each)(int))
     }
 }
 
-static int pipe_r, pipe_w, shared_fd, sock_m, sock_a;
+static int pipe_r, pipe_w, shared_fd, sock_m, sock_a, cpair[2];
+
+static void c_each(int i)
+{
+    char msg[32];
+    int k = snprintf(msg, sizeof msg, "c %d", i);
+    if (send(cpair[1], msg, (size_t)k, 0) != k) fail("send c");
+}
 
 /* A acknowledges every record over a seqpacket socket pair; M reads the
  * acknowledgements three behind, so some are always in flight */
@@ -165,12 +173,16 @@ int main(int argc, char **argv)
         id("end", "B");
         _exit(0);
     }
+    /* C sends a message each step on one end of a pair whose both ends main
+     * keeps (read only at the end) */
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, cpair) < 0) fail("socketpair");
     pid_t cc = fork();
     if (cc == 0) {
         close(pipe_w);
+        close(cpair[0]);
         if (setpgid(0, a) < 0) fail("join A's group");
         id("id", "C");
-        stepper("C", NULL);
+        stepper("C", c_each);
         id("end", "C");
         _exit(0);
     }
@@ -192,6 +204,14 @@ int main(int argc, char **argv)
     if (waitpid(a, &st, 0) != a || !WIFEXITED(st) || WEXITSTATUS(st)) fail("A status");
     if (waitpid(b, &st, 0) != b || !WIFEXITED(st) || WEXITSTATUS(st)) fail("B status");
     if (waitpid(cc, &st, 0) != cc || !WIFEXITED(st) || WEXITSTATUS(st)) fail("C status");
+    for (int i = 0; i < steps; i++) {
+        char msg[32], want[32];
+        ssize_t n = recv(cpair[0], msg, sizeof msg - 1, MSG_DONTWAIT);
+        if (n <= 0) fail("C's message missing");
+        msg[n] = 0;
+        snprintf(want, sizeof want, "c %d", i);
+        if (strcmp(msg, want)) fail("C's message out of order");
+    }
     if (waitpid(z, &st, 0) != z) fail("Z gone");
     printf("zombie Z exit %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     if (waitpid(k, &st, 0) != k) fail("K gone");
