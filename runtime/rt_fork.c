@@ -104,6 +104,14 @@ static void writer_main(struct rt_ckpt *ck, int out)
     if (!ck->planned) rt_dirty_forget(); /* its descriptors were the parent's, and are closed (a
                                           * copy-mode writer shares the parent's memory: hands off) */
     ck->in_child = 1;
+    /* The job's other processes are still being captured, on the same CPUs:
+     * the heavy work (hashing, compressing, writing) starts once the job
+     * runs again (the program sets its pause in the map after RESUME, or
+     * after ABORT).  A process alone waits only for one round trip. */
+    for (uint64_t t = rt_now_ns(1); !rt_map_pause() && rt_now_ns(1) - t < 10000000000ull;) {
+        struct timespec w = {0, 200000};
+        lz_sc2(SYS_nanosleep, &w, 0);
+    }
     /* smaps and the tracking walk beside the writing, on a thread of our own */
     struct side *sd = arena_alloc(&ck->arena, sizeof *sd);
     char *stack = arena_alloc(&ck->arena, 64u << 10);
