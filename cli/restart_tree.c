@@ -79,6 +79,23 @@ static struct lz_plan_obj *new_obj(struct objs *o)
     return &o->v[o->n++];
 }
 
+/* The absolute path of record c's data file in process p's part ("" if none). */
+static int data_path(char *out, size_t len, const char *ckpt, const struct lz_tree_proc *p, const struct lz_image *img,
+                     const struct lz_chan *c)
+{
+    out[0] = 0;
+    if (!c->bytes) return 0;
+    char part[LZ_PATH_MAX];
+    lz_tree_part_dir(part, sizeof part, ckpt, p);
+    const char *name = lz_str(img, c->path);
+    size_t pl = strlen(part), nl = strlen(name);
+    if (pl + 1 + nl >= len) return -1;
+    memcpy(out, part, pl);
+    out[pl] = '/';
+    memcpy(out + pl + 1, name, nl + 1);
+    return 0;
+}
+
 /* Pipes held by more than one process of the job (an inode seen in two parts). */
 static int plan_pipes(struct restart_tree *rt, const char *ckpt, struct objs *o, char *why, size_t whylen)
 {
@@ -112,15 +129,9 @@ static int plan_pipes(struct restart_tree *rt, const char *ckpt, struct objs *o,
             ob->kind = LZ_PO_PIPE;
             ob->creator = t->procs[k].pid;
             ob->chan = *c;
-            if (c->bytes) {
-                char part[LZ_PATH_MAX];
-                lz_tree_part_dir(part, sizeof part, ckpt, &t->procs[k]);
-                const char *name = lz_str(img, c->path);
-                size_t pl = strlen(part), nl = strlen(name);
-                if (pl + 1 + nl >= sizeof ob->path) { snprintf(why, whylen, "the store's path is too long"); return -1; }
-                memcpy(ob->path, part, pl);
-                ob->path[pl] = '/';
-                memcpy(ob->path + pl + 1, name, nl + 1);
+            if (data_path(ob->path, sizeof ob->path, ckpt, &t->procs[k], img, c) < 0) {
+                snprintf(why, whylen, "the store's path is too long");
+                return -1;
             }
         }
     }
@@ -179,21 +190,6 @@ static int plan_files(struct restart_tree *rt, struct objs *o, char *why, size_t
     return 0;
 }
 
-static int data_path(char *out, size_t len, const char *ckpt, const struct lz_tree_proc *p, const struct lz_image *img,
-                     const struct lz_chan *c)
-{
-    out[0] = 0;
-    if (!c->bytes) return 0;
-    char part[LZ_PATH_MAX];
-    lz_tree_part_dir(part, sizeof part, ckpt, p);
-    const char *name = lz_str(img, c->path);
-    size_t pl = strlen(part), nl = strlen(name);
-    if (pl + 1 + nl >= len) return -1;
-    memcpy(out, part, pl);
-    out[pl] = '/';
-    memcpy(out + pl + 1, name, nl + 1);
-    return 0;
-}
 
 static const struct lz_chan *chan_record(const struct restart_tree *rt, uint64_t ino, size_t *owner)
 {
