@@ -1,8 +1,8 @@
 /* A restart of a job of several processes, in each restorer: the plan
  * (store/restart_plan.h, made by `lazarus restart`) says which children this
  * process makes, with which PIDs, process groups and sessions, which of
- * them are zombies, and which pipes and open file descriptions it makes
- * for its descendants to inherit.  Before its jump back every restorer says
+ * them are zombies, and which objects (pipes, socket pairs, open file
+ * descriptions, shared memory) it makes for its descendants to inherit.  Before its jump back every restorer says
  * READY and waits until the supervisor lets all go at once: a job whose
  * restore failed in any process never runs. */
 #include "restorer.h"
