@@ -45,6 +45,23 @@ TARGET_CKPT = 1.3
 TARGET_RESTART = 1.5
 
 
+def store_options(ap, sub, workdir_help, keep_help="keep the stores"):
+    """The options every benchmark has: --workdir (default bench/out/SUB), --lazarus,
+    --timeout, --keep."""
+    ap.add_argument("--workdir", default=os.path.join(ROOT, "bench", "out", *([sub] if sub else [])), help=workdir_help)
+    ap.add_argument("--lazarus", default=os.path.join(ROOT, "build", "bin", "lazarus"))
+    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--keep", action="store_true", help=keep_help)
+
+
+def ready_workdir(args):
+    """Stops with one line if `lazarus` is not built; makes --workdir, absolute."""
+    if not os.access(args.lazarus, os.X_OK):
+        sys.exit(f"bench: {args.lazarus} not found; run make first")
+    os.makedirs(args.workdir, exist_ok=True)
+    args.workdir = os.path.abspath(args.workdir)
+
+
 def log(msg):
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
@@ -226,17 +243,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--mib", type=int, default=1024, help="heap size (MiB)")
-    ap.add_argument("--workdir", default=os.path.join(ROOT, "bench", "out"),
-                    help="where the store and the dd file go (default bench/out)")
-    ap.add_argument("--lazarus", default=os.path.join(ROOT, "build", "bin", "lazarus"))
-    ap.add_argument("--timeout", type=float, default=300.0)
-    ap.add_argument("--keep", action="store_true", help="keep the stores")
+    store_options(ap, "", "where the store and the dd file go (default bench/out)")
     args = ap.parse_args()
 
-    if not os.access(args.lazarus, os.X_OK):
-        sys.exit(f"bench: {args.lazarus} not found; run make first")
-    os.makedirs(args.workdir, exist_ok=True)
-    args.workdir = os.path.abspath(args.workdir)
+    ready_workdir(args)
     bigheap = os.path.join(args.workdir, "bigheap")
     build_bigheap(bigheap)
     fstype = subprocess.run(["stat", "-f", "-c", "%T", args.workdir],

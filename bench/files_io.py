@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 
-from ckpt_restart import descendants  # {pid: comm} of a process' live descendants
+from ckpt_restart import descendants, ready_workdir, store_options  # descendants: {pid: comm} of a process' live descendants
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MiB = 1 << 20
@@ -342,11 +342,7 @@ def main():
     ap.add_argument("--no-fio", action="store_true", help="skip the fio reference")
     ap.add_argument("--no-extra-checkpoint", action="store_true",
                     help="do not ask for a checkpoint during the appends (they then mostly end before the first)")
-    ap.add_argument("--workdir", default=os.path.join(ROOT, "bench", "out", "files_io"),
-                    help="data files and stores go here (default bench/out/files_io)")
-    ap.add_argument("--lazarus", default=os.path.join(ROOT, "build", "bin", "lazarus"))
-    ap.add_argument("--timeout", type=float, default=300.0)
-    ap.add_argument("--keep", action="store_true", help="keep the stores and the data file")
+    store_options(ap, "files_io", "data files and stores go here (default bench/out/files_io)", "keep the stores and the data file")
     args = ap.parse_args()
     if args.quick:
         args.reps, args.seconds, args.file_mib = 1, 1.0, 256
@@ -354,10 +350,7 @@ def main():
         args.pairs = args.short_pairs = 1
     args.calibrate = min(1.0, args.seconds)
 
-    if not os.access(args.lazarus, os.X_OK):
-        sys.exit(f"bench: {args.lazarus} not found; run make first")
-    os.makedirs(args.workdir, exist_ok=True)
-    args.workdir = os.path.abspath(args.workdir)
+    ready_workdir(args)
     fstype = (subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "-T", args.workdir],
                              capture_output=True, text=True).stdout.strip()
               or subprocess.run(["stat", "-f", "-c", "%T", args.workdir],

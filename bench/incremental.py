@@ -51,7 +51,7 @@ import sys
 import threading
 import time
 
-from ckpt_restart import LineReader, descendants, log, timed
+from ckpt_restart import LineReader, descendants, log, ready_workdir, store_options, timed
 from files_io import read_file, write_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -244,6 +244,23 @@ class Report:
             tgt = f"{target[0]} {target[1]:g}" if target else ""
             print(f"     {label:{w - 5}}{f(value):>10} {unit:4} {tgt:>9}{f(limit):>10}{ratio:>7}  {verdict}"
                   + (f"  {extra}" if extra else ""))
+        return ok
+
+    def print_all(self, verdict=None):
+        """The table, the notes, the failed steps and, given what it is about, a
+        PASS/FAIL verdict line.  True if every target was met and no step failed."""
+        ok = self.print_table() and not self.failed
+        if self.notes:
+            print()
+            for n in self.notes:
+                print("note: " + n)
+        if self.failed:
+            print()
+            for f in self.failed:
+                print("failed: " + f)
+        if verdict:
+            print()
+            print("verdict: " + ("PASS" if ok else "FAIL") + f" ({verdict})")
         return ok
 
 
@@ -642,11 +659,7 @@ def main():
     ap.add_argument("--cell-n", type=int, default=8192, help="CELL's grids are N x N bytes (8192: 64 MiB each)")
     ap.add_argument("--cell-steps", type=int, default=4, help="CELL steps between checkpoints (even: both grids)")
     ap.add_argument("--libckpt-ckpts", type=int, default=6, help="checkpoints after the full one in 5")
-    ap.add_argument("--workdir", default=os.path.join(ROOT, "bench", "out", "incremental"),
-                    help="stores, dd files and results.json (default bench/out/incremental)")
-    ap.add_argument("--lazarus", default=os.path.join(ROOT, "build", "bin", "lazarus"))
-    ap.add_argument("--timeout", type=float, default=300.0)
-    ap.add_argument("--keep", action="store_true", help="keep the stores")
+    store_options(ap, "incremental", "stores, dd files and results.json (default bench/out/incremental)")
     args = ap.parse_args()
 
     only = SECTIONS
@@ -657,10 +670,7 @@ def main():
             if s not in SECTIONS:
                 ap.error(f"unknown section {s!r} (known: {', '.join(SECTIONS)})")
             only.append(s)
-    if not os.access(args.lazarus, os.X_OK):
-        sys.exit(f"bench: {args.lazarus} not found; run make first")
-    os.makedirs(args.workdir, exist_ok=True)
-    args.workdir = os.path.abspath(args.workdir)
+    ready_workdir(args)
     b = Bench(args)
     fstype = subprocess.run(["stat", "-f", "-c", "%T", args.workdir], capture_output=True, text=True).stdout.strip()
     git = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
@@ -684,20 +694,12 @@ def main():
           f"{os.cpu_count()} CPUs, THP {thp_mode() or 'unavailable'}")
     print(f"load average {load0[0]:.2f} at the start, {load1[0]:.2f} at the end; {elapsed:.0f} s. "
           f"Ratio = value / limit (the machine's figure measured in this run).")
-    ok = b.print_table()
-    if b.notes:
-        print()
-        for n in b.notes:
-            print("note: " + n)
-    if b.failed:
-        print()
-        for f in b.failed:
-            print("failed: " + f)
+    ok = b.print_all()
     with open(os.path.join(args.workdir, "results.json"), "w") as f:
         json.dump({"lazarus": args.lazarus, "git": git, "fstype": fstype, "thp": thp_mode(),
                    "load": [load0, load1], "seconds": elapsed, "results": b.results,
                    "table": b.table, "notes": b.notes, "failed": b.failed}, f, indent=1)
-    return 0 if ok and not b.failed else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
