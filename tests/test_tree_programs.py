@@ -217,23 +217,30 @@ def own(runner, path: Path) -> None:
 # --------------------------------------------------------------------------
 # 1. bash running pipelines
 # --------------------------------------------------------------------------
+def script_against_plain_run(runner, rng, name: str, interpreter: str, args) -> None:
+    """programs/NAME run by INTERPRETER with DIR and ARGS: once without Lazarus
+    in ref/, then in work/ killed whole and restarted until done; every file of
+    work/ and the output as in ref/."""
+    script = runner.base / name
+    shutil.copy(PROGRAMS_SRC / name, script)
+    os.chmod(script, 0o644)
+    ref, work = runner.mkdir("ref"), runner.mkdir("work")
+    ref_out = plain_run([interpreter, script, ref, *args], runner.base)
+    assert re.search(r"^done \w+$", ref_out, re.M), ref_out[-500:]
+    store = runner.base / "store"
+    jr = run_job_until_done(runner, store, [interpreter, script, work, *args], rng)
+    assert_same_files(files_of(work), files_of(ref), jr.describe())
+    check_output(jr, ref_out)
+
+
 @pytest.mark.parametrize("mode", ["root", "user"])
 def test_bash_pipelines_whole_job_killed(mode, runner, rng):
-    """bash: 40 iterations of awk | sort | uniq -c > out.N (background) and
+    """bash: 120 iterations of awk | sort | uniq -c > out.N (background) and
     awk | sort -n | md5sum > sum.N (subshell), wait, a line >> log; the
     whole job SIGKILLed 5 times at random instants and restarted until done:
     out.*, sum.*, log byte-identical to an uninterrupted run."""
     need(mode)
-    script = runner.base / "tree_pipeline.sh"
-    shutil.copy(PROGRAMS_SRC / "tree_pipeline.sh", script)
-    os.chmod(script, 0o755)
-    ref, work = runner.mkdir("ref"), runner.mkdir("work")
-    ref_out = plain_run(["bash", script, ref, *PIPE_ARGS], runner.base)
-    assert re.search(r"^done \w+$", ref_out, re.M), ref_out[-500:]
-    store = runner.base / "store"
-    jr = run_job_until_done(runner, store, ["bash", script, work, *PIPE_ARGS], rng)
-    assert_same_files(files_of(work), files_of(ref), jr.describe())
-    check_output(jr, ref_out)
+    script_against_plain_run(runner, rng, "tree_pipeline.sh", "bash", PIPE_ARGS)
 
 
 # --------------------------------------------------------------------------
@@ -315,17 +322,8 @@ def test_make_j2_whole_job_killed(mode, runner, rng):
 @pytest.mark.parametrize("mode", ["root"])
 def test_multiprocessing_pool_whole_job_killed(mode, runner, rng):
     """Python multiprocessing.Pool(2) (forked workers, POSIX semaphores)
-    mapping 16 tasks that each write a task file, the parent a log and a
+    mapping 48 tasks that each write a task file, the parent a log and a
     summary; the whole job SIGKILLed 5 times at random instants and
     restarted until done: every file and the output as uninterrupted."""
     need(mode)
-    prog = runner.base / "tree_mp_pool.py"
-    shutil.copy(PROGRAMS_SRC / "tree_mp_pool.py", prog)
-    os.chmod(prog, 0o644)
-    ref, work = runner.mkdir("ref"), runner.mkdir("work")
-    ref_out = plain_run(["/usr/bin/python3", prog, ref, *POOL_ARGS], runner.base)
-    assert re.search(r"^done \w+$", ref_out, re.M), ref_out[-500:]
-    store = runner.base / "store"
-    jr = run_job_until_done(runner, store, ["/usr/bin/python3", prog, work, *POOL_ARGS], rng)
-    assert_same_files(files_of(work), files_of(ref), jr.describe())
-    check_output(jr, ref_out)
+    script_against_plain_run(runner, rng, "tree_mp_pool.py", "/usr/bin/python3", POOL_ARGS)
