@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "bench_clock.h"
+#include "bench_mem.h"
 
 #define PAGE 4096ul
 
@@ -135,17 +136,6 @@ static long run_command(long pct)
     long n = 0;
     for (long i = 0; i < nthreads; i++) n += dirtied_pages[i];
     return n;
-}
-
-static long hugekb(void)
-{
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    char line[256];
-    long kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb;
 }
 
 /* a line from stdin; in busy mode the main thread computes until one comes */

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "bench_clock.h"
+#include "bench_mem.h"
 
 #define PAGE 4096ul
 #define MAXPROCS 256
@@ -73,17 +74,6 @@ static long do_command(long pct)
             n++;
         }
     return n;
-}
-
-static long hugekb(void)
-{
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    char line[256];
-    long kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb;
 }
 
 static int read_full(int fd, void *buf, size_t len)
