@@ -24,7 +24,7 @@ static int park(int fd, int base)
 }
 
 /* The open-file flags a descriptor can change (F_SETFL): O_NONBLOCK matters. */
-static void set_flags(int fd, uint32_t flags, int prog_fd)
+void restore_set_flags(int fd, uint32_t flags, int prog_fd)
 {
     int cur = fcntl(fd, F_GETFL);
     if (cur < 0 || fcntl(fd, F_SETFL, (cur & ~(O_NONBLOCK | O_APPEND)) | (int)(flags & (O_NONBLOCK | O_APPEND))) < 0)
@@ -48,32 +48,36 @@ static int some_fd(const struct lz_image *img, uint64_t ino)
     return -1;
 }
 
-static void make_pipe(struct restore_ctx *rc, const struct lz_chan *c, int base, int *src)
+void restore_new_pipe(const struct lz_chan *c, char *data, int base, const char *what, int ends[2])
 {
-    const struct lz_image *img = &rc->img;
-    int fd = some_fd(img, c->ino), p[2];
-    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) restore_fail("cannot make the pipe of descriptor %d: %s", fd, strerror(errno));
+    int p[2];
+    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) restore_fail("cannot make %s: %s", what, strerror(errno));
     int r = park(p[0], base), w = park(p[1], base);
-    if (r < 0 || w < 0) restore_fail("cannot make the pipe of descriptor %d: %s", fd, strerror(errno));
+    if (r < 0 || w < 0) restore_fail("cannot make %s: %s", what, strerror(errno));
     int cap = fcntl(w, F_GETPIPE_SZ);
     if (cap != (int)c->capacity && (fcntl(w, F_SETPIPE_SZ, (int)c->capacity) < 0 || fcntl(w, F_GETPIPE_SZ) < (int)c->capacity))
-        restore_fail("cannot give the pipe of descriptor %d its size of %u bytes: %s", fd, c->capacity,
+        restore_fail("cannot give %s its size of %u bytes: %s", what, c->capacity,
                      errno == EPERM ? "above this user's limit (/proc/sys/fs/pipe-max-size)" : strerror(errno));
-    char *data = load(rc, c);
     for (uint64_t off = 0; off < c->bytes;) {
         ssize_t n = write(w, data + off, c->bytes - off);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) restore_fail("cannot put back the %llu bytes in flight in the pipe of descriptor %d: %s",
-                                 (unsigned long long)c->bytes, fd, n < 0 ? strerror(errno) : "short write");
+        if (n <= 0) restore_fail("cannot put back the %llu bytes in flight in %s: %s", (unsigned long long)c->bytes, what,
+                                 n < 0 ? strerror(errno) : "short write");
         off += (uint64_t)n;
     }
     free(data);
+    ends[0] = r;
+    ends[1] = w;
+}
+
+void restore_pipe_ends(const struct lz_image *img, uint64_t ino, int r, int w, int base, int *src)
+{
     /* the two ends go to the first reading and the first writing description;
      * any other description of the pipe is opened anew, as the program did */
     int r_used = 0, w_used = 0;
     for (size_t i = 0; i < img->nfds; i++) {
         const struct lz_fd *f = &img->fds[i];
-        if (f->kind != LZ_FD_PIPE || f->ino != c->ino) continue;
+        if (f->kind != LZ_FD_PIPE || f->ino != ino) continue;
         int acc = (int)(f->flags & O_ACCMODE);
         if (acc == O_RDONLY && !r_used) { src[i] = r; r_used = 1; }
         else if (acc == O_WRONLY && !w_used) { src[i] = w; w_used = 1; }
@@ -83,10 +87,19 @@ static void make_pipe(struct restore_ctx *rc, const struct lz_chan *c, int base,
             src[i] = park(open(lp, acc | O_CLOEXEC | O_NONBLOCK), base);
             if (src[i] < 0) restore_fail("cannot reopen the pipe of descriptor %d: %s", f->fd, strerror(errno));
         }
-        set_flags(src[i], f->flags, f->fd);
+        restore_set_flags(src[i], f->flags, f->fd);
     }
-    if (!r_used) close(r); /* an end the program had closed */
+    if (!r_used) close(r); /* an end this process had closed */
     if (!w_used) close(w);
+}
+
+static void make_pipe(struct restore_ctx *rc, const struct lz_chan *c, int base, int *src)
+{
+    char what[64];
+    snprintf(what, sizeof what, "the pipe of descriptor %d", some_fd(&rc->img, c->ino));
+    int ends[2];
+    restore_new_pipe(c, load(rc, c), base, what, ends);
+    restore_pipe_ends(&rc->img, c->ino, ends[0], ends[1], base, src);
 }
 
 static int getint(int s, int opt)
@@ -167,7 +180,7 @@ static void make_socketpair(struct restore_ctx *rc, const struct lz_chan *a, con
         for (size_t i = 0; i < img->nfds; i++)
             if (img->fds[i].kind == LZ_FD_SOCKET && img->fds[i].ino == cs[k]->ino) {
                 src[i] = sv[k];
-                set_flags(sv[k], img->fds[i].flags, img->fds[i].fd);
+                restore_set_flags(sv[k], img->fds[i].flags, img->fds[i].fd);
             }
 }
 

@@ -122,24 +122,13 @@ static void make_objects(void)
             continue;
         }
         snprintf(what, sizeof what, "pipe:[%llu], shared by processes of the job", (unsigned long long)o->chan.ino);
-        int p[2];
-        if (pipe(p) < 0) restore_fail("cannot make %s: %s", what, strerror(errno));
-        if (fcntl(p[1], F_GETPIPE_SZ) != (int)o->chan.capacity &&
-            (fcntl(p[1], F_SETPIPE_SZ, (int)o->chan.capacity) < 0 || fcntl(p[1], F_GETPIPE_SZ) < (int)o->chan.capacity))
-            restore_fail("cannot give %s its size of %u bytes: %s", what, o->chan.capacity,
-                         errno == EPERM ? "above this user's limit (/proc/sys/fs/pipe-max-size)" : strerror(errno));
         char why[LZ_PATH_MAX + 512];
         void *data;
         if (lz_chan_data_path(o->path, &o->chan, &data, why, sizeof why) < 0) restore_fail("%s", why);
-        for (uint64_t off = 0; off < o->chan.bytes;) {
-            ssize_t n = write(p[1], (char *)data + off, o->chan.bytes - off);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) restore_fail("cannot put back the bytes in flight in %s: %s", what, n < 0 ? strerror(errno) : "short write");
-            off += (uint64_t)n;
-        }
-        free(data);
-        place(p[0], o->fd, what);
-        place(p[1], o->fd2, what);
+        int ends[2];
+        restore_new_pipe(&o->chan, data, 3, what, ends);
+        place(ends[0], o->fd, what);
+        place(ends[1], o->fd2, what);
     }
 }
 
@@ -211,6 +200,16 @@ void restore_tree_start(const char *ckpt_dir, char **argv)
     }
 }
 
+/* A copy of object descriptor `from` parked at >= base (prog_fd: the
+ * program's descriptor it is for, in messages; -1: a pipe's end). */
+static int take(int from, int base, int prog_fd)
+{
+    int fd = fcntl(from, F_DUPFD_CLOEXEC, base);
+    if (fd < 0 && prog_fd >= 0) restore_fail("cannot take descriptor %d, shared with other processes of the job: %s", prog_fd, strerror(errno));
+    if (fd < 0) restore_fail("cannot take a pipe shared with other processes of the job: %s", strerror(errno));
+    return fd;
+}
+
 /* The descriptor records of this process that use an object of the plan:
  * per record, an open file parked at >= base (closed once in place), or -1. */
 int *restore_tree_fds(const struct lz_image *img, int base)
@@ -221,39 +220,23 @@ int *restore_tree_fds(const struct lz_image *img, int base)
     if (!plan.me) return src;
     for (uint32_t j = 0; j < plan.h.nobjs; j++) {
         const struct lz_plan_obj *o = &plan.objs[j];
-        int r_used = 0, w_used = 0;
+        if (o->kind == LZ_PO_PIPE) {
+            /* its ends as make_pipe gives them, where this process holds the pipe
+             * (it inherited the object only if it descends from its maker) */
+            int holds = 0;
+            for (size_t i = 0; i < img->nfds && !holds; i++) holds = img->fds[i].kind == LZ_FD_PIPE && img->fds[i].ino == o->chan.ino;
+            if (holds) restore_pipe_ends(img, o->chan.ino, take(o->fd, base, -1), take(o->fd2, base, -1), base, src);
+            continue;
+        }
         for (size_t i = 0; i < img->nfds; i++) {
             const struct lz_fd *f = &img->fds[i];
-            int from = -1, reopen = 0;
-            if (o->kind == LZ_PO_PIPE && f->kind == LZ_FD_PIPE && f->ino == o->chan.ino) {
-                /* the first reading and writing descriptors are the pipe's ends;
-                 * another description of it is opened anew, as the program did */
-                int acc = (int)(f->flags & O_ACCMODE);
-                if (acc == O_RDONLY && !r_used) { from = o->fd; r_used = 1; }
-                else if (acc == O_WRONLY && !w_used) { from = o->fd2; w_used = 1; }
-                else { from = acc == O_WRONLY ? o->fd2 : o->fd; reopen = 1; }
-            } else if (o->kind == LZ_PO_SOCK && f->kind == LZ_FD_SOCKET && (f->ino == o->chan.ino || f->ino == o->chan2.ino)) {
-                from = f->ino == o->chan.ino ? o->fd : o->fd2;
+            if (o->kind == LZ_PO_SOCK && f->kind == LZ_FD_SOCKET && (f->ino == o->chan.ino || f->ino == o->chan2.ino)) {
+                src[i] = take(f->ino == o->chan.ino ? o->fd : o->fd2, base, f->fd);
+                restore_set_flags(src[i], f->flags, f->fd); /* O_NONBLOCK belongs to the description */
             } else if (o->kind == LZ_PO_FILE) {
                 for (uint32_t k = 0; k < plan.h.nholds; k++)
-                    if (plan.holds[k].obj == j && plan.holds[k].pid == plan.me->pid && plan.holds[k].fd == f->fd) from = o->fd;
-            }
-            if (from < 0) continue;
-            if (reopen) {
-                char lp[64];
-                snprintf(lp, sizeof lp, "/proc/self/fd/%d", from);
-                int fd = open(lp, (int)(f->flags & O_ACCMODE) | O_CLOEXEC | O_NONBLOCK);
-                src[i] = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, base);
-                if (fd >= 0) close(fd);
-            } else {
-                src[i] = fcntl(from, F_DUPFD_CLOEXEC, base);
-            }
-            if (src[i] < 0) restore_fail("cannot take descriptor %d, shared with other processes of the job: %s", f->fd, strerror(errno));
-            if (f->kind == LZ_FD_PIPE || f->kind == LZ_FD_SOCKET) {
-                /* O_NONBLOCK belongs to the description: as this record has it */
-                int cur = fcntl(src[i], F_GETFL);
-                if (cur < 0 || fcntl(src[i], F_SETFL, (cur & ~(O_NONBLOCK | O_APPEND)) | (int)(f->flags & (O_NONBLOCK | O_APPEND))) < 0)
-                    restore_fail("cannot set the flags of descriptor %d: %s", f->fd, strerror(errno));
+                    if (plan.holds[k].obj == j && plan.holds[k].pid == plan.me->pid && plan.holds[k].fd == f->fd)
+                        src[i] = take(o->fd, base, f->fd);
             }
         }
     }

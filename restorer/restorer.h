@@ -36,6 +36,13 @@ void restore_descriptors(struct restore_ctx *rc);
  * descriptor record of a pipe or socket, an open file parked at >= base to
  * be moved to its number (-1 for the other records); malloc'ed. */
 int *restore_chans(struct restore_ctx *rc, int base);
+/* A pipe like c, holding data (freed), its ends parked at >= base in ends;
+ * `what` names it in messages.  Then the process's descriptor records of
+ * pipe ino take its ends r and w (closed if none does) or reopen them, each
+ * with its record's flags. */
+void restore_new_pipe(const struct lz_chan *c, char *data, int base, const char *what, int ends[2]);
+void restore_pipe_ends(const struct lz_image *img, uint64_t ino, int r, int w, int base, int *src);
+void restore_set_flags(int fd, uint32_t flags, int prog_fd);
 /* A socket pair shared by processes of the job (restore_tree.c): made and
  * refilled from the data files of its two records, parked at >= base. */
 void restore_socket_pair(const struct lz_chan *a, const char *path_a, const struct lz_chan *b, const char *path_b, int base,
