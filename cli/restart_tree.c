@@ -105,14 +105,14 @@ static int plan_pipes(struct restart_tree *rt, const char *ckpt, struct objs *o,
         for (size_t i = 0; i < img->nfds; i++) {
             const struct lz_fd *f = &img->fds[i];
             if (f->kind != LZ_FD_PIPE) continue;
-            int known = 0, elsewhere = 0;
-            for (size_t j = 0; j < o->n && !known; j++) known = o->v[j].kind == LZ_PO_PIPE && o->v[j].chan.ino == f->ino;
+            struct lz_plan_obj *known = NULL;
+            for (size_t j = 0; j < o->n && !known; j++)
+                if (o->v[j].kind == LZ_PO_PIPE && o->v[j].chan.ino == f->ino) known = &o->v[j];
             if (known) {
-                struct lz_plan_obj *ob = NULL;
-                for (size_t j = 0; j < o->n; j++) if (o->v[j].kind == LZ_PO_PIPE && o->v[j].chan.ino == f->ino) ob = &o->v[j];
-                ob->creator = common_ancestor(t, ob->creator, t->procs[k].pid);
+                known->creator = common_ancestor(t, known->creator, t->procs[k].pid);
                 continue;
             }
+            int elsewhere = 0;
             for (size_t q = k + 1; q < t->nprocs && !elsewhere; q++)
                 for (size_t m = 0; m < rt->imgs[q].nfds && !elsewhere; m++)
                     elsewhere = rt->imgs[q].fds[m].kind == LZ_FD_PIPE && rt->imgs[q].fds[m].ino == f->ino;
@@ -160,13 +160,14 @@ static int plan_files(struct restart_tree *rt, struct objs *o, char *why, size_t
         size_t first = o->nh, nprocs = 0;
         int32_t creator = 0, last_pid = 0;
         const struct lz_fd *model = NULL;
+        const struct lz_image *mimg = NULL;
         for (size_t r = s; r < t->nshared; r++) {
             if (t->shared[r].group != g) continue;
             ssize_t k = proc_index(t, t->shared[r].pid);
             if (k < 0 || t->procs[k].state != LZ_TP_LIVE) continue;
             const struct lz_fd *f = fd_record(&rt->imgs[k], t->shared[r].fd);
             if (!f || (f->kind != LZ_FD_FILE && f->kind != LZ_FD_DIR && f->kind != LZ_FD_DEV)) continue;
-            if (!model) model = f, creator = t->procs[k].pid;
+            if (!model) model = f, mimg = &rt->imgs[k], creator = t->procs[k].pid;
             else creator = common_ancestor(t, creator, t->procs[k].pid);
             if (t->procs[k].pid != last_pid) nprocs++;
             last_pid = t->procs[k].pid;
@@ -176,9 +177,6 @@ static int plan_files(struct restart_tree *rt, struct objs *o, char *why, size_t
             o->h[o->nh++] = (struct lz_plan_hold){t->procs[k].pid, t->shared[r].fd, (uint32_t)o->n, 0};
         }
         if (nprocs < 2) { o->nh = first; continue; } /* only one process holds it: nothing shared */
-        const struct lz_image *mimg = NULL;
-        for (size_t k = 0; k < t->nprocs && !mimg; k++)
-            for (size_t i = 0; i < rt->imgs[k].nfds; i++) if (&rt->imgs[k].fds[i] == model) mimg = &rt->imgs[k];
         struct lz_plan_obj *ob = new_obj(o);
         if (!ob) { snprintf(why, whylen, "out of memory"); return -1; }
         ob->kind = LZ_PO_FILE;
