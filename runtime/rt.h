@@ -227,8 +227,9 @@ void rt_exec_remember_env(void);
 /* After a restart: the launcher's descriptors (rt.inherited) are the restarter's
  * files now; their identities and LAZARUS_INHERITED for children follow. */
 void rt_exec_refresh_inherited(const uint8_t *restarters);
-/* The main program's list of its launcher's descriptors ("fd:dev:ino,..."). */
-void rt_exec_set_inherited(const char *list);
+/* LAZARUS_INHERITED ("fd:dev:ino,...") from rt.inherited, for the programs
+ * this process starts (the main program's list, made at its start). */
+void rt_exec_publish_inherited(void);
 /* A variable of the environment the process started with (rt_init.c). */
 const char *rt_env(const char *name);
 

@@ -80,9 +80,19 @@ static char *job_vars[NJOB];
  * descriptors are other files): it lives here, not in the heap. */
 static char inherited_var[64 * 48 + 32];
 
-void rt_exec_refresh_inherited(const uint8_t *restarters)
+void rt_exec_publish_inherited(void)
 {
     size_t len = (size_t)rt_fmt(inherited_var, sizeof inherited_var, "LAZARUS_INHERITED=");
+    for (int i = 0; i < rt.ninherited; i++)
+        len += (size_t)rt_fmt(inherited_var + len, sizeof inherited_var - len, "%s%d:%llu:%llu", i ? "," : "",
+                              rt.inherited[i].fd, (unsigned long long)rt.inherited[i].dev,
+                              (unsigned long long)rt.inherited[i].ino);
+    for (size_t i = 0; i < NJOB; i++)
+        if (!strcmp(job_names[i], "LAZARUS_INHERITED")) job_vars[i] = inherited_var;
+}
+
+void rt_exec_refresh_inherited(const uint8_t *restarters)
+{
     for (int i = 0; i < rt.ninherited; i++) {
         struct stat st;
         int fd = rt.inherited[i].fd;
@@ -92,17 +102,8 @@ void rt_exec_refresh_inherited(const uint8_t *restarters)
             rt.inherited[i].dev = st.st_dev;
             rt.inherited[i].ino = st.st_ino;
         }
-        len += (size_t)rt_fmt(inherited_var + len, sizeof inherited_var - len, "%s%d:%llu:%llu", i ? "," : "",
-                              rt.inherited[i].fd, (unsigned long long)rt.inherited[i].dev,
-                              (unsigned long long)rt.inherited[i].ino);
     }
-    for (size_t i = 0; i < NJOB; i++)
-        if (!strcmp(job_names[i], "LAZARUS_INHERITED")) job_vars[i] = inherited_var;
-}
-
-void rt_exec_set_inherited(const char *list)
-{
-    rt_fmt(inherited_var, sizeof inherited_var, "LAZARUS_INHERITED=%s", list);
+    rt_exec_publish_inherited();
 }
 
 void rt_exec_remember_env(void)

@@ -199,8 +199,6 @@ static void note_inherited(int cfd)
         }
         return;
     }
-    char list[64 * 48] = "";
-    size_t len = 0;
     for (int fd = 0; fd < 1024 && rt.ninherited < 64; fd++) {
         struct stat st;
         if (fd != cfd && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
@@ -208,11 +206,9 @@ static void note_inherited(int cfd)
             rt.inherited[rt.ninherited].dev = st.st_dev;
             rt.inherited[rt.ninherited].ino = st.st_ino;
             rt.ninherited++;
-            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d:%llu:%llu", len ? "," : "", fd,
-                                    (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
         }
     }
-    rt_exec_set_inherited(list);
+    rt_exec_publish_inherited();
 }
 
 /* In every process of a job: the supervisor started the main program with
