@@ -84,17 +84,24 @@ static void unlock(void) { __atomic_store_n(&E.lock, 0, __ATOMIC_RELEASE); }
 /* For the entries not called inside the runtime's guard (rt_enter: a file
  * call interposed): exit, exec.  A checkpoint signal taken while the lock
  * is held would wait for it forever in fj_prepare: signals wait instead. */
-static void lock_quiet(uint64_t *saved)
+static void signals_wait(uint64_t *saved)
 {
     uint64_t all = ~0ull;
     lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &all, saved, 8);
+}
+
+static void signals_back(const uint64_t *saved) { lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, saved, NULL, 8); }
+
+static void lock_quiet(uint64_t *saved)
+{
+    signals_wait(saved);
     lock();
 }
 
 static void unlock_quiet(const uint64_t *saved)
 {
     unlock();
-    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, saved, NULL, 8);
+    signals_back(saved);
 }
 
 static size_t slen(const char *s) { size_t n = 0; while (s[n]) n++; return n; }
@@ -1555,9 +1562,9 @@ int fj_adopt(const char *val, char *err, size_t errlen)
 __attribute__((destructor)) static void fj_exit(void)
 {
     if (!fj.fdt || !fj.live || self_pid() != E.pid) return;
-    uint64_t saved, all = ~0ull;
-    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &all, &saved, 8);
-    if (!__atomic_exchange_n(&E.lock, 1, __ATOMIC_ACQUIRE)) {
+    uint64_t saved;
+    signals_wait(&saved);
+    if (!__atomic_exchange_n(&E.lock, 1, __ATOMIC_ACQUIRE)) { /* (never wait for a lock at exit) */
         struct interval *v = &E.iv[E.cur];
         if (v->lwin) {
             win_drop(v->lwin, LOG_WIN);
@@ -1566,7 +1573,7 @@ __attribute__((destructor)) static void fj_exit(void)
         }
         unlock();
     }
-    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &saved, NULL, 8);
+    signals_back(&saved);
 }
 
 int fj_restarted(uint64_t index, int main_process, char *err, size_t errlen)
