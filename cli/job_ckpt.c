@@ -422,7 +422,7 @@ static int check_peers(struct sv_state *st)
     return 0;
 }
 
-static int build_tree(struct sv_state *st, struct lz_tree *t)
+static int build_tree(struct sv_state *st, struct lz_tree *t, char *why, size_t whylen)
 {
     t->index = st->index;
     t->procs = calloc(st->nparts, sizeof *t->procs);
@@ -435,7 +435,7 @@ static int build_tree(struct sv_state *st, struct lz_tree *t)
         snprintf(path, sizeof path, "/proc/%d/status", p->pid);
         size_t n;
         char *b = lz_read_file(path, &n);
-        if (!b) return -1;
+        if (!b) { snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno)); return -1; }
         int inner = ns_field(b, "NSpid:", p->pid);
         if (!p->inner) p->inner = inner;
         tp->pid = p->inner;
@@ -445,7 +445,7 @@ static int build_tree(struct sv_state *st, struct lz_tree *t)
         free(b);
         struct part *pp = i ? part_of(st, ppid) : NULL;
         tp->ppid = pp ? (pp->inner ? pp->inner : pp->pid) : 0;
-        if (i && !pp) return -1;
+        if (i && !pp) { snprintf(why, whylen, "the parent %d of process %d is not a process of the job", ppid, p->pid); return -1; }
         memcpy(tp->comm, p->comm, sizeof tp->comm);
         if (p->zombie) {
             tp->state = LZ_TP_ZOMBIE;
@@ -637,7 +637,12 @@ void job_ckpt_tick(struct sv_state *st)
     if (!st->resumed && all(st, 1)) {
         /* every process is captured and still stopped: the tree as it is now */
         if (!st->have_tree) {
-            if (build_tree(st, &st->tree) < 0) { lz_tree_free(&st->tree); fail(st, NULL, "cannot read the job's process tree"); return; }
+            char why[160] = "out of memory";
+            if (build_tree(st, &st->tree, why, sizeof why) < 0) {
+                lz_tree_free(&st->tree);
+                fail(st, NULL, "cannot read the job's process tree (%s)", why);
+                return;
+            }
             st->have_tree = 1;
             if (check_peers(st) < 0) return;
             sv_trace("tree read");
