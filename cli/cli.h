@@ -59,6 +59,7 @@ struct supervisor {
     int durability;
     char excludes[4096];
     char compress[32];   /* the job's --compress, "" = the runtime's default */
+    uint64_t job_id[2];  /* DIR/job `id`: written into every tree, passed to the runtime */
 };
 /* Fills `s` for the job in `dir` (shown to the user as `shown`), opens the
  * control sockets and makes us a subreaper; returns the program's end of the
@@ -88,6 +89,10 @@ struct restart_tree {
     struct lz_plan_hold *holds;
     size_t nholds;
 };
+/* Phase 1 of a restart: the working directory and every file or directory
+ * the restorer reopens by path exists once `plan` is applied: 0, or -1 with why. */
+struct fj_plan;
+int restart_paths_check(const struct lz_image *img, const struct fj_plan *plan, char *why, size_t whylen);
 /* Loads and checks every part of rt->tree (loaded by the caller) and finds
  * what its processes share: 0, or -1 with why (one line; nothing changed). */
 int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index, char *why, size_t whylen);

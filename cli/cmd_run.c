@@ -56,6 +56,9 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     setenv("LAZARUS_DURABILITY", s->durability ? "machine" : "process", 1);
     setenv("LAZARUS_EXCLUDE", s->excludes, 1);
     setenv("LAZARUS_COMPRESS", s->compress, 1);
+    char id[33];
+    lz_job_id_text(id, s->job_id);
+    setenv("LAZARUS_JOB", id, 1);
     execvp(argv[0], argv);
     lz_err("cannot run %s: %s", argv[0], strerror(errno));
     _exit(127);
@@ -81,9 +84,14 @@ int cmd_run(int argc, char **argv)
     lz_store_cleanup_tmp(dir);
     lz_store_drop_spares(dir);
     struct lz_job job;
-    int have_job = lz_job_read(dir, &job) == 0;
+    int jr = lz_job_read(dir, &job), have_job = jr == 0;
     uint64_t *v;
     int n = lz_store_list(dir, &v);
+    if (n > 0 && jr == LZ_JOB_DAMAGED) {
+        lz_err("the store's job file is damaged (%s/%s); %s holds checkpoints: check them with `lazarus verify -d %s`, "
+               "or start anew with another directory (-d DIR)", o.dir, LZ_JOBFILE, o.dir, o.dir);
+        return 1;
+    }
     if (n > 0 && (!have_job || strcmp(job.state, "finished") != 0)) {
         lz_err("%s holds an unfinished job (newest checkpoint %" PRIu64 "): resume it with `lazarus restart -d %s`, "
                "or start anew with another directory (-d DIR)", o.dir, v[n - 1], o.dir);
@@ -102,6 +110,7 @@ int cmd_run(int argc, char **argv)
     snprintf(job.excludes, sizeof job.excludes, "%s", o.excludes);
     snprintf(job.compress, sizeof job.compress, "%s", o.compress);
     snprintf(job.state, sizeof job.state, "running");
+    lz_job_new_id(job.id);
     if (lz_job_write(dir, &job) < 0) { lz_err("cannot write %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
 
     struct supervisor s;

@@ -469,7 +469,9 @@ static int build_tree(struct sv_state *st, struct lz_tree *t, char *why, size_t 
 static int commit(struct sv_state *st, char *why, size_t whylen)
 {
     const char *dir = st->s->dir;
-    const struct lz_tree t = st->tree;
+    struct lz_tree t = st->tree;
+    t.job[0] = st->s->job_id[0];
+    t.job[1] = st->s->job_id[1];
     char root[LZ_PATH_MAX + 64], from[LZ_PATH_MAX + 64], to[LZ_PATH_MAX + 96], ck[LZ_PATH_MAX + 64];
     snprintf(root, sizeof root, "%s/" LZ_TMP_PREFIX "%06" PRIu64 ".%d", dir, st->index, t.procs[0].pid);
     int rc = 0;

@@ -398,7 +398,18 @@ int supervise(struct supervisor *s)
     snprintf(sock, sizeof sock, "%s/%s", s->dir, LZ_CTLSOCK);
     unlink(sock);
     struct lz_job job;
-    lz_job_read(s->dir, &job);
+    if (lz_job_read(s->dir, &job) < 0) {
+        /* damaged or gone meanwhile: written anew from what this supervisor knows */
+        lz_err("the store's job file %s/%s was damaged or removed while the job ran; writing it anew", s->dir, LZ_JOBFILE);
+        job.interval = s->interval;
+        job.keep = s->keep;
+        job.durability = s->durability;
+        job.next_index = s->next_index;
+        snprintf(job.excludes, sizeof job.excludes, "%s", s->excludes);
+        snprintf(job.compress, sizeof job.compress, "%s", s->compress);
+    }
+    job.id[0] = s->job_id[0];
+    job.id[1] = s->job_id[1];
     if (s->restoring) {
         /* the restorer failed (it said why) or was killed: nothing changed */
         code = st.have_status && WIFEXITED(st.status) && WEXITSTATUS(st.status) ? WEXITSTATUS(st.status) : 1;

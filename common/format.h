@@ -1,4 +1,4 @@
-/* On-disk format of a Lazarus checkpoint (version 4).  Shared by the runtime
+/* On-disk format of a Lazarus checkpoint (version 5).  Shared by the runtime
  * (writer), the restorer and the CLI (readers).  Every structure has a fixed
  * size checked at compile time so that an image written by one build is read
  * the same way by another.  See ARCHITECTURE.md, "On-disk format". */
@@ -8,9 +8,12 @@
 #include <stdint.h>
 
 #define LZ_MAGIC "LZRSCKPT"
-#define LZ_VERSION 4u /* 3: threads (THREADS section), pending signals by thread; pipes and
+#define LZ_VERSION 5u /* 3: threads (THREADS section), pending signals by thread; pipes and
                          * local socket pairs (CHANS section, LZ_FD_PIPE, LZ_FD_SOCKET).
-                         * 4: process trees (the `tree` file, proc.PID/ parts, pack.N.PID) */
+                         * 4: process trees (the `tree` file, proc.PID/ parts, pack.N.PID).
+                         * 5: every piece bound to its job and place (job identity in the
+                         * manifest, the tree and the journals' BEGIN records), ids and
+                         * capabilities in lz_proc, checksummed journal data, sealed journals */
 
 /* Names inside the store directory. */
 #define LZ_CKPT_PREFIX "ckpt."  /* committed: ckpt.%06llu/            */
@@ -55,6 +58,7 @@ enum lz_section_type {
     LZ_SEC_FRAMES = 8,  /* struct lz_frame[]                      */
     LZ_SEC_THREADS = 9, /* struct lz_thread[], every thread, at least one */
     LZ_SEC_CHANS = 10,  /* struct lz_chan[]: pipes and local socket pairs the program made */
+    LZ_SEC_GROUPS = 11, /* uint32_t[]: the supplementary groups (getgroups order), lz_proc.ngroups of them */
 };
 
 struct lz_header {
@@ -76,7 +80,7 @@ struct lz_header {
     uint64_t durable_ns;    /* from the pause until the page data and manifest were on disk */
     uint32_t codec;         /* enum lz_codec new frames were compressed with */
     uint32_t pad;
-    uint64_t reserved[2];
+    uint64_t job[2];        /* the job's identity (DIR/job `id`): a manifest of another job is refused */
 };
 
 struct lz_section {
@@ -140,7 +144,13 @@ struct lz_proc {
     uint64_t vdso_block_start;   /* [vvar]..[vdso] block, moved as one */
     uint64_t vdso_block_end;
     uint64_t vdso_offset;        /* offset of [vdso] inside the block */
-    uint64_t reserved[8];
+    /* who the process was: a restart gives exactly these, and only what the
+     * restarting user could give (uid/gid above are the real ones) */
+    uint32_t euid, suid, egid, sgid;
+    uint32_t ngroups, pad2;
+    uint64_t groups_xxh3;        /* XXH3-64 of the supplementary groups (getgroups order) */
+    uint64_t cap_eff, cap_prm, cap_inh;
+    uint64_t reserved[1];
 };
 
 /* One thread: what the kernel keeps for it outside its registers, and where
@@ -224,6 +234,8 @@ struct lz_frame {
     uint32_t stored; /* bytes in the pack */
     uint32_t raw;    /* bytes once expanded, a multiple of 4096 */
     uint64_t xxh3;   /* XXH3-64 of the raw bytes: checked after expanding */
+    uint64_t sxxh3;  /* XXH3-64 of the stored bytes, as in the pack (compressed or not): checked
+                      * before a restart changes anything (store/frames_check.c) */
 };
 
 /* Memory [addr, addr+length) holds the frame's raw bytes [skip, skip+length),
@@ -271,6 +283,7 @@ struct lz_fd {
     uint64_t ino, dev, size;
     int64_t mtime_ns;
     uint32_t mode, pad;
+    uint64_t xxh3;    /* GHOST: XXH3-64 of its content file, checked before it is used */
 };
 
 /* A pipe, or one socket of a local pair, with what is in flight in it: the
@@ -326,6 +339,7 @@ struct lz_tree_header {
     uint32_t nshared;
     uint32_t pad;
     uint64_t index;
+    uint64_t job[2];    /* the job's identity, as in every manifest */
 };
 struct lz_tree_proc {
     int32_t pid, ppid;  /* ppid 0: the main program (its parent is the supervisor's side) */
@@ -365,12 +379,12 @@ struct lz_resume {
 LZ_STATIC_ASSERT(sizeof(struct lz_header) == 128, "lz_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_region) == 104, "lz_region size");
 LZ_STATIC_ASSERT(sizeof(struct lz_extent) == 24, "lz_extent size");
-LZ_STATIC_ASSERT(sizeof(struct lz_frame) == 32, "lz_frame size");
+LZ_STATIC_ASSERT(sizeof(struct lz_frame) == 40, "lz_frame size");
 LZ_STATIC_ASSERT(sizeof(struct lz_pack) == 24, "lz_pack size");
-LZ_STATIC_ASSERT(sizeof(struct lz_fd) == 72, "lz_fd size");
+LZ_STATIC_ASSERT(sizeof(struct lz_fd) == 80, "lz_fd size");
 LZ_STATIC_ASSERT(sizeof(struct lz_thread) == 216, "lz_thread size");
 LZ_STATIC_ASSERT(sizeof(struct lz_chan) == 80, "lz_chan size");
-LZ_STATIC_ASSERT(sizeof(struct lz_tree_header) == 32, "lz_tree_header size");
+LZ_STATIC_ASSERT(sizeof(struct lz_tree_header) == 48, "lz_tree_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_proc) == 72, "lz_tree_proc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_shared) == 16, "lz_tree_shared size");
 

@@ -4,6 +4,7 @@
  * (restore_pipes.c), shared descriptions re-shared with dup, the control
  * socket re-attached. */
 #include "restorer.h"
+#include "hash.h"
 #include "util.h"
 #include <dirent.h>
 #include <stdio.h>
@@ -38,9 +39,14 @@ static int reopen_ghost(struct restore_ctx *rc, const struct lz_fd *f, const cha
     if (t < 0) restore_fail("cannot create a nameless file for descriptor %d: %s", f->fd, strerror(errno));
     char buf[65536];
     ssize_t n;
-    while ((n = read(in, buf, sizeof buf)) > 0)
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    while ((n = read(in, buf, sizeof buf)) > 0) {
+        XXH3_64bits_update(&st, buf, (size_t)n);
         if (lz_write_all(t, buf, (size_t)n) < 0) restore_fail("cannot refill descriptor %d: %s", f->fd, strerror(errno));
+    }
     if (n < 0) restore_fail("cannot read the kept content of descriptor %d: %s", f->fd, strerror(errno));
+    if (XXH3_64bits_digest(&st) != f->xxh3) restore_fail("the kept content of descriptor %d fails its checksum", f->fd);
     fchmod(t, f->mode & 07777);
     close(in);
     snprintf(lp, sizeof lp, "/proc/self/fd/%d", t);

@@ -38,6 +38,7 @@ struct rt_state {
                             * repeated by the supervisor is ignored */
     uint64_t parent;       /* checkpoint this run was restarted from */
     char dir[LZ_PATH_MAX]; /* the store, absolute */
+    uint64_t job[2];       /* the job's identity (LAZARUS_JOB): in every manifest and journal */
     struct sigaction prog_urg; /* the program's own SIGURG disposition */
     /* lazarus_checkpoint() from the C API */
     volatile int api_done, api_result, api_waiting;
@@ -115,6 +116,7 @@ struct rt_ckpt {
     int planned;                     /* items made in the pause (copy mode) */
     int codec, level;                /* for new frames */
     char *auxv; size_t auxv_len;
+    uint32_t *groups;                /* the supplementary groups (proc->ngroups) */
     char tmpdir[LZ_PATH_MAX + 64];
     uint64_t t0, pause_ns;
     int in_child;                    /* this is the forked writer */

@@ -71,7 +71,7 @@ static const char *resolve(const char *file, char *out, size_t len)
 
 /* The job's variables as this process started with them ("NAME=value"). */
 static const char *const job_names[] = {"LAZARUS_DIR", "LAZARUS_CTL_FD", "LAZARUS_PID", "LAZARUS_DURABILITY",
-                                        "LAZARUS_EXCLUDE", "LAZARUS_COMPRESS", "LAZARUS_INHERITED", "LAZARUS_TRACE",
+                                        "LAZARUS_EXCLUDE", "LAZARUS_COMPRESS", "LAZARUS_JOB", "LAZARUS_INHERITED", "LAZARUS_TRACE",
                                         "LAZARUS_NO_FORK", "LAZARUS_NO_DIRTY", "LD_PRELOAD"};
 #define NJOB (sizeof job_names / sizeof job_names[0])
 static char *job_vars[NJOB];
@@ -209,7 +209,7 @@ static int is_fj(const char *e) { return !strncmp(e, FJ_ENV "=", sizeof FJ_ENV);
 /* exec: -1 with errno (only if it failed); posix_spawn: its result */
 static int with_journal(struct exec_call *c, char *const envp[], int spawn)
 {
-    char var[128];
+    char var[192];
     int r = fj_exec_prepare(var, sizeof var);
     if (r < 0) {
         fj_report(spawn ? "posix_spawn" : "exec", c->path, r); /* the new image could not record: refused */
@@ -376,7 +376,7 @@ RT_API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_act
  * the length of the call (another thread's getenv meanwhile sees it too). */
 static int env_journal(const char *what, const char *cmd)
 {
-    char var[128];
+    char var[192];
     int r = fj_exec_prepare(var, sizeof var);
     if (r < 0) { fj_report(what, cmd, r); errno = -r; return -1; }
     if (r > 0 && setenv(FJ_ENV, var + sizeof FJ_ENV, 1) < 0) { fj_exec_failed(); r = 0; }

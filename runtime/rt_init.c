@@ -1,6 +1,7 @@
 /* Runtime start-up, shared helpers and the C API entry point. */
 #include "rt.h"
 #include "track.h"
+#include "jobid.h"
 #include "codec.h"
 #include "rt_dirty.h"
 #include "rt_map.h"
@@ -164,7 +165,12 @@ static void rt_files_start(int main_process)
 {
     const char *dir = rt_env("LAZARUS_DIR"), *dur = rt_env("LAZARUS_DURABILITY"), *jv = rt_env(FJ_ENV);
     if (!dir || strlen(dir) >= sizeof rt.dir) return;
-    if (fj_setup(dir, dur && !strcmp(dur, "machine"), rt_env("LAZARUS_EXCLUDE"), main_process) < 0) {
+    const char *job = rt_env("LAZARUS_JOB");
+    if (!job || lz_job_id_parse(job, rt.job) < 0) {
+        fprintf(stderr, "lazarus: no job identity (LAZARUS_JOB); files will not be rolled back\n");
+        return;
+    }
+    if (fj_setup(dir, dur && !strcmp(dur, "machine"), rt_env("LAZARUS_EXCLUDE"), main_process, rt.job) < 0) {
         fprintf(stderr, "lazarus: cannot set up file tracking; files will not be rolled back\n");
         return;
     }

@@ -101,6 +101,31 @@ static long copy_ghost(int fd, const char *to)
     return rc;
 }
 
+/* The content of each open deleted file (copied in the pause) gets its
+ * checksum, so a restart refuses a damaged copy before it changes anything. */
+static int hash_ghosts(struct rt_ckpt *ck)
+{
+    char path[LZ_PATH_MAX + 96];
+    char *buf = NULL;
+    for (size_t i = 0; i < ck->nfds; i++) {
+        struct lz_fd *f = &ck->fds[i];
+        if (f->kind != LZ_FD_GHOST) continue;
+        if (!buf && !(buf = arena_alloc(&ck->arena, 65536))) return rt_fail(ck, "out of checkpoint scratch memory", 0);
+        rt_fmt(path, sizeof path, "%s/ghost.%d", ck->tmpdir, f->fd);
+        long fd = lz_sc4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
+        if (fd < 0) return rt_fail(ck, "cannot read back the content of an open deleted file", fd);
+        XXH3_state_t st;
+        XXH3_64bits_reset(&st);
+        long n;
+        while ((n = lz_sc3(SYS_read, fd, buf, 65536)) > 0 || n == -EINTR)
+            if (n > 0) XXH3_64bits_update(&st, buf, (size_t)n);
+        lz_sc1(SYS_close, fd);
+        if (n < 0) return rt_fail(ck, "cannot read back the content of an open deleted file", n);
+        f->xxh3 = XXH3_64bits_digest(&st);
+    }
+    return 0;
+}
+
 static char *put_section(char *p, uint32_t type, const void *data, size_t len)
 {
     struct lz_section s = {type, 0, len};
@@ -185,8 +210,10 @@ static int finish(struct rt_ckpt *ck)
     }
     if (ck->strings.overflow) { rt_fmt(ck->err, sizeof ck->err, "the checkpoint's string table is full"); return -1; }
     if (rt_store_chans(ck) < 0) return -1;
+    if (hash_ghosts(ck) < 0) return -1;
 
-    size_t size = sizeof(struct lz_header) + 11 * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
+    size_t size = sizeof(struct lz_header) + 12 * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
+                  ck->proc->ngroups * sizeof(uint32_t) +
                   ck->nchans * sizeof(struct lz_chan) +
                   ck->nthreads * sizeof(struct lz_thread) +
                   ck->nregions * sizeof(struct lz_region) + nm->nextents * sizeof(struct lz_extent) +
@@ -200,10 +227,12 @@ static int finish(struct rt_ckpt *ck)
     h->version = LZ_VERSION;
     h->header_size = sizeof *h;
     h->index = ck->index;
+    h->job[0] = rt.job[0];
+    h->job[1] = rt.job[1];
     h->parent = rt.parent;
     h->created_ns = rt_now_ns(0 /* CLOCK_REALTIME */);
     h->trigger = ck->trigger;
-    h->nsections = 10;
+    h->nsections = 11;
     h->mem_bytes = ck->mem_bytes;
     h->data_bytes = ck->data_bytes;
     h->stored_bytes = ck->stored_bytes;
@@ -220,6 +249,7 @@ static int finish(struct rt_ckpt *ck)
     p = put_section(p, LZ_SEC_PACKS, packs, nm->npacks * sizeof *packs);
     p = put_section(p, LZ_SEC_STRINGS, ck->strings.buf, ck->strings.len);
     p = put_section(p, LZ_SEC_AUXV, ck->auxv, ck->auxv_len);
+    p = put_section(p, LZ_SEC_GROUPS, ck->groups, ck->proc->ngroups * sizeof(uint32_t));
     h->pause_ns = rt_pause_ns(ck);
     h->durable_ns = rt_now_ns(1 /* CLOCK_MONOTONIC */) - ck->t0; /* the pack is on disk, the manifest follows */
     ck->durable_ns = h->durable_ns;

@@ -1,4 +1,5 @@
 #include "manifest.h"
+#include "place.h"
 #include "hash.h"
 #include "util.h"
 #include <errno.h>
@@ -101,6 +102,9 @@ static int check_fds(struct lz_image *img, char *why, size_t whylen)
 static int check_contents(struct lz_image *img, char *why, size_t whylen)
 {
     if (!img->proc) FAIL("manifest has no process record");
+    if (img->ngroups_listed != img->proc->ngroups ||
+        lz_hash(img->groups ? (const void *)img->groups : "", img->ngroups_listed * sizeof(uint32_t)) != img->proc->groups_xxh3)
+        FAIL("manifest group list is malformed");
     if (!img->strings || img->strings_len == 0 || img->strings[img->strings_len - 1] != 0)
         FAIL("manifest string table is malformed");
     const struct lz_proc *p = img->proc;
@@ -127,7 +131,7 @@ static int check_contents(struct lz_image *img, char *why, size_t whylen)
     for (size_t i = 0; i < img->nframes; i++) {
         const struct lz_frame *f = &img->frames[i];
         if (f->pack >= img->npacks || !codec_ok(f->codec) || f->raw == 0 || f->raw % 4096 || f->raw > LZ_FRAME_MAX ||
-            f->stored == 0 || (f->codec == LZ_CODEC_NONE && f->stored != f->raw) ||
+            f->stored == 0 || f->stored > f->raw || (f->codec == LZ_CODEC_NONE && f->stored != f->raw) ||
             f->stored > img->packs[f->pack].size || f->offset > img->packs[f->pack].size - f->stored)
             FAIL("manifest frame %zu is malformed", i);
     }
@@ -202,6 +206,9 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
             img->packs = p; img->npacks = n / sizeof(struct lz_pack); break;
         case LZ_SEC_STRINGS: img->strings = p; img->strings_len = n; break;
         case LZ_SEC_AUXV: img->auxv = p; img->auxv_len = n; break;
+        case LZ_SEC_GROUPS:
+            if (n % sizeof(uint32_t)) FAIL("manifest group list is malformed");
+            img->groups = p; img->ngroups_listed = n / sizeof(uint32_t); break;
         case LZ_SEC_CHANS:
             if (n % sizeof(struct lz_chan)) FAIL("manifest pipe and socket list is malformed");
             img->chans = p; img->nchans = n / sizeof(struct lz_chan); break;
@@ -226,6 +233,12 @@ int lz_manifest_load(const char *ckpt_dir, struct lz_image *img, char *why, size
     if (!buf) { snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno)); return -1; }
     char inner[512];
     if (lz_manifest_parse(buf, len, img, inner, sizeof inner) < 0) {
+        snprintf(why, whylen, "%s: %s", path, inner);
+        lz_image_free(img);
+        return -1;
+    }
+    /* intact, but is it this checkpoint's, of this process, of this job? */
+    if (lz_place_check(ckpt_dir, "its manifest", img->hdr->job, img->hdr->index, img->proc->pid, inner, sizeof inner) < 0) {
         snprintf(why, whylen, "%s: %s", path, inner);
         lz_image_free(img);
         return -1;

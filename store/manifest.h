@@ -19,6 +19,8 @@ struct lz_image {
     const struct lz_chan *chans;     size_t nchans;
     const char *strings;             size_t strings_len;
     const void *auxv;                size_t auxv_len;
+    const uint32_t *groups;          /* the supplementary groups, proc->ngroups of them */
+    size_t ngroups_listed;
 };
 
 /* Takes ownership of buf (malloc'ed).  On failure returns -1 and writes a

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -381,6 +383,30 @@ void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest, uint64_t r
     if (lk >= 0) close(lk);
 }
 
+void lz_job_new_id(uint64_t id[2])
+{
+    if (getrandom(id, 2 * sizeof *id, 0) != 2 * (ssize_t)sizeof *id) {
+        /* no entropy source: time, pid and address still make it unique here */
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        id[0] = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+        id[1] = ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)id;
+    }
+    if (!id[0] && !id[1]) id[1] = 1; /* 0 means "none" */
+}
+
+int64_t lz_job_stop_ns(const char *dir, const struct lz_job *job)
+{
+    if (strcmp(job->state, "running") && job->stopped_ns) return job->stopped_ns;
+    char lock[LZ_PATH_MAX + 32];
+    struct stat st;
+    snprintf(lock, sizeof lock, "%s/%s", dir, LZ_LOCKFILE);
+    return stat(lock, &st) == 0 ? (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec + 1000000000ll : INT64_MAX;
+}
+
+/* The job file ends with "check=<XXH3-64 of every byte before this line>". */
+#define JOB_CHECK "check="
+
 int lz_job_read(const char *dir, struct lz_job *job)
 {
     char path[LZ_PATH_MAX + 32];
@@ -396,12 +422,25 @@ int lz_job_read(const char *dir, struct lz_job *job)
     if (!nb) { free(buf); errno = ENOMEM; return -1; }
     buf = nb;
     buf[len] = 0;
+    /* the checksum first: a damaged job file must not be read as settings */
+    char *ck = len > 1 ? memrchr(buf, '\n', len - 1) : NULL;
+    ck = ck ? ck + 1 : buf;
+    char want[32];
+    snprintf(want, sizeof want, JOB_CHECK "%016" PRIx64 "\n", lz_hash(buf, (size_t)(ck - buf)));
+    if (strlen(want) != len - (size_t)(ck - buf) || memcmp(ck, want, strlen(want)) || strlen(buf) != len) {
+        free(buf);
+        errno = EBADMSG;
+        return LZ_JOB_DAMAGED;
+    }
+    *ck = 0;
+    int have_id = 0;
     char *save, *line = strtok_r(buf, "\n", &save);
     for (; line; line = strtok_r(NULL, "\n", &save)) {
         char *eq = strchr(line, '=');
         if (!eq) continue;
         *eq++ = 0;
-        if (!strcmp(line, "interval")) lz_parse_u64(eq, &job->interval);
+        if (!strcmp(line, "id")) have_id = lz_job_id_parse(eq, job->id) == 0;
+        else if (!strcmp(line, "interval")) lz_parse_u64(eq, &job->interval);
         else if (!strcmp(line, "keep")) lz_parse_u64(eq, &job->keep);
         else if (!strcmp(line, "state")) snprintf(job->state, sizeof job->state, "%s", eq);
         else if (!strcmp(line, "exit")) job->exit_status = atoi(eq);
@@ -420,6 +459,7 @@ int lz_job_read(const char *dir, struct lz_job *job)
         }
     }
     free(buf);
+    if (!have_id) { errno = EBADMSG; return LZ_JOB_DAMAGED; }
     return 0;
 }
 
@@ -438,10 +478,12 @@ int lz_job_write(const char *dir, const struct lz_job *job)
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, LZ_JOBFILE);
     one_line(compress, sizeof compress, job->compress);
     one_line(failed, sizeof failed, job->failed_why);
-    int n = snprintf(buf, sizeof buf, "version=%u\ninterval=%" PRIu64 "\nkeep=%" PRIu64 "\nstate=%s\nexit=%d\n"
+    char id[33];
+    lz_job_id_text(id, job->id);
+    int n = snprintf(buf, sizeof buf, "version=%u\nid=%s\ninterval=%" PRIu64 "\nkeep=%" PRIu64 "\nstate=%s\nexit=%d\n"
                      "durability=%s\nstopped_ns=%" PRId64 "\nrolling_to=%" PRId64 "\nnext_index=%" PRIu64 "\n"
                      "compress=%s\n",
-                     LZ_VERSION, job->interval, job->keep, job->state, job->exit_status,
+                     LZ_VERSION, id, job->interval, job->keep, job->state, job->exit_status,
                      job->durability ? "machine" : "process", job->stopped_ns, job->rolling_to, job->next_index,
                      compress);
     if (job->failed_index)
@@ -453,7 +495,8 @@ int lz_job_write(const char *dir, const struct lz_job *job)
         n += snprintf(buf + n, sizeof buf - (size_t)n, "exclude=%.*s\n", (int)l, p);
         p += l + (q ? 1 : 0);
     }
-    if (n >= (int)sizeof buf) n = (int)sizeof buf - 1;
+    if (n >= (int)sizeof buf - 40) { errno = ENAMETOOLONG; return -1; }
+    n += snprintf(buf + n, sizeof buf - (size_t)n, JOB_CHECK "%016" PRIx64 "\n", lz_hash(buf, (size_t)n));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) return -1;
     if (lz_write_all(fd, buf, (size_t)n) < 0 || fsync(fd) < 0) { close(fd); unlink(tmp); return -1; }
@@ -611,6 +654,27 @@ int lz_check_chans(const char *ckpt_dir, const struct lz_image *img, uint64_t in
             return -1;
         }
         free(data);
+    }
+    for (size_t i = 0; i < img->nfds; i++) {
+        const struct lz_fd *f = &img->fds[i];
+        if (f->kind != LZ_FD_GHOST) continue;
+        const char *name = lz_str(img, f->path);
+        char path[LZ_PATH_MAX + 600];
+        snprintf(path, sizeof path, "%s/%s", ckpt_dir, name);
+        size_t len;
+        void *data = strchr(name, '/') ? NULL : lz_read_file(path, &len);
+        if (!data) {
+            snprintf(why, whylen, "checkpoint %" PRIu64 " is damaged: the content of descriptor %d (%s) cannot be read: %s",
+                     index, f->fd, name, strerror(errno));
+            return -1;
+        }
+        uint64_t h = lz_hash(data, len);
+        free(data);
+        if (h != f->xxh3) {
+            snprintf(why, whylen, "checkpoint %" PRIu64 " is damaged: the content of descriptor %d (%s) fails its checksum",
+                     index, f->fd, name);
+            return -1;
+        }
     }
     return 0;
 }

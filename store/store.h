@@ -9,10 +9,13 @@
 #ifndef LZ_STORE_H
 #define LZ_STORE_H
 #include "manifest.h"
+#include "jobid.h"
 #include <stddef.h>
 #include <stdint.h>
 
 struct lz_job {
+    uint64_t id[2];      /* the job's identity, random, made by `run`: every manifest, tree and
+                          * journal of the store names it */
     uint64_t interval;   /* seconds, 0 = off */
     uint64_t keep;       /* checkpoints retained */
     char state[16];      /* "running", "finished", "stopped" */
@@ -28,6 +31,19 @@ struct lz_job {
     int64_t failed_ns;   /* CLOCK_REALTIME */
     char failed_why[512];
 };
+
+/* DIR/job: 0; -1 (errno) if it cannot be read; LZ_JOB_DAMAGED if its
+ * checksum line is missing or wrong, or it names no job (`id`). */
+#define LZ_JOB_DAMAGED (-2)
+int lz_job_read(const char *dir, struct lz_job *job);
+/* Writes DIR/job atomically (a new file renamed over it), with its checksum. */
+int lz_job_write(const char *dir, const struct lz_job *job);
+/* When the job stopped (CLOCK_REALTIME ns): what the supervisor recorded,
+ * or, if it died with the job, its last heartbeat (the lock file's mtime)
+ * plus a second; INT64_MAX if not known. */
+int64_t lz_job_stop_ns(const char *dir, const struct lz_job *job);
+/* A new, random job identity. */
+void lz_job_new_id(uint64_t id[2]);
 
 /* Creates DIR (0700) if needed; fails with a message if it is not usable. */
 int lz_store_prepare(const char *dir, char *why, size_t whylen);
@@ -59,17 +75,15 @@ void lz_store_drop_spares(const char *dir);
  * index this run of the job could take). */
 void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest, uint64_t run_first);
 
-int lz_job_read(const char *dir, struct lz_job *job);
-int lz_job_write(const char *dir, const struct lz_job *job);
-
 /* Holds flock on DIR/lock; returns the fd or -1 (errno EWOULDBLOCK if busy). */
 int lz_store_lock(const char *dir);
 
 /* Re-reads every extent of checkpoint `index` and checks its checksum.
  * Returns 0 if intact, -1 with a one-line reason. */
 int lz_verify_ckpt(const char *dir, uint64_t index, char *why, size_t whylen);
-/* Reads the data in flight of every pipe and socket of a checkpoint and
- * checks it (lz_chan_data): 0, or -1 with "checkpoint N is damaged: ...". */
+/* Reads the data files of a part — the data in flight of every pipe and
+ * socket (lz_chan_data), the content of every open deleted file — and checks
+ * them: 0, or -1 with "checkpoint N is damaged: ...". */
 int lz_check_chans(const char *ckpt_dir, const struct lz_image *img, uint64_t index, char *why, size_t whylen);
 /* Resolves --at N / newest; returns 0 and the index or -1 with a reason. */
 int lz_store_pick(const char *dir, int have_at, uint64_t at, uint64_t *index, char *why, size_t whylen);

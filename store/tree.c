@@ -1,6 +1,7 @@
 /* The job's process tree of a checkpoint (tree.h). */
 #include "tree.h"
 #include "hash.h"
+#include "place.h"
 #include "util.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +21,8 @@ int lz_tree_write(const char *dir, const struct lz_tree *t, char *why, size_t wh
     h->nprocs = (uint32_t)t->nprocs;
     h->nshared = (uint32_t)t->nshared;
     h->index = t->index;
+    h->job[0] = t->job[0];
+    h->job[1] = t->job[1];
     char *p = buf + sizeof *h;
     memcpy(p, t->procs, t->nprocs * sizeof *t->procs);
     p += t->nprocs * sizeof *t->procs;
@@ -56,7 +59,14 @@ int lz_tree_load(const char *ckpt_dir, struct lz_tree *t, char *why, size_t whyl
     struct lz_trailer tr;
     memcpy(&tr, buf + len - sizeof tr, sizeof tr);
     if (tr.xxh3 != lz_hash(buf, len - sizeof tr)) FAIL("its process tree fails its checksum (damaged)");
+    if (lz_place_check(ckpt_dir, "its process tree", h->job, h->index, -1, why, whylen) < 0) {
+        char inner[600];
+        snprintf(inner, sizeof inner, "%s", why);
+        FAIL("%s", inner);
+    }
     t->index = h->index;
+    t->job[0] = h->job[0];
+    t->job[1] = h->job[1];
     t->nprocs = h->nprocs;
     t->nshared = h->nshared;
     t->procs = malloc(t->nprocs * sizeof *t->procs);

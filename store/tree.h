@@ -9,6 +9,7 @@
 
 struct lz_tree {
     uint64_t index;
+    uint64_t job[2];
     struct lz_tree_proc *procs;
     size_t nprocs;
     struct lz_tree_shared *shared;

@@ -234,7 +234,7 @@ def test_store_layout_and_permissions(r):
         assert (d / "manifest").is_file(), sorted(os.listdir(d))
         assert not (d / "pages").exists(), "since version 2 page data is in DIR/packs, not in ckpt.N"
         head = (d / "manifest").read_bytes()[:12]
-        assert head[:8] == b"LZRSCKPT" and struct.unpack("<I", head[8:12])[0] == 4, head
+        assert head[:8] == b"LZRSCKPT" and struct.unpack("<I", head[8:12])[0] == 5, head
     # page data: DIR/packs/pack.N, written by checkpoint N (the first holds
     # the whole memory, so it is never empty)
     packs = store / "packs"

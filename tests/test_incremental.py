@@ -123,7 +123,7 @@ def manifest_packs(manifest: Path) -> set[int]:
     """Ids N of the packs/pack.N that the checkpoint's extents use."""
     data = manifest.read_bytes()
     magic, version, header_size = struct.unpack_from("<8sII", data, 0)
-    assert magic == b"LZRSCKPT" and version == 4, (magic, version)
+    assert magic == b"LZRSCKPT" and version == 5, (magic, version)
     nsections = struct.unpack_from("<I", data, 52)[0]
     off = header_size
     sec = {}
@@ -133,7 +133,7 @@ def manifest_packs(manifest: Path) -> set[int]:
         sec[typ] = data[off:off + length]
         off += (length + 7) & ~7
     packs = [struct.unpack_from("<IIQQ", sec[SEC_PACKS], i) for i in range(0, len(sec[SEC_PACKS]), 24)]
-    frames = [struct.unpack_from("<IIQIIQ", sec[SEC_FRAMES], i) for i in range(0, len(sec[SEC_FRAMES]), 32)]
+    frames = [struct.unpack_from("<IIQIIQQ", sec[SEC_FRAMES], i) for i in range(0, len(sec[SEC_FRAMES]), 40)]
     used = set()
     for i in range(0, len(sec[SEC_EXTENTS]), 24):
         _, _, frame, _, _ = struct.unpack_from("<QIIII", sec[SEC_EXTENTS], i)
@@ -324,9 +324,12 @@ def test_gc_after_the_job_removes_a_torn_last_pack(runner, programs):
     torn = max(int(m.group(1)), newest + 1)  # an index given out whose checkpoint never committed
     torn_pack = store / "packs" / f"pack.{torn:06d}"
 
+    reseal = _compile("manifest_reseal", programs.dir)
+
     def set_job(state):
         text = re.sub(r"^next_index=\d+$", f"next_index={torn + 1}", job, flags=re.M)
         (store / "job").write_text(re.sub(r"^state=\w+$", f"state={state}", text, flags=re.M))
+        subprocess.run([reseal, "--job", store / "job"], check=True)  # its checksum line, for the edited settings
     set_job("running")
     torn_pack.write_bytes(b"\0" * 8192)
     r = runner.lz("gc", "-d", store, timeout=120)

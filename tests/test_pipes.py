@@ -233,7 +233,7 @@ def _sections(data: bytes):
 
 
 SEC_FDS, SEC_CHANS = 4, 10
-FD_SIZE, CHAN_SIZE = 72, 80
+FD_SIZE, CHAN_SIZE = 80, 80
 FD_PIPE = 8
 
 
