@@ -13,7 +13,10 @@ static const char help[] =
     "per path, without changing anything:\n"
     "  modified PATH   its content, size, permissions or times go back to N\n"
     "  removed  PATH   it did not exist at N and is deleted\n"
-    "  restored PATH   it existed at N (deleted, renamed or replaced since) and comes back\n\n"
+    "  restored PATH   it existed at N (deleted, renamed or replaced since) and comes back\n"
+    "  lost     PATH   its content at N is gone (deleted or replaced after the job stopped,\n"
+    "                  and the journal holds only part of it): a restart refuses\n"
+    "A damaged store is said in one line, and diff exits 1.\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
     "  --at N    the checkpoint (default: the newest)\n";
 
@@ -28,7 +31,9 @@ int cmd_diff(int argc, char **argv)
     if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
     uint64_t index;
     if (lz_store_pick(dir, o.have_at, o.at, &index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
-    struct fj_plan *plan = fj_plan_load(dir, index, why, sizeof why);
+    struct lz_job job;
+    int64_t stop = lz_job_read(dir, &job) == 0 && job.rolling_to < 0 ? lz_job_stop_ns(dir, &job) : INT64_MAX;
+    struct fj_plan *plan = fj_plan_load(dir, index, stop, why, sizeof why);
     if (!plan) { lz_err("%s", why); return 1; }
     if (fj_plan_diff(plan, stdout) == 0) printf("no file changes since checkpoint %" PRIu64 "\n", index);
     fj_plan_free(plan);

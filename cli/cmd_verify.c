@@ -1,42 +1,123 @@
-/* lazarus verify [-d DIR] [--at N]: re-reads every byte and checks every
- * checksum; changes nothing. */
+/* lazarus verify [-d DIR] [--at N] [--json]: re-reads every byte a restart
+ * would trust and checks it — the job file, every checkpoint's tree and
+ * manifests, every frame they reference, pipe and socket data, and every file
+ * journal (records, saved bytes, where each belongs); changes nothing. */
 #include "cli.h"
+#include "journal_read.h"
+#include "place.h"
+#include "store.h"
 #include "util.h"
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus verify [-d DIR] [--at N]\n"
-    "Re-read every retained checkpoint (or only N) and check every checksum.\n"
-    "Exit 0 only if all is intact; one line per damaged checkpoint on stderr.\n\n"
+    "usage: lazarus verify [-d DIR] [--at N] [--json]\n"
+    "Re-read everything a restart trusts and check every checksum: the job file,\n"
+    "every retained checkpoint (or only N) with its memory, pipes and sockets, and\n"
+    "the file journals a rollback to it applies.  Changes nothing.\n"
+    "Exit 0 only if all is intact; one line per damaged piece on stderr.\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
-    "  --at N    verify only checkpoint N\n";
+    "  --at N    verify only checkpoint N (and the journals a rollback to N applies)\n"
+    "  --json    a JSON array, one object per piece: {\"index\", \"piece\", \"intact\", \"error\"}\n";
+
+static int json_first = 1;
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c < 0x20) printf("\\u%04x", c);
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+/* One piece's result, as a line or a JSON object.  index < 0: the store's. */
+static void report(int json, int64_t index, const char *piece, const char *error)
+{
+    if (json) {
+        printf("%s{\"index\": ", json_first ? "" : ", ");
+        json_first = 0;
+        if (index < 0) printf("null"); else printf("%" PRId64, index);
+        printf(", \"piece\": ");
+        json_str(piece);
+        printf(", \"intact\": %s, \"error\": ", error ? "false" : "true");
+        if (error) json_str(error); else printf("null");
+        printf("}");
+    } else if (error) {
+        lz_err("%s", error);
+    } else if (index >= 0) {
+        printf("checkpoint %" PRId64 ": %s intact\n", index, piece);
+    }
+}
 
 int cmd_verify(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "verify", "da", help, &o);
+    int first = parse_opts(argc, argv, "verify", "daj", help, &o);
     if (first < 0) return 2;
     if (first < argc) { lz_err("verify: unexpected argument '%s'", argv[first]); return 2; }
     char *dir = abs_dir(o.dir);
-    char why[1400];
+    char why[LZ_PATH_MAX + 1400];
     if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
+    int bad = 0;
+    if (o.json) printf("[");
+    /* the job file first: every piece is checked against the identity it holds */
+    uint64_t job[2] = {0, 0};
+    int have_job = lz_place_job(dir, job, why, sizeof why) == 0;
+    if (!have_job) { report(o.json, -1, "job", why); bad = 1; }
+    struct lz_job jf;
+    int64_t stop = have_job && lz_job_read(dir, &jf) == 0 && jf.rolling_to < 0 ? lz_job_stop_ns(dir, &jf) : INT64_MAX;
     uint64_t *v;
     int n = lz_store_list(dir, &v);
-    if (n <= 0) { lz_err("no checkpoint in %s", o.dir); return 1; }
+    if (n <= 0) {
+        if (o.json) printf("]\n");
+        lz_err("no checkpoint in %s", o.dir);
+        return 1;
+    }
+    uint64_t lowest = v[0];
     if (o.have_at) {
         uint64_t idx;
-        if (lz_store_pick(dir, 1, o.at, &idx, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
+        if (lz_store_pick(dir, 1, o.at, &idx, why, sizeof why) < 0) { if (o.json) printf("]\n"); lz_err("%s", why); return 1; }
         v[0] = idx;
         n = 1;
+        lowest = idx;
     }
-    int bad = 0;
     for (int i = 0; i < n; i++) {
-        if (lz_verify_ckpt(dir, v[i], why, sizeof why) < 0) { lz_err("%s", why); bad = 1; }
-        else printf("checkpoint %" PRIu64 ": intact\n", v[i]);
+        if (lz_verify_ckpt(dir, v[i], why, sizeof why) < 0) { report(o.json, (int64_t)v[i], "memory", why); bad = 1; }
+        else report(o.json, (int64_t)v[i], "memory", NULL);
     }
     free(v);
+    /* the file journals a rollback to any of them applies (of failed checkpoints too) */
+    int *jr;
+    int nj = lz_store_list_journals(dir, &v, &jr);
+    if (nj < 0) { snprintf(why, sizeof why, "cannot list the journals of %s: %s", o.dir, strerror(errno)); report(o.json, -1, "journals", why); bad = 1; nj = 0; }
+    for (int i = 0; i < nj; i++) {
+        if (v[i] < lowest) continue;
+        struct seg s;
+        memset(&s, 0, sizeof s);
+        s.index = v[i];
+        if (jr[i]) lz_jrnl_path(s.ckdir, sizeof s.ckdir, dir, v[i]);
+        else lz_ckpt_path(s.ckdir, sizeof s.ckdir, dir, v[i]);
+        char inner[LZ_PATH_MAX + 600];
+        const char *piece = jr[i] ? "file journal (failed checkpoint)" : "file journal";
+        if (fj_load_seg(&s, have_job ? job : NULL, inner, sizeof inner) < 0 || fj_seg_check_keeps(&s, stop, inner, sizeof inner) < 0) {
+            snprintf(why, sizeof why, "%scheckpoint %" PRIu64 "'s file journal is damaged: %s; restarts to checkpoint %" PRIu64
+                     " or earlier are refused", jr[i] ? "failed " : "", v[i], inner, v[i]);
+            report(o.json, (int64_t)v[i], piece, why);
+            bad = 1;
+        } else {
+            report(o.json, (int64_t)v[i], piece, NULL);
+        }
+        fj_seg_free(&s);
+    }
+    if (nj > 0) { free(v); free(jr); }
+    if (o.json) printf("]\n");
     return bad;
 }

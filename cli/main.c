@@ -20,7 +20,7 @@ static const char usage[] =
     "                           resume from checkpoint N (default: the newest), its files rolled back to N\n"
     "  diff [-d DIR] [--at N]   what a restart to N would change in the files\n"
     "  list [-d DIR] [--json]   one row per checkpoint\n"
-    "  verify [-d DIR] [--at N] re-read every checksum; exit 0 only if all is intact\n"
+    "  verify [-d DIR] [--at N] [--json]  re-read everything a restart trusts; exit 0 only if all is intact\n"
     "  gc [-d DIR]              free the page data and file journals no retained checkpoint needs\n\n"
     "DIR is the job's checkpoint store (default ./lazarus.ckpt). `lazarus COMMAND --help` for more.\n";
 

@@ -6,8 +6,25 @@
  * whose names the job changed — renamed away, unlinked, replaced, or reached
  * through a name made since N — and directories it removed, named
  * <dev>.<ino> in hex).  Records are written *before* the change
- * they undo (write-ahead), each checksummed, so a record torn by a crash is
- * one whose change never happened and is ignored with everything after it.
+ * they undo (write-ahead), each checksummed (DATA records also the bytes
+ * they point at).
+ *
+ * A log proves its own extent, so that damage is never mistaken for the end:
+ * - it begins with a BEGIN record naming the job, the interval (N) and the
+ *   process, so a log of another job, interval or process is refused;
+ * - a record is committed by its magic, stored last (header and payload go
+ *   first with magic 0): a record torn by SIGKILL has magic 0, and a record
+ *   with the magic and a wrong checksum is damage, never a torn write;
+ * - a log that is let go (the interval ends at the next checkpoint, or the
+ *   process exits) ends with an END record counting the records before it,
+ *   and is cut there;
+ * - a log still open when the job was killed ends in zeros (its window is
+ *   allocated ahead of the records, and a record never fills it to the last
+ *   byte): after the last record comes at most one torn record (magic 0),
+ *   then zeros to the end of the file.
+ * Anything else — bytes after END, a record with a bad checksum, a valid
+ * record after the zeros, a log cut at a record boundary — is damage, and
+ * the rollback refuses it by name before it changes anything.
  *
  * Every record states an absolute fact about checkpoint N ("path P was
  * absent", "bytes [o, o+n) of inode I were ...", "inode I was S bytes long"),
@@ -46,7 +63,10 @@ enum fj_type {
     FJ_NAME = 3,  /* struct fj_name + path + target: what a path was at N */
     FJ_MOVED = 4, /* struct fj_moved + path: a directory of N was moved there */
     FJ_DIRTIME = 5, /* struct fj_dirtime + path: a directory's times at N */
+    FJ_BEGIN = 6, /* struct fj_begin: the first record of every log */
+    FJ_END = 7,   /* struct fj_end: the last record of a log that was let go */
 };
+#define FJ_TYPE_MAX FJ_END
 
 struct fj_rec {
     uint32_t magic;
@@ -77,6 +97,18 @@ struct fj_data {
     uint64_t offset;   /* in the file */
     uint64_t data_off; /* in files.data, a multiple of 4096 */
     uint64_t length;
+    uint64_t xxh3;     /* XXH3-64 of the `length` bytes saved */
+};
+
+struct fj_begin {
+    uint64_t job[2];  /* the job's identity (DIR/job `id`) */
+    uint64_t index;   /* the interval: the one after checkpoint `index` (ckpt.N/ or jrnl.N/) */
+    int32_t pid;      /* the process whose journal this is (as the job sees it) */
+    uint32_t pad;
+};
+
+struct fj_end {
+    uint64_t records; /* records before this one, BEGIN included */
 };
 
 enum fj_was { FJ_WAS_ABSENT = 0, FJ_WAS_FILE = 1, FJ_WAS_DIR = 2, FJ_WAS_SYMLINK = 3, FJ_WAS_OTHER = 4 };
@@ -103,7 +135,9 @@ struct fj_dirtime {
 
 _Static_assert(sizeof(struct fj_rec) == 24, "fj_rec");
 _Static_assert(sizeof(struct fj_inode) == 56, "fj_inode");
-_Static_assert(sizeof(struct fj_data) == 40, "fj_data");
+_Static_assert(sizeof(struct fj_data) == 48, "fj_data");
+_Static_assert(sizeof(struct fj_begin) == 32, "fj_begin");
+_Static_assert(sizeof(struct fj_end) == 8, "fj_end");
 _Static_assert(sizeof(struct fj_name) == 64, "fj_name");
 
 /* Name of the keep link of an inode, "<dev>.<ino>" in hex. */

@@ -48,6 +48,8 @@ struct interval {
     int dir_fd;                      /* the journal's directory (renamed at will: never by path) */
     int log_fd, keep_fd, data_fd;
     uint64_t log_off, data_off;     /* where the next record / saved bytes go */
+    uint64_t index;                  /* the interval's checkpoint N (its BEGIN record) */
+    uint64_t nrec;                   /* records in the log (its END record counts them) */
     char *lwin;                      /* the log window (NULL: records go with pwritev) */
     uint64_t lbase, wlen;            /* file offset of its first byte, its length */
     int touched;       /* anything recorded (for machine durability) */
@@ -70,6 +72,7 @@ static struct {
     int main;          /* the job's program: its journal is the directory's top one, files.data may be a spare */
     int pid;           /* the process whose journal iv[] holds (a vfork child shares this memory) */
     int ppid, pfd;     /* a forked child's parent (its pid, its journal directory's descriptor), or 0 */
+    uint64_t job[2];   /* the job's identity, in every BEGIN record */
 } E;
 
 static char *databuf; /* FJ_DATA_MAX bytes, for copying saved content */
@@ -252,43 +255,66 @@ static uint64_t stamp_now(void)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
+static long pwrite_allv(int fd, struct iovec *iov, int n, uint64_t off)
+{
+    int first = 0;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += iov[i].iov_len;
+    while (total) {
+        long k = lz_sc4(SYS_pwritev, fd, &iov[first], n - first, off);
+        if (k == -EINTR) continue;
+        if (k <= 0) return k ? k : -EIO;
+        total -= (size_t)k;
+        off += (uint64_t)k;
+        while (k > 0) {
+            if ((size_t)k >= iov[first].iov_len) { k -= (long)iov[first].iov_len; iov[first].iov_len = 0; first++; }
+            else { iov[first].iov_base = (char *)iov[first].iov_base + k; iov[first].iov_len -= (size_t)k; k = 0; }
+        }
+        while (first < n && iov[first].iov_len == 0) first++;
+    }
+    return 0;
+}
+
 static long jwrite(struct interval *v, uint16_t type, uint16_t flags, const void *fixed, size_t flen,
                    const char *s1, const char *s2, const void *data, size_t dlen)
 {
+    static const uint32_t magic = FJ_REC_MAGIC;
+    static const char zeros[sizeof(struct fj_rec)];
     struct fj_rec h = {FJ_REC_MAGIC, type, flags, 0, 0, stamp_now()};
     size_t l1 = s1 ? slen(s1) + 1 : 0, l2 = s2 ? slen(s2) + 1 : 0;
     h.len = (uint32_t)(flen + l1 + l2 + dlen);
-    struct iovec iov[5] = {{&h, sizeof h}, {(void *)fixed, flen}, {(void *)s1, l1}, {(void *)s2, l2}, {(void *)data, dlen}};
+    struct iovec iov[6] = {{&h, sizeof h}, {(void *)fixed, flen}, {(void *)s1, l1}, {(void *)s2, l2}, {(void *)data, dlen},
+                           {(void *)zeros, sizeof zeros}};
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
     for (int i = 0; i < 5; i++) if (iov[i].iov_len) XXH3_64bits_update(&st, iov[i].iov_base, iov[i].iov_len);
     h.check = (uint32_t)XXH3_64bits_digest(&st);
+    /* the magic commits the record (journal.h): everything else goes first,
+     * so a SIGKILL in between leaves magic 0 (torn), never a bad checksum */
+    h.magic = 0;
     size_t total = sizeof h + h.len;
-    if (v->lwin && v->log_off + total > v->lbase + v->wlen) {
+    /* >=: a zero byte always follows the records of an open log */
+    if (v->lwin && v->log_off + total >= v->lbase + v->wlen) {
         if (v->wlen < LOG_WIN) v->wlen *= 2; /* a small journal stays small on disk (the window is allocated) */
         log_window(v); /* or records go with pwritev from now on */
     }
     if (v->lwin) {
-        char *at = v->lwin + (v->log_off - v->lbase);
+        char *rec = v->lwin + (v->log_off - v->lbase), *at = rec;
         for (int i = 0; i < 5; i++)
             if (iov[i].iov_len) { memcpy(at, iov[i].iov_base, iov[i].iov_len); at += iov[i].iov_len; }
-        v->log_off += total;
-        v->touched = 1;
-        return 0;
-    }
-    int first = 0;
-    while (total) {
-        long n = lz_sc4(SYS_pwritev, v->log_fd, &iov[first], 5 - first, v->log_off);
-        if (n == -EINTR) continue;
-        if (n <= 0) return n ? n : -EIO;
-        total -= (size_t)n;
-        v->log_off += (uint64_t)n;
-        while (n > 0) {
-            if ((size_t)n >= iov[first].iov_len) { n -= (long)iov[first].iov_len; iov[first].iov_len = 0; first++; }
-            else { iov[first].iov_base = (char *)iov[first].iov_base + n; iov[first].iov_len -= (size_t)n; n = 0; }
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        memcpy(rec, &magic, sizeof magic);
+    } else {
+        /* the record and a zero header after it (an open log ends in zeros), then its magic */
+        long r = pwrite_allv(v->log_fd, iov, 6, v->log_off);
+        if (r == 0) {
+            struct iovec m = {(void *)&magic, sizeof magic};
+            r = pwrite_allv(v->log_fd, &m, 1, v->log_off);
         }
-        while (first < 5 && iov[first].iov_len == 0) first++;
+        if (r < 0) return r;
     }
+    v->log_off += total;
+    v->nrec++;
     v->touched = 1;
     return 0;
 }
@@ -479,7 +505,7 @@ static long save_range(struct interval *v, struct fj_ino *e, int fd, int readabl
             w += (uint64_t)k;
         }
         if (E.machine && (r = lz_sc1(SYS_fdatasync, v->data_fd)) < 0) return r;
-        struct fj_data d = {e->dev, e->ino, o, v->data_off, n};
+        struct fj_data d = {e->dev, e->ino, o, v->data_off, n, XXH3_64bits(databuf, n)};
         v->data_off += padded;
         r = jwrite(v, FJ_DATA, 0, &d, sizeof d, NULL, NULL, NULL, 0);
         if (r < 0) return r;
@@ -523,8 +549,10 @@ int fj_owns(uint64_t start, uint64_t end)
     return engine_mem && start >= (uint64_t)engine_mem && end <= (uint64_t)engine_mem + ENGINE_BYTES;
 }
 
-int fj_setup(const char *store, int machine, const char *excludes, int main_process)
+int fj_setup(const char *store, int machine, const char *excludes, int main_process, const uint64_t job[2])
 {
+    E.job[0] = job[0];
+    E.job[1] = job[1];
     E.main = main_process;
     E.pid = (int)lz_sc0(SYS_getpid);
     size_t sl = slen(store);
@@ -545,14 +573,22 @@ int fj_setup(const char *store, int machine, const char *excludes, int main_proc
     return 0;
 }
 
+/* The log is let go: an END record counting the records before it, and the
+ * file cut right after it (journal.h: a sealed log proves its extent). */
+static void seal_log(struct interval *v)
+{
+    if (v->log_fd < 0 || v->nrec == 0) return;
+    struct fj_end e = {v->nrec};
+    if (jwrite(v, FJ_END, 0, &e, sizeof e, NULL, NULL, NULL, 0) == 0) lz_sc2(SYS_ftruncate, v->log_fd, v->log_off);
+    else v->nrec = 0;
+}
+
 /* Lets an interval go: trim says the log is ours to cut to its records (a
  * fork child's copy of its parent's interval is not). */
 static void iv_close(struct interval *v, int trim)
 {
-    if (v->lwin) {
-        win_drop(v->lwin, LOG_WIN);
-        if (trim) lz_sc2(SYS_ftruncate, v->log_fd, v->log_off); /* the window's unused tail */
-    }
+    if (trim) seal_log(v);
+    if (v->lwin) win_drop(v->lwin, LOG_WIN);
     v->lwin = NULL;
     if (v->log_fd >= 0) lz_sc1(SYS_close, v->log_fd);
     if (v->keep_fd >= 0) lz_sc1(SYS_close, v->keep_fd);
@@ -1214,12 +1250,12 @@ static long pread_full(int fd, void *buf, uint64_t n, uint64_t off)
 /* The end of the valid records of a log from `off` (a record boundary) on,
  * and in *data_end the end of the bytes of files.data its DATA records use:
  * where a journal taken over (after an exec, or a reused pid) goes on. */
-static uint64_t scan_log(int fd, uint64_t off, uint64_t *data_end)
+static uint64_t scan_log(struct interval *v, int fd, uint64_t off, uint64_t *data_end)
 {
     for (;;) {
         struct fj_rec h;
         if (pread_full(fd, &h, sizeof h, off) < 0) break;
-        if (h.magic != FJ_REC_MAGIC || h.len > FJ_DATA_MAX || h.type < FJ_INODE || h.type > FJ_DIRTIME) break;
+        if (h.magic != FJ_REC_MAGIC || h.len > FJ_DATA_MAX || h.type < FJ_INODE || h.type > FJ_TYPE_MAX) break;
         if (pread_full(fd, databuf, h.len, off + sizeof h) < 0) break;
         uint32_t check = h.check;
         h.check = 0;
@@ -1228,6 +1264,13 @@ static uint64_t scan_log(int fd, uint64_t off, uint64_t *data_end)
         XXH3_64bits_update(&st, &h, sizeof h);
         if (h.len) XXH3_64bits_update(&st, databuf, h.len);
         if ((uint32_t)XXH3_64bits_digest(&st) != check) break; /* torn: its change never happened */
+        if (h.type == FJ_END) break; /* the log goes on here: its END is written again when it is let go */
+        if (h.type == FJ_BEGIN && h.len >= sizeof(struct fj_begin)) {
+            struct fj_begin b;
+            memcpy(&b, databuf, sizeof b);
+            v->index = b.index;
+        }
+        v->nrec++;
         if (h.type == FJ_DATA && h.len >= sizeof(struct fj_data)) {
             struct fj_data d;
             memcpy(&d, databuf, sizeof d);
@@ -1245,9 +1288,12 @@ static uint64_t scan_log(int fd, uint64_t off, uint64_t *data_end)
  * valid record (from log_hint on); adopt: the journal of this process before
  * an exec, whose files.data may be a spare: continued after the bytes its
  * records use (at least data_hint), else after its end. */
-static long open_interval_at(struct interval *v, long dfd, int spare, int adopt, uint64_t log_hint, uint64_t data_hint)
+static long open_interval_at(struct interval *v, long dfd, int spare, int adopt, uint64_t log_hint, uint64_t data_hint,
+                             uint64_t nrec_hint, uint64_t index)
 {
     if (dfd < 0) return dfd;
+    v->index = index;
+    v->nrec = 0;
     v->dir_fd = (int)dfd;
     long r = lz_sc3(SYS_mkdirat, dfd, FJ_KEEP, 0700);
     if (r < 0 && r != -EEXIST) return r;
@@ -1261,7 +1307,9 @@ static long open_interval_at(struct interval *v, long dfd, int spare, int adopt,
     v->log_fd = (int)own_fd(lz_sc4(SYS_openat, dfd, FJ_LOG, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
     if (v->log_fd < 0) return v->log_fd;
     uint64_t data_end = 0;
-    v->log_off = scan_log(v->log_fd, log_hint, &data_end);
+    /* records before log_hint were counted by the image before an exec (nrec_hint) */
+    v->nrec = nrec_hint;
+    v->log_off = scan_log(v, v->log_fd, log_hint, &data_end);
     struct stat ds;
     if (lz_sc2(SYS_fstat, v->data_fd, &ds) < 0) ds.st_size = 0;
     if (recycled) v->data_off = data_end;
@@ -1273,6 +1321,13 @@ static long open_interval_at(struct interval *v, long dfd, int spare, int adopt,
         /* machine durability syncs each record: no window */
         v->lwin = win_area(v);
         log_window(v);
+    }
+    if (v->log_off == 0) {
+        /* a new log says whose it is: the job, the interval, the process */
+        struct fj_begin b = {{E.job[0], E.job[1]}, v->index, E.pid, 0};
+        r = jwrite(v, FJ_BEGIN, 0, &b, sizeof b, NULL, NULL, NULL, 0);
+        if (r == 0) r = jsync(v);
+        if (r < 0) return r;
     }
     return 0;
 }
@@ -1324,7 +1379,13 @@ int fj_prepare(const char *tmpdir, char *err, size_t errlen)
     iv_reset(v);
     /* --durability machine: the state of N itself must be on disk */
     if (E.machine && old->touched) lz_sc0(SYS_sync);
-    long r = open_interval_at(v, open_dir_at(AT_FDCWD, tmpdir), E.main, 0, 0, 0);
+    /* ".../tmp.N.PID": the interval after checkpoint N */
+    const char *base = tmpdir;
+    for (const char *q = tmpdir; *q; q++) if (*q == '/') base = q + 1;
+    uint64_t index = 0;
+    if (base[0] == 't' && base[1] == 'm' && base[2] == 'p' && base[3] == '.')
+        for (const char *q = base + 4; *q >= '0' && *q <= '9'; q++) index = index * 10 + (uint64_t)(*q - '0');
+    long r = open_interval_at(v, open_dir_at(AT_FDCWD, tmpdir), E.main, 0, 0, 0, 0, index);
     if (r < 0) { set_err(err, errlen, "cannot create the file journal", r); iv_reset(v); unlock(); return -1; }
     /* save_blind classifies with the new interval's numbers */
     uint32_t oldgen = fj.gen;
@@ -1413,7 +1474,7 @@ void fj_after_fork(void)
     }
     long r = pdir >= 0 ? open_proc_dir(pdir, E.pid) : -EBADF;
     if (pdir >= 0) lz_sc1(SYS_close, pdir);
-    r = open_interval_at(v, r, 0, 0, 0, 0);
+    r = open_interval_at(v, r, 0, 0, 0, 0, 0, v->index);
     if (r < 0) {
         char why[128];
         set_err(why, sizeof why, "cannot start its file journal", r);
@@ -1434,14 +1495,14 @@ static void put_u64(char **p, char *end, uint64_t x)
 
 int fj_exec_prepare(char *envstr, size_t len)
 {
-    if (!fj.fdt || !fj.live || len < 96) return 0;
+    if (!fj.fdt || !fj.live || len < 11 + 6 * 21) return 0;
     /* a vfork child shares this memory: the journal is its parent's (E.pid),
      * and nothing here may change */
     uint64_t saved;
     lock_quiet(&saved);
     struct interval *v = &E.iv[E.cur];
     int fd = v->dir_fd, owner = E.pid;
-    uint64_t lo = v->log_off, dof = v->data_off;
+    uint64_t lo = v->log_off, dof = v->data_off, nrec = v->nrec, index = v->index;
     unlock_quiet(&saved);
     if (fd < 0) return -EBADF;
     long r = lz_sc3(SYS_fcntl, fd, F_SETFD, 0);
@@ -1489,6 +1550,10 @@ int fj_exec_prepare(char *envstr, size_t len)
     put_u64(&p, end, lo);
     *p++ = '.';
     put_u64(&p, end, dof);
+    *p++ = '.';
+    put_u64(&p, end, nrec);
+    *p++ = '.';
+    put_u64(&p, end, index);
     *p = 0;
     return 1;
 }
@@ -1514,10 +1579,11 @@ static int get_u64(const char **p, uint64_t *out)
 int fj_adopt(const char *val, char *err, size_t errlen)
 {
     if (!fj.fdt) return 0;
-    uint64_t owner, fd, lo, dof;
+    uint64_t owner, fd, lo, dof, nrec, index;
     const char *p = val;
     if (get_u64(&p, &owner) < 0 || *p++ != '.' || get_u64(&p, &fd) < 0 || *p++ != '.' || get_u64(&p, &lo) < 0 ||
-        *p++ != '.' || get_u64(&p, &dof) < 0 || *p || fd > 0x7fffffff) {
+        *p++ != '.' || get_u64(&p, &dof) < 0 || *p++ != '.' || get_u64(&p, &nrec) < 0 || *p++ != '.' ||
+        get_u64(&p, &index) < 0 || *p || fd > 0x7fffffff) {
         set_err(err, errlen, "malformed " FJ_ENV, -EINVAL);
         return -1;
     }
@@ -1536,12 +1602,12 @@ int fj_adopt(const char *val, char *err, size_t errlen)
     long r;
     if ((uint64_t)self == owner) {
         /* exec: the same process, its journal goes on after its last record */
-        r = open_interval_at(v, own_fd((long)fd), 0, 1, lo, dof);
+        r = open_interval_at(v, own_fd((long)fd), 0, 1, lo, dof, nrec, index);
     } else {
         /* a vfork or posix_spawn child: a journal of its own, inside its parent's */
         long d = open_proc_dir((long)fd, self);
         lz_sc1(SYS_close, fd);
-        r = open_interval_at(v, d, 0, 0, 0, 0);
+        r = open_interval_at(v, d, 0, 0, 0, 0, 0, index);
     }
     if (r == 0) r = save_blind(v);
     if (r < 0) {
@@ -1566,10 +1632,10 @@ __attribute__((destructor)) static void fj_exit(void)
     signals_wait(&saved);
     if (!__atomic_exchange_n(&E.lock, 1, __ATOMIC_ACQUIRE)) { /* (never wait for a lock at exit) */
         struct interval *v = &E.iv[E.cur];
+        seal_log(v);
         if (v->lwin) {
             win_drop(v->lwin, LOG_WIN);
             v->lwin = NULL; /* records of threads still running go with pwritev */
-            if (v->log_fd >= 0) lz_sc2(SYS_ftruncate, v->log_fd, v->log_off);
         }
         unlock();
     }
@@ -1587,6 +1653,7 @@ int fj_restarted(uint64_t index, int main_process, char *err, size_t errlen)
     fj.live = 0;
     if (map_memory() < 0) { set_err(err, errlen, "cannot map the file engine's memory", -ENOMEM); return -1; }
     fj.gen = 1;
+    uint64_t at_index = index;
     char ck[LZ_PATH_MAX + 64];
     size_t l = E.store_len;
     memcpy(ck, E.store, l);
@@ -1604,7 +1671,7 @@ int fj_restarted(uint64_t index, int main_process, char *err, size_t errlen)
         lz_sc1(SYS_close, d);
         d = pd;
     }
-    long r = open_interval_at(&E.iv[0], d, 0, 0, 0, 0);
+    long r = open_interval_at(&E.iv[0], d, 0, 0, 0, 0, 0, at_index);
     if (r == 0) r = save_blind(&E.iv[0]);
     if (r < 0) { set_err(err, errlen, "cannot reopen the file journal", r); iv_close(&E.iv[0], 0); fj.live = 0; return -1; }
     fj.live = 1;

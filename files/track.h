@@ -38,7 +38,7 @@ extern struct fj_global fj;
  * (a list of absolute paths separated by '\n'); main_process: this is the
  * job's program (its journal is the top one of a checkpoint directory and
  * may recycle the store's spares), not another process of the job. */
-int fj_setup(const char *store, int machine, const char *excludes, int main_process);
+int fj_setup(const char *store, int machine, const char *excludes, int main_process, const uint64_t job[2]);
 
 /* Fast test for write(): nothing to record for this descriptor. */
 static inline int fj_pass_write(int fd)

@@ -1,0 +1,102 @@
+/* `lazarus diff`: what a rollback would change (rollback.h). */
+#include "rollback.h"
+#include "journal.h"
+#include "journal_read.h"
+#include "format.h"
+#include "hash.h"
+#include "store.h"
+#include "store_admin.h"
+#include "util.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct line { char *text; };
+static int line_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct line *)a)->text + 9, ((const struct line *)b)->text + 9);
+}
+
+size_t fj_plan_diff(const struct fj_plan *p, FILE *out)
+{
+    size_t n, nl = 0, cap = 64;
+    struct line *lines = malloc(cap * sizeof *lines);
+    struct want *w = fj_final_names(p, &n);
+    struct stat st;
+    size_t nseen = 0, capseen = n + 16;
+    char **seen = calloc(capseen, sizeof *seen);
+    char where[LZ_PATH_MAX * 2], what[64];
+    /* when the job stopped: what is gone since was deleted or replaced by
+     * someone else (a rollback under way: nothing is told apart) */
+    struct lz_job job;
+    int64_t stop = lz_job_read(p->dir, &job) == 0 && job.rolling_to < 0 ? lz_job_stop_ns(p->dir, &job) : INT64_MAX;
+    fj_locate_reset();
+    fj_aliases_load(p->dir);
+#define ADD(kind, path) do { if (nl == cap) { cap *= 2; lines = realloc(lines, cap * sizeof *lines); } \
+        if (asprintf(&lines[nl].text, "%-8s %s", kind, path) > 0) nl++; } while (0)
+    for (size_t i = 0; i < n; i++) {
+        const struct fj_name *nm = NAME(w[i].r);
+        int have = lstat(w[i].path, &st) == 0;
+        const char *kind = NULL;
+        switch (nm->was) {
+        case FJ_WAS_ABSENT: if (have) kind = "removed"; break;
+        case FJ_WAS_FILE:
+            if (!have || !(same_ino(&st, nm->dev, nm->ino) || fj_is_copy_of(&st, nm->dev, nm->ino))) kind = "restored";
+            break;
+        case FJ_WAS_DIR: if (!have || !S_ISDIR(st.st_mode)) kind = "restored"; break;
+        case FJ_WAS_SYMLINK: {
+            char cur[LZ_PATH_MAX];
+            ssize_t l = have && S_ISLNK(st.st_mode) ? readlink(w[i].path, cur, sizeof cur - 1) : -1;
+            if (l < 0) kind = "restored";
+            else { cur[l] = 0; if (strcmp(cur, name_target(w[i].r))) kind = "restored"; }
+            break;
+        }
+        default: if (!have) kind = "restored"; break;
+        }
+        if (kind) { ADD(kind, w[i].path); seen[nseen++] = (char *)w[i].path; }
+    }
+    for (size_t i = 0; i < p->n; i++)
+        for (size_t j = 0; j < p->s[i].n; j++) {
+            const struct rec *r = &p->s[i].r[j];
+            if (r->type != FJ_INODE) continue;
+            const char *path = inode_path(r);
+            int dup = 0;
+            for (size_t k = 0; k < nseen && !dup; k++) dup = !strcmp(seen[k], path);
+            for (size_t k = 0; k < nl && !dup; k++) dup = !strcmp(lines[k].text + 9, path);
+            if (dup) continue;
+            /* something to undo if the content was saved, or size/mode/time moved */
+            const struct fj_inode *in = INODE(r);
+            int at = fj_locate_inode(p, i, r, where, sizeof where, &st);
+            if (at == FJ_AT_NONE) {
+                /* deleted or replaced after the job stopped: it comes back at
+                 * its name if the target has it there and the journals hold
+                 * all of it; a restart refuses it otherwise (outside.c).
+                 * Gone with no sign of that: the rollback leaves it */
+                if (fj_inode_gone_after(p, i, r, stop, what, sizeof what) && fj_inode_needed(w, n, r))
+                    ADD(fj_inode_rebuildable(p, in->dev, in->ino) ? "restored" : "lost", path);
+                else {
+                    if (nseen == capseen) { capseen *= 2; seen = realloc(seen, capseen * sizeof *seen); }
+                    seen[nseen++] = (char *)path; /* removed with its directory, or not there at N */
+                }
+                continue;
+            }
+            int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
+            int changed = (uint64_t)st.st_size != in->size || mt != in->mtime_ns || (st.st_mode & 07777) != (in->mode & 07777);
+            if (changed) ADD("modified", path);
+        }
+    qsort(lines, nl, sizeof *lines, line_cmp);
+    for (size_t i = 0; i < nl; i++) { fprintf(out, "%s\n", lines[i].text); free(lines[i].text); }
+    free(lines);
+    free(seen);
+    free(w);
+    return nl;
+}
+
+/* Paths a journal changes (NAME paths and INODE paths), and the bytes it keeps. */
