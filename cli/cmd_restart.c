@@ -4,6 +4,8 @@
 #include "store_admin.h"
 #include "util.h"
 #include "rollback.h"
+#include "privilege.h"
+#include "frames_check.h"
 #include <sys/stat.h>
 #include <dirent.h>
 #include <errno.h>
@@ -30,57 +32,80 @@ static const char help[] =
     "            compression of the checkpoints from now on: none, lz4, zstd or\n"
     "            zstd:LEVEL (default: what the job had)\n";
 
-/* Undoes every change to files since checkpoint `index` (files/rollback.h). */
-static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, int force, uint64_t next)
+/* Phase 1 of the file rollback: the journals of every interval since N are
+ * read and proven (journal_read.c), nothing outside the job changed what
+ * they would touch since it stopped (or --force), and nothing they need is
+ * gone (not even with --force: outside.c).  Changes nothing.  NULL with a
+ * message said. */
+static struct fj_plan *plan_rollback(const char *dir, uint64_t index, const struct lz_job *job, int force)
 {
     char why[LZ_PATH_MAX + 512];
     if (job->rolling_to >= 0 && index > (uint64_t)job->rolling_to) {
         lz_err("cannot restart from checkpoint %" PRIu64 ": a rollback of the files to checkpoint %" PRId64
                " was interrupted; finish it with `lazarus restart --at %" PRId64 "`", index, job->rolling_to, job->rolling_to);
-        return -1;
+        return NULL;
     }
-    struct fj_plan *plan = fj_plan_load(dir, index, why, sizeof why);
-    if (!plan) { lz_err("cannot restart: %s", why); return -1; }
+    /* finishing an interrupted rollback: it linked kept inodes back already */
+    int64_t stop = job->rolling_to >= 0 ? INT64_MAX : lz_job_stop_ns(dir, job);
+    struct fj_plan *plan = fj_plan_load(dir, index, stop, why, sizeof why);
+    if (!plan) { lz_err("cannot restart: %s; nothing was changed", why); return NULL; }
+    /* finishing an interrupted rollback: what it changed already is newer
+     * than the stop, and its check was made */
+    if (fj_plan_empty(plan) || job->rolling_to >= 0) return plan;
+    /* also with --force: what is gone cannot be rolled back by any means */
+    struct fj_outside out;
+    fj_plan_outside_changes(plan, stop, &out);
+    int refuse = 1;
+    if (out.nlost == 1) {
+        lz_err("cannot restart from checkpoint %" PRIu64 ": the content of %s at checkpoint %" PRIu64 " is gone: it was %s "
+               "after the job stopped, and the journal holds only the bytes the job overwrote, not the whole file; "
+               "nothing was changed, and --force cannot roll it back", index, out.lost[0].path, index, out.lost[0].what);
+    } else if (out.nlost) {
+        char *list = fj_change_list(out.lost, out.nlost, 5, " was ", " after the job stopped");
+        lz_err("cannot restart from checkpoint %" PRIu64 ": the content of %zu files at checkpoint %" PRIu64 " is gone (%s), "
+               "and the journal holds only the bytes the job overwrote, not whole files; nothing was changed, and --force "
+               "cannot roll them back", index, out.nlost, index, list);
+        free(list);
+    } else if (out.nchanged && !force) {
+        size_t k = out.nchanged;
+        char *list = fj_change_list(out.changed, k, 5, ": ", "");
+        lz_err("cannot restart: %zu file%s changed outside the job after it stopped (%s); nothing was changed; "
+               "`lazarus restart --force` rolls %s back anyway", k, k == 1 ? "" : "s", list, k == 1 ? "it" : "them");
+        free(list);
+    } else {
+        refuse = 0;
+    }
+    fj_outside_free(&out);
+    if (refuse) {
+        fj_plan_free(plan);
+        return NULL;
+    }
+    return plan;
+}
+
+/* Phase 2: undoes every change to files since checkpoint `index`.  A crash
+ * here is finished by the next restart (job.rolling_to). */
+static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, struct fj_plan *plan, uint64_t next)
+{
+    char why[LZ_PATH_MAX + 512];
     /* no file to roll back: the checkpoints after N go once the program is
      * back (the supervisor), so that a failed restart changes nothing */
-    if (fj_plan_empty(plan)) { fj_plan_free(plan); return 0; }
-    if (job->rolling_to < 0 && !force) {
-        int64_t stop = job->stopped_ns;
-        if (!strcmp(job->state, "running") || stop == 0) {
-            /* the supervisor died with the job: its last heartbeat, plus a beat */
-            char lock[LZ_PATH_MAX + 32];
-            struct stat st;
-            snprintf(lock, sizeof lock, "%s/%s", dir, LZ_LOCKFILE);
-            stop = stat(lock, &st) == 0 ? (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec + 1000000000ll : INT64_MAX;
-        }
-        char *list;
-        size_t k = fj_plan_outside_changes(plan, stop, &list);
-        if (k) {
-            lz_err("cannot restart: %zu file%s changed outside the job after it stopped (%s%s); nothing was changed; "
-                   "`lazarus restart --force` rolls %s back anyway", k, k == 1 ? "" : "s", list, k > 5 ? ", ..." : "",
-                   k == 1 ? "it" : "them");
-            free(list);
-            fj_plan_free(plan);
-            return -1;
-        }
-    }
+    if (fj_plan_empty(plan)) return 0;
     job->rolling_to = (int64_t)index;
     job->next_index = next; /* the checkpoints after N go: their indices stay used */
-    if (lz_job_write(dir, job) < 0) { lz_err("cannot write %s/%s: %s", dir, LZ_JOBFILE, strerror(errno)); fj_plan_free(plan); return -1; }
+    if (lz_job_write(dir, job) < 0) { lz_err("cannot write %s/%s: %s", dir, LZ_JOBFILE, strerror(errno)); return -1; }
     const char *d = getenv("LAZARUS_TEST_ROLLBACK_DELAY_MS");
     if (fj_plan_apply(plan, d ? atoi(d) : 0, why, sizeof why) < 0) {
         lz_err("cannot roll the files back to checkpoint %" PRIu64 ": %s; run `lazarus restart --at %" PRIu64
                "` again once that is fixed", index, why, index);
-        fj_plan_free(plan);
         return -1;
     }
-    fj_plan_free(plan);
     /* the files are at N: later checkpoints describe files that are gone, and
      * later journals (of failed checkpoints too) were just applied */
     lz_store_drop_branch(dir, index, UINT64_MAX);
     char ck[LZ_PATH_MAX + 64];
     lz_ckpt_path(ck, sizeof ck, dir, index);
-    fj_journal_reset(ck);
+    fj_journal_reset(ck, job->id, index);
     return 0;
 }
 
@@ -111,6 +136,9 @@ static uint64_t newest_pack(const char *dir)
     return max;
 }
 
+/* A restart proves everything before it changes anything (phase 1), then
+ * rolls the files back and restores (phase 2).  A refusal in phase 1 leaves
+ * the store and the user's files as they were. */
 int cmd_restart(int argc, char **argv)
 {
     struct cli_opts o;
@@ -120,14 +148,22 @@ int cmd_restart(int argc, char **argv)
     char *dir = abs_dir(o.dir);
     char why[1200];
     if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
+    /* root restarting an ordinary user's job is that user from here on */
+    if (privilege_become_store_owner(dir, o.have_at, o.at, why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return 1; }
     int lock = lz_store_lock(dir);
     if (lock < 0) {
         lz_err(errno == EWOULDBLOCK ? "a job is already running with %s; it cannot be restarted twice"
                                     : "cannot lock the checkpoint store %s", o.dir);
         return 1;
     }
+    /* a checkpoint torn by a crash: its part becomes the journal it is */
     lz_store_cleanup_tmp(dir);
-    lz_store_drop_spares(dir);
+
+    /* ---- phase 1: read and check everything; change nothing */
+    struct lz_job job;
+    int jr = lz_job_read(dir, &job);
+    if (jr == LZ_JOB_DAMAGED) { lz_err("cannot restart: the store's job file is damaged (%s/%s); nothing was changed", o.dir, LZ_JOBFILE); return 1; }
+    if (jr < 0) { lz_err("cannot restart: cannot read %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
     uint64_t index;
     if (lz_store_pick(dir, o.have_at, o.at, &index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
     char ckpt[LZ_PATH_MAX + 64];
@@ -135,13 +171,13 @@ int cmd_restart(int argc, char **argv)
     struct lz_image img;
     char inner[1024];
     if (lz_manifest_load(ckpt, &img, inner, sizeof inner) < 0) {
-        lz_err("cannot restart: checkpoint %" PRIu64 " is damaged: %s", index, inner);
+        lz_err("cannot restart: checkpoint %" PRIu64 " is damaged: %s; nothing was changed", index, inner);
         return 1;
     }
     struct restart_tree rt;
     memset(&rt, 0, sizeof rt);
     if (lz_tree_load(ckpt, &rt.tree, inner, sizeof inner) < 0) {
-        lz_err("cannot restart: checkpoint %" PRIu64 " is damaged: %s", index, inner);
+        lz_err("cannot restart: checkpoint %" PRIu64 " is damaged: %s; nothing was changed", index, inner);
         return 1;
     }
     int several = rt.tree.nprocs > 1;
@@ -150,24 +186,43 @@ int cmd_restart(int argc, char **argv)
         if (restart_tree_load(&rt, ckpt, index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
     } else {
         if (check_identity(&img, why, sizeof why) < 0) { lz_err("cannot restart from checkpoint %" PRIu64 ": %s", index, why); return 1; }
-        /* small (pipe and socket buffers): checked before any file is rolled back */
+        /* small (pipe and socket buffers) */
         if (lz_check_chans(ckpt, &img, index, why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return 1; }
+        /* every frame the restorer will map: whole and unchanged, and read ahead */
+        if (lz_check_frames(ckpt, &img, inner, sizeof inner) < 0) {
+            lz_err("cannot restart: checkpoint %" PRIu64 " is damaged: %s; nothing was changed", index, inner);
+            return 1;
+        }
     }
-    struct lz_job job;
-    lz_job_read(dir, &job);
+    struct fj_plan *plan = plan_rollback(dir, index, &job, o.force);
+    if (!plan) return 1;
+    for (size_t k = 0; k < (several ? rt.tree.nprocs : 1); k++) {
+        const struct lz_image *im = several ? &rt.imgs[k] : &img;
+        if (several && rt.tree.procs[k].state != LZ_TP_LIVE) continue;
+        if (restart_paths_check(im, plan, why, sizeof why) < 0) {
+            lz_err("cannot restart from checkpoint %" PRIu64 ": %s; nothing was changed", index, why);
+            fj_plan_free(plan);
+            return 1;
+        }
+    }
+
+    /* ---- phase 2: roll the files back, then restore */
+    lz_store_drop_spares(dir);
     /* indices are never reused, also of checkpoints the rollback drops and of
      * failed ones (their jrnl.N and packs/pack.N may remain) */
     uint64_t *v;
-    int *jr;
-    int n = lz_store_list_journals(dir, &v, &jr);
+    int *jrn;
+    int n = lz_store_list_journals(dir, &v, &jrn);
     uint64_t next = (n > 0 && v[n - 1] > index ? v[n - 1] : index) + 1;
-    if (n >= 0) { free(v); free(jr); }
+    if (n >= 0) { free(v); free(jrn); }
     if (job.failed_index >= next) next = job.failed_index + 1;
     uint64_t pack = newest_pack(dir);
     if (pack >= next) next = pack + 1;
     if (job.next_index > next) next = job.next_index;
     if (*o.compress) snprintf(job.compress, sizeof job.compress, "%s", o.compress);
-    if (rollback_files(dir, index, &job, o.force, next) < 0) return 1;
+    int rb = rollback_files(dir, index, &job, plan, next);
+    fj_plan_free(plan);
+    if (rb < 0) return 1;
     snprintf(job.state, sizeof job.state, "running");
     job.rolling_to = -1;
     lz_job_write(dir, &job);

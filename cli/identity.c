@@ -2,6 +2,7 @@
  * (content hash of each mapped range), the CPU must offer the register state
  * the image holds, and the kernel's vDSO must be the same build. */
 #include "cli.h"
+#include "privilege.h"
 #include "hash.h"
 #include "util.h"
 #include <errno.h>
@@ -63,6 +64,8 @@ static uint64_t own_vdso_hash(void)
 int check_identity(const struct lz_image *img, char *why, size_t whylen)
 {
     const struct lz_proc *p = img->proc;
+    /* who it ran as, before what it ran on */
+    if (privilege_check_image(img, why, whylen) < 0) return -1;
     uint64_t have = xgetbv0();
     if (p->xcr0 & ~have) {
         snprintf(why, whylen, "this CPU lacks register state the program used (XCR0 0x%llx, here 0x%llx); restart on the same kind of machine",

@@ -5,6 +5,7 @@
  * sessions, zombies, and the pipes and open file descriptions processes
  * share, each made once by their nearest common ancestor. */
 #include "cli.h"
+#include "frames_check.h"
 #include "restart_plan.h"
 #include "store.h"
 #include "util.h"
@@ -337,6 +338,11 @@ int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index,
         }
         if (lz_check_chans(part, &rt->imgs[k], index, inner, sizeof inner) < 0) {
             snprintf(why, whylen, "cannot restart: process %d (%s): %s", p->pid, p->comm, inner);
+            return -1;
+        }
+        if (lz_check_frames(part, &rt->imgs[k], inner, sizeof inner) < 0) {
+            snprintf(why, whylen, "cannot restart: checkpoint %llu is damaged: process %d (%s): %s; nothing was changed",
+                     (unsigned long long)index, p->pid, p->comm, inner);
             return -1;
         }
     }

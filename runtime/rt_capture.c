@@ -47,6 +47,43 @@ static int read_mm_fields(struct lz_proc *p)
     return 0;
 }
 
+/* Who the process is (the checkpointing thread's credentials; the threads of
+ * a process share them through libc): real, effective and saved ids, the
+ * supplementary groups as a count and the XXH3-64 of the gid_t array in the
+ * kernel's order (getgroups: sorted), and the capability sets.  A restart
+ * gives exactly these or refuses (cli/privilege.c).  The whole group list is
+ * hashed: it goes to the scratch arena (up to NGROUPS_MAX = 65536 ids, 256
+ * KiB), not to the stack, which may be a small alternate signal stack. */
+static int capture_creds(struct rt_ckpt *ck, struct lz_proc *p)
+{
+    uint32_t r = 0, e = 0, s = 0;
+    long rc = lz_sc3(SYS_getresuid, &r, &e, &s);
+    if (rc < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot read the user ids (errno %ld)", -rc); return -1; }
+    p->uid = r; p->euid = e; p->suid = s;
+    rc = lz_sc3(SYS_getresgid, &r, &e, &s);
+    if (rc < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot read the group ids (errno %ld)", -rc); return -1; }
+    p->gid = r; p->egid = e; p->sgid = s;
+    long n = lz_sc2(SYS_getgroups, 0, NULL);
+    uint32_t *groups = n > 0 ? arena_alloc(&ck->arena, (size_t)n * sizeof *groups) : NULL;
+    if (n > 0 && groups) n = lz_sc2(SYS_getgroups, n, groups);
+    if (n < 0 || (n > 0 && !groups)) {
+        rt_fmt(ck->err, sizeof ck->err, "cannot read the supplementary groups (errno %ld)", n < 0 ? -n : (long)ENOMEM);
+        return -1;
+    }
+    uint32_t none = 0;
+    p->ngroups = (uint32_t)n;
+    ck->groups = groups;
+    p->groups_xxh3 = XXH3_64bits(n > 0 ? (const void *)groups : &none, (size_t)n * sizeof *groups);
+    struct { uint32_t version; int pid; } h = {0x20080522 /* _LINUX_CAPABILITY_VERSION_3 */, 0};
+    struct { uint32_t eff, prm, inh; } d[2] = {{0, 0, 0}, {0, 0, 0}};
+    rc = lz_sc2(SYS_capget, &h, d);
+    if (rc < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot read the capabilities (errno %ld)", -rc); return -1; }
+    p->cap_eff = (uint64_t)d[1].eff << 32 | d[0].eff;
+    p->cap_prm = (uint64_t)d[1].prm << 32 | d[0].prm;
+    p->cap_inh = (uint64_t)d[1].inh << 32 | d[0].inh;
+    return 0;
+}
+
 int rt_capture_proc(struct rt_ckpt *ck, void *ucontext)
 {
     (void)ucontext;
@@ -56,8 +93,7 @@ int rt_capture_proc(struct rt_ckpt *ck, void *ucontext)
     p->ppid = (int32_t)lz_sc0(SYS_getppid);
     p->pgid = (int32_t)lz_sc1(SYS_getpgid, 0);
     p->sid = (int32_t)lz_sc1(SYS_getsid, 0);
-    p->uid = (uint32_t)lz_sc0(SYS_getuid);
-    p->gid = (uint32_t)lz_sc0(SYS_getgid);
+    if (capture_creds(ck, p) < 0) return -1;
     long um = lz_sc1(SYS_umask, 0);
     lz_sc1(SYS_umask, um);
     p->umask = (uint32_t)um;

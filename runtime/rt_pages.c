@@ -656,6 +656,9 @@ static int flush_frame(struct writer *w)
     f->pack = w->packidx;
     f->offset = rt_packio_offset(w->io);
     f->stored = (uint32_t)n;
+    /* what a restart checks before it changes anything: the bytes as written
+     * (raw ones were just hashed; compressed ones are few, and hot) */
+    f->sxxh3 = f->codec == LZ_CODEC_NONE ? f->xxh3 : lz_hash(w->cbuf, n);
     long e = rt_packio_append(w->io, f->codec == LZ_CODEC_NONE ? raw : w->cbuf, n);
     if (e < 0) return rt_fail(w->ck, "cannot write the checkpoint's page data", e);
     w->nf_idx[w->n_new] = w->sframe;

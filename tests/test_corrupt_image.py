@@ -32,7 +32,7 @@ def _flip(p):
         f.write(bytes([b[0] ^ 0x10]))
 
 
-FORMAT_VERSION = 4  # common/format.h LZ_VERSION
+FORMAT_VERSION = 5  # common/format.h LZ_VERSION
 
 
 def _foreign_version(p):
@@ -59,7 +59,7 @@ def frames_of(manifest):
         sec[typ] = data[off + 16:off + 16 + length]
         off += 16 + ((length + 7) & ~7)
     packs = [struct.unpack_from("<IIQQ", sec[6], i)[3] for i in range(0, len(sec[6]), 24)]
-    frames = [struct.unpack_from("<IIQII", sec[8], i) for i in range(0, len(sec[8]), 32)]
+    frames = [struct.unpack_from("<IIQII", sec[8], i) for i in range(0, len(sec[8]), 40)]  # sizeof(struct lz_frame)
     return [(packs[pk], offset, stored) for pk, _, offset, stored, _ in frames]
 
 

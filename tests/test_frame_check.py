@@ -1,0 +1,141 @@
+"""Phase 1 of a restart checks every frame it will map (issue 15): a pack of
+the newest checkpoint with one byte flipped inside a frame its extents
+reference, a truncated pack, a deleted pack: `lazarus restart` refuses with
+one line naming the pack, before any file is rolled back, so that the user's
+files and the store stay byte-identical; an intact store still restarts.
+As root and as an ordinary user."""
+import os
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ckpt_path, children, find_program, kill_program, reap_orphans, snapshot
+
+# A program that keeps changing a file and its memory: what a rollback undoes.
+PROGRAM = r'''
+import os, sys, time
+work = sys.argv[1]
+heap = bytearray(os.urandom(8 << 20))  # random: stored as is, frames of its own
+log = open(os.path.join(work, "log.txt"), "a")
+print("start", flush=True)
+n = 0
+while True:
+    n += 1
+    for k in range(64):  # pages changed between checkpoints: each one stores new frames
+        heap[(n * 64 + k) * 4096 % len(heap)] ^= 0xFF
+    log.write(f"line {n}\n")
+    log.flush()
+    if n % 20 == 0:
+        print(f"tick {n}", flush=True)
+    time.sleep(0.005)
+'''
+
+SEC_EXTENTS, SEC_PACKS, SEC_FRAMES = 3, 6, 8
+FRAME_ZERO = 0xFFFFFFFF
+FRAME_SIZE = 40  # struct lz_frame: pack, codec, offset, stored, raw, xxh3, sxxh3
+
+
+def referenced_frames(manifest: Path):
+    """(pack id, offset, stored) of every frame an extent of the manifest uses."""
+    data = manifest.read_bytes()
+    header_size = struct.unpack_from("<I", data, 12)[0]
+    nsections = struct.unpack_from("<I", data, 52)[0]
+    off, sec = header_size, {}
+    for _ in range(nsections):
+        typ, _, length = struct.unpack_from("<IIQ", data, off)
+        sec[typ] = data[off + 16:off + 16 + length]
+        off += 16 + ((length + 7) & ~7)
+    packs = [struct.unpack_from("<IIQQ", sec[SEC_PACKS], i)[3] for i in range(0, len(sec[SEC_PACKS]), 24)]
+    assert len(sec[SEC_FRAMES]) % FRAME_SIZE == 0
+    frames = [struct.unpack_from("<IIQIIQQ", sec[SEC_FRAMES], i) for i in range(0, len(sec[SEC_FRAMES]), FRAME_SIZE)]
+    used = set()
+    for i in range(0, len(sec[SEC_EXTENTS]), 24):
+        frame = struct.unpack_from("<QIIII", sec[SEC_EXTENTS], i)[2]
+        if frame != FRAME_ZERO:
+            pk, _, offset, stored, _, _, _ = frames[frame]
+            used.add((packs[pk], offset, stored))
+    return sorted(used)
+
+
+def _job(runner):
+    """A killed job with two checkpoints A < B whose program changed its file
+    after B: (store, work directory, B)."""
+    prog = runner.base / "changer.py"
+    prog.write_text(PROGRAM)
+    os.chmod(prog, 0o644)
+    work = runner.mkdir("work")
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", prog, work)
+    proc.wait_for_output(r"^start", timeout=60)
+    a = runner.checkpoint(store)
+    b = runner.checkpoint(store)
+    assert a < b
+    size = (work / "log.txt").stat().st_size
+    deadline = time.monotonic() + 30
+    while (work / "log.txt").stat().st_size <= size + 100:  # changed after B: a rollback would undo it
+        assert time.monotonic() < deadline, f"the program stopped writing\n{proc.stderr}"
+        time.sleep(0.02)
+    kill_program(proc, "python3")
+    assert (store / "packs" / f"pack.{b:06d}").stat().st_size > 0
+    return store, work, b
+
+
+def _flip(store, b):
+    mine = [f for f in referenced_frames(ckpt_path(store, b) / "manifest") if f[0] == b]
+    assert mine, "checkpoint B references no frame of its own pack"
+    _, offset, stored = max(mine, key=lambda f: f[2])
+    pack = store / "packs" / f"pack.{b:06d}"
+    with open(pack, "r+b") as f:
+        f.seek(offset + stored // 2)
+        c = f.read(1)
+        f.seek(offset + stored // 2)
+        f.write(bytes([c[0] ^ 0x01]))
+
+
+def _truncate(store, b):
+    pack = store / "packs" / f"pack.{b:06d}"
+    os.truncate(pack, pack.stat().st_size // 2)
+
+
+def _remove(store, b):
+    os.unlink(store / "packs" / f"pack.{b:06d}")
+
+
+CORRUPTIONS = {"bitflip": _flip, "truncated": _truncate, "missing": _remove}
+
+
+@pytest.mark.parametrize("kind", list(CORRUPTIONS))
+def test_damaged_frame_refused_before_rollback(kind, runner):
+    store, work, b = _job(runner)
+    CORRUPTIONS[kind](store, b)
+    files_before, store_before = snapshot(work), snapshot(store)
+
+    r = runner.lz("restart", "-d", store, timeout=120)
+    assert r.rc != 0, f"{kind}: accepted\n{r}"
+    assert r.stdout == "", f"{kind}: the program must not have run\n{r}"
+    lines = r.stderr_lines()
+    assert len(lines) == 1, f"{kind}: want exactly one line on stderr\n{r}"
+    assert f"pack.{b:06d}" in lines[0], f"{kind}: the line must name the pack\n{r}"
+    print(lines[0])
+    deadline = time.monotonic() + 3
+    while children(os.getpid()) and time.monotonic() < deadline:
+        reap_orphans()
+        time.sleep(0.05)
+    assert children(os.getpid()) == [], f"{kind}: restart left processes behind"
+    assert snapshot(work) == files_before, f"{kind}: the user's files were changed (rolled back)\n{r}"
+    assert snapshot(store) == store_before, f"{kind}: `restart` changed DIR\n{r}"
+
+
+def test_intact_store_restarts(runner):
+    store, work, b = _job(runner)
+    size = (work / "log.txt").stat().st_size
+    proc = runner.start_lz("restart", "-d", store)
+    proc.wait_for_output(r"^tick", timeout=60)
+    # rolled back to B, then written on from there
+    lines = (work / "log.txt").read_text().splitlines()
+    assert lines == [f"line {n}" for n in range(1, len(lines) + 1)], "the file is not one run of lines"
+    assert find_program(proc.pid, "python3") is not None
+    kill_program(proc, "python3")
+    assert size > 0
