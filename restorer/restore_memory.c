@@ -205,7 +205,8 @@ void restore_map_regions(struct restore_ctx *rc)
 struct fill_job {
     struct restore_ctx *rc;
     const int *packfds;
-    size_t first, last;
+    const uint32_t *order;  /* extent indices grouped by frame */
+    size_t first, last;     /* the run of `order` this worker fills */
     char *raw, *in, *work; /* a frame expanded, as stored, the decompressor's work area */
     long cached;           /* frame now in raw, -1 none */
     char err[512];
@@ -221,8 +222,8 @@ static int damaged(struct fill_job *j, const struct lz_extent *x, const char *wh
 }
 
 /* Frames are expanded once and checked against their checksum before any
- * byte of them reaches the program's memory; extents in address order
- * mostly use the frame just expanded. */
+ * byte of them reaches the program's memory; extents come grouped by frame,
+ * so each uses the frame just expanded. */
 static int fill_extent(struct fill_job *j, const struct lz_extent *x)
 {
     const struct lz_image *img = &j->rc->img;
@@ -257,7 +258,7 @@ static void *fill_worker(void *arg)
 {
     struct fill_job *j = arg;
     for (size_t e = j->first; e < j->last; e++)
-        if (fill_extent(j, &j->rc->img.extents[e]) < 0) return NULL;
+        if (fill_extent(j, &j->rc->img.extents[j->order[e]]) < 0) return NULL;
     return NULL;
 }
 
@@ -279,7 +280,24 @@ void restore_fill_memory(struct restore_ctx *rc)
             restore_fail("checkpoint %llu is damaged: %s has %lld bytes, expected %llu", (unsigned long long)rc->index, path,
                          (long long)sz, (unsigned long long)img->packs[i].size);
     }
-    /* split the extents into NWORKERS runs of about equal bytes */
+    /* the extents grouped by frame, in address order within one (a counting
+     * sort): an incremental chain's extents alternate between the frames of
+     * many checkpoints, and in address order each frame was expanded again for
+     * almost every extent (1 GiB after 4 increments: 5 s instead of 0.3 s) */
+    size_t nf = img->nframes;
+    uint32_t *order = malloc((img->nextents + 1) * sizeof *order), *at = calloc(nf + 2, sizeof *at);
+    if (!order || !at) restore_fail("out of memory");
+    for (size_t e = 0; e < img->nextents; e++) {
+        uint32_t f = img->extents[e].frame;
+        at[(f == LZ_FRAME_ZERO ? nf : f) + 1]++;
+    }
+    for (size_t k = 1; k <= nf + 1; k++) at[k] += at[k - 1];
+    for (size_t e = 0; e < img->nextents; e++) {
+        uint32_t f = img->extents[e].frame;
+        order[at[f == LZ_FRAME_ZERO ? nf : f]++] = (uint32_t)e;
+    }
+    free(at);
+    /* split them into NWORKERS runs of about equal bytes, between frames */
     uint64_t total = 0, acc = 0;
     for (size_t e = 0; e < img->nextents; e++) total += img->extents[e].length;
     struct fill_job jobs[NWORKERS];
@@ -288,14 +306,16 @@ void restore_fill_memory(struct restore_ctx *rc)
         memset(&jobs[w], 0, sizeof jobs[w]);
         jobs[w].rc = rc;
         jobs[w].packfds = fds;
+        jobs[w].order = order;
         jobs[w].cached = -1;
         jobs[w].raw = malloc(LZ_FRAME_MAX);
         jobs[w].in = malloc(LZ_FRAME_MAX);
         jobs[w].work = malloc(lz_dctx_size());
         if (!jobs[w].raw || !jobs[w].in || !jobs[w].work) restore_fail("out of memory");
         jobs[w].first = e;
-        while (e < img->nextents && (w == NWORKERS - 1 || acc < total * (uint64_t)(w + 1) / NWORKERS))
-            acc += img->extents[e++].length;
+        while (e < img->nextents && (w == NWORKERS - 1 || acc < total * (uint64_t)(w + 1) / NWORKERS ||
+                                     (e > 0 && img->extents[order[e]].frame == img->extents[order[e - 1]].frame)))
+            acc += img->extents[order[e++]].length;
         jobs[w].last = e;
     }
     pthread_t th[NWORKERS];
@@ -314,6 +334,7 @@ void restore_fill_memory(struct restore_ctx *rc)
     for (int w = 0; w < NWORKERS; w++) { free(jobs[w].raw); free(jobs[w].in); free(jobs[w].work); }
     for (size_t i = 0; i < img->npacks; i++) close(fds[i]);
     free(fds);
+    free(order);
 }
 
 void restore_finish_protections(struct restore_ctx *rc)
