@@ -2,6 +2,8 @@
 CC      ?= gcc
 CFLAGS  ?= -O2 -g
 WARN    := -std=gnu17 -Wall -Wextra -Werror -D_GNU_SOURCE
+# each object depends on the headers the compiler saw (build/obj/**/*.d)
+DEPS    := -MMD -MP
 INC     := -Iinclude -Icommon -Istore -Ifiles
 B       := build
 OBJ     := $(B)/obj
@@ -9,7 +11,7 @@ OBJ     := $(B)/obj
 # link its own versions) and the static restorer.
 STATIC_CODECS := -l:libzstd.a -l:liblz4.a
 
-COMMON_SRC  := common/util.c common/codec.c store/manifest.c store/chans.c store/store.c store/gc.c store/tree.c
+COMMON_SRC  := common/util.c common/codec.c store/manifest.c store/chans.c store/store.c store/gc.c store/tree.c store/place.c store/frames_check.c
 RT_SRC      := runtime/rt_init.c runtime/rt_signals.c runtime/rt_capture.c \
                runtime/rt_regions.c runtime/rt_fds.c runtime/rt_writer.c \
                runtime/rt_checkpoint.c runtime/rt_resume.c runtime/rt_files.c runtime/context.S \
@@ -18,25 +20,25 @@ RT_SRC      := runtime/rt_init.c runtime/rt_signals.c runtime/rt_capture.c \
 RESTORE_SRC := restorer/restore_main.c restorer/restore_memory.c restorer/restore_fds.c restorer/restore_pipes.c \
                restorer/restore_process.c restorer/restore_threads.c restorer/restore_tree.c restorer/final_jump.S restorer/thread_start.S
 CLI_SRC     := cli/main.c cli/cmd_run.c cli/cmd_restart.c cli/supervisor.c cli/job_ckpt.c cli/cmd_list.c \
-               cli/cmd_verify.c cli/cmd_checkpoint.c cli/cmd_gc.c cli/pidns.c cli/identity.c cli/job.c cli/restart_tree.c cli/cmd_diff.c files/rollback.c
+               cli/cmd_verify.c cli/cmd_checkpoint.c cli/cmd_gc.c cli/pidns.c cli/identity.c cli/job.c cli/restart_tree.c cli/cmd_diff.c cli/list_stats.c cli/privilege.c cli/restart_paths.c files/journal_read.c files/apply.c files/outside.c files/diff.c files/log_seal.c
 
 all: $(B)/bin/lazarus $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so
 
-$(OBJ)/pic/%.o: %.c $(wildcard common/*.h store/*.h runtime/*.h files/*.h include/*.h)
+$(OBJ)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
-	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(INC) -fPIC -fvisibility=hidden -c $< -o $@
+	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(DEPS) $(INC) -fPIC -fvisibility=hidden -c $< -o $@
 $(OBJ)/pic/%.o: %.S
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -c $< -o $@
-$(OBJ)/static/%.o: %.c $(wildcard common/*.h store/*.h restorer/*.h include/*.h)
+$(OBJ)/static/%.o: %.c
 	@mkdir -p $(dir $@)
-	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(INC) -fPIE -c $< -o $@
+	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(DEPS) $(INC) -fPIE -c $< -o $@
 $(OBJ)/static/%.o: %.S
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIE -c $< -o $@
-$(OBJ)/cli/%.o: %.c $(wildcard common/*.h store/*.h cli/*.h files/*.h include/*.h)
+$(OBJ)/cli/%.o: %.c
 	@mkdir -p $(dir $@)
-	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(INC) -c $< -o $@
+	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(DEPS) $(INC) -c $< -o $@
 
 # The LD_PRELOAD runtime: bound at load time (-z now) so the checkpoint
 # signal handler never enters the lazy binder.
@@ -58,6 +60,8 @@ $(B)/bin/lazarus: $(patsubst %,$(OBJ)/cli/%.o,$(basename $(CLI_SRC) $(COMMON_SRC
 $(B)/lib/liblazarus.so: $(OBJ)/pic/api/lazarus_api.o
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,liblazarus.so -o $@ $^ -ldl
+
+-include $(shell find $(OBJ) -name '*.d' 2>/dev/null)
 
 clean:
 	rm -rf $(B)
