@@ -48,7 +48,8 @@ Environment:
   LAZARUS_INTEGRITY_RANDOM=N   also run N random damages (random file, random
                                bit or range or length, seeded from
                                LAZARUS_TEST_SEED); without it that test is skipped
-  LAZARUS_INTEGRITY_MODE       root | user (default: root when the session is root)
+  LAZARUS_INTEGRITY_MODE       root | user (default: both when the session is root,
+                               else user)
   LAZARUS_INTEGRITY_REPORT     a file to append every case's outcome to (one
                                line each, tab-separated)
 """
@@ -216,18 +217,20 @@ class Lab:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _mode() -> str:
-    m = os.environ.get("LAZARUS_INTEGRITY_MODE") or ("root" if IS_ROOT else "user")
-    if m not in ("root", "user"):
+def _modes() -> list[str]:
+    """root and user when the session is root (the issue asks for both), else
+    user; LAZARUS_INTEGRITY_MODE picks one."""
+    m = os.environ.get("LAZARUS_INTEGRITY_MODE")
+    if m and m not in ("root", "user"):
         raise ValueError(f"LAZARUS_INTEGRITY_MODE={m}: root or user")
-    if m == "root" and not IS_ROOT:
+    return [m] if m else (["root", "user"] if IS_ROOT else ["user"])
+
+
+@pytest.fixture(scope="module", params=_modes())
+def lab(request, programs, lazarus_bin):
+    mode = request.param
+    if mode == "root" and not IS_ROOT:
         pytest.skip("LAZARUS_INTEGRITY_MODE=root needs the session to run as root")
-    return m
-
-
-@pytest.fixture(scope="module")
-def lab(programs, lazarus_bin):
-    mode = _mode()
     if mode == "user" and IS_ROOT:
         base = _user_base()
     else:
