@@ -27,7 +27,8 @@ static const char help[] =
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
     "  --at N    the checkpoint to resume from (see `lazarus list`)\n"
     "  --force   roll back files even if something outside the job changed them\n"
-    "            after it stopped (refused otherwise, naming them)\n"
+    "            after it stopped (refused otherwise, naming them); restart a job\n"
+    "            that finished (refused otherwise: it would undo its results)\n"
     "  --compress SPEC\n"
     "            compression of the checkpoints from now on: none, lz4, zstd or\n"
     "            zstd:LEVEL (default: what the job had)\n";
@@ -166,6 +167,12 @@ int cmd_restart(int argc, char **argv)
     if (jr < 0) { lz_err("cannot restart: cannot read %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
     uint64_t index;
     if (lz_store_pick(dir, o.have_at, o.at, &index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
+    /* a finished job's files are its results: a restart would undo them */
+    if (!strcmp(job.state, "finished") && !o.force) {
+        lz_err("cannot restart: the job in %s finished (exit status %d); a restart would undo its results and run it again "
+               "from checkpoint %" PRIu64 " (`lazarus restart --force` does that); nothing was changed", o.dir, job.exit_status, index);
+        return 1;
+    }
     char ckpt[LZ_PATH_MAX + 64];
     lz_ckpt_path(ckpt, sizeof ckpt, dir, index);
     struct lz_image img;

@@ -126,9 +126,9 @@ static int read_log(struct seg *s, struct jnl *jn, uint32_t src, int32_t pid, co
             break;
         }
         if (h.magic == 0) {
-            /* the end of an open log: a torn record at most, then zeros */
-            if (seq == 0) rc = bad(why, wl, "%s is damaged: it does not begin with its BEGIN record", shown_log);
-            else if (record_after(jn->log_fd, off + 4, size))
+            /* the end of an open log: a torn record at most, then zeros (at
+             * its very start: a process killed before its BEGIN, no record) */
+            if (record_after(jn->log_fd, off + 4, size))
                 rc = bad(why, wl, "%s is damaged at offset %" PRIu64 " (record %" PRIu64 " is zeroed, later records follow)", shown_log, off, seq + 1);
             break;
         }
@@ -320,7 +320,7 @@ void fj_seg_free(struct seg *s)
 int fj_seg_check_keeps(const struct seg *s, int64_t stop_ns, char *why, size_t whylen)
 {
     char keep[LZ_PATH_MAX + 160];
-    struct stat st, now;
+    struct stat st;
     for (size_t i = 0; i < s->n; i++) {
         const struct rec *r = &s->r[i];
         uint64_t dev, ino;
@@ -353,9 +353,9 @@ int fj_seg_check_keeps(const struct seg *s, int64_t stop_ns, char *why, size_t w
             continue;
         }
         /* an INODE record whose names never changed needs no link; a NAME
-         * record needs one unless the path still holds the very inode */
+         * record's link is made before the record (even if the path holds
+         * the inode again by now, its absence is damage) */
         if (r->type == FJ_INODE) continue;
-        if (lstat(path, &now) == 0 && same_ino(&now, dev, ino)) continue;
         return bad(why, whylen, "%s is missing (it keeps %s as it was at checkpoint %" PRIu64 ")", rel, path, s->index);
     }
     return 0;

@@ -270,3 +270,45 @@ def test_checkpoint_refused_for_socket_keeps_program_running(kind, r):
     r.touch(f2)
     assert proc.wait(timeout=60) == 0, proc.stderr
     assert proc.stdout == "ready\nclosed\ndone\n", proc.stdout
+
+
+# ---------------------------------------------------------------- finished job
+FINISHING = r'''
+import os, sys, time
+with open("app.log", "a") as f:
+    f.write("before\n")
+print("ready", flush=True)
+while not os.path.exists("go"):
+    time.sleep(0.01)
+with open("app.log", "a") as f:
+    for i in range(24):
+        f.write(f"after {i}\n")
+print("done", flush=True)
+'''
+
+
+def test_restart_of_finished_job_refused_then_forced(r):
+    """A job that exited on its own: `restart` says it finished and changes
+    nothing (its results stay); `--force` rolls its files back to the newest
+    checkpoint and runs it again from there."""
+    store, work = r.base / "store", r.base
+    prog = r.base / "finishing.py"
+    prog.write_text(FINISHING)
+    os.chmod(prog, 0o644)
+    proc = r.start_lz("run", "-d", store, "-i", "0", "--", "python3", prog)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    r.checkpoint(store)
+    (work / "go").write_text("")
+    assert proc.wait(timeout=60) == 0, proc.stderr
+    log = (work / "app.log").read_text()
+    assert log.count("after") == 24, log
+    before = snapshot(store)
+    res = r.lz("restart", "-d", store)
+    assert res.rc == 1, str(res)
+    assert len(res.stderr_lines()) == 1 and "finished" in res.stderr and "--force" in res.stderr, str(res)
+    assert (work / "app.log").read_text() == log, "a refused restart changed the job's results"
+    assert snapshot(store) == before, "a refused restart changed DIR"
+    res = r.lz("restart", "-d", store, "--force", timeout=120)
+    assert res.rc == 0, str(res)
+    assert res.stdout == "done\n", str(res)  # resumed after `ready`, not from the start
+    assert (work / "app.log").read_text() == log, "the rerun from the checkpoint gives the same file"
