@@ -111,7 +111,7 @@ struct rt_ckpt {
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
     int tracking;                    /* the dirty tracker works in this process */
     int swap_active;                 /* swap in use: pagemap's "swapped" may be real */
-    struct rt_item *items; size_t nitems; /* runs of pages and what becomes of them (rt_pages.c) */
+    struct rt_item *items; size_t nitems; /* runs of pages and what becomes of them (rt_pages.h) */
     uint32_t *ritems;                /* per region, its first run */
     int planned;                     /* items made in the pause (copy mode) */
     int codec, level;                /* for new frames */
@@ -180,7 +180,7 @@ void rt_pages_forget(void);   /* after a restart: what is tracked is decided aga
  * digest): 1 if [start,end) is one, now remembered as such. */
 int rt_pages_keep_whole(uint64_t start, uint64_t end);
 /* The large new mappings of this checkpoint start being tracked: by the forked
- * writer when by_writer (rt_pages.c), else now. */
+ * writer when by_writer (rt_plan.c), else now. */
 void rt_track_late(struct rt_ckpt *ck, int by_writer);
 /* In the pause: the checkpoint's directory, open deleted files, the file
  * journal of the next interval (which starts now). */

@@ -69,7 +69,7 @@ int rt_dirty_keep_parent_uffd(int fd_base);
  * copy (a userfaultfd acts on the memory of the process that made it), so
  * that the walk that write-protects a large new mapping costs the parent no
  * pause.  Pages the parent wrote between the fork and this call are not
- * reported: the caller must find them some other way (rt_pages.c compares
+ * reported: the caller must find them some other way (rt_plan.c compares
  * them by digest).  0 or -errno. */
 long rt_dirty_track_parent(int uffd, uint64_t start, uint64_t end);
 

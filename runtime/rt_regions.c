@@ -1,5 +1,5 @@
 /* The address space: /proc/self/smaps gives the mappings and their flags.
- * Which pages hold data is the writer's business (rt_pages.c): every present
+ * Which pages hold data is the writer's business (rt_plan.c): every present
  * or swapped page of anonymous memory, and the copied-on-write pages of
  * private file mappings; the rest of a file mapping is identified by a hash
  * of the file range it maps, checked again at restart. */
@@ -138,7 +138,7 @@ void rt_regions_forget(void) { vmf_n = 0; nadvice = 0; flags_stale = 1; }
 
 /* The program's madvise: DONTFORK, WIPEONFORK, HUGEPAGE, DONTDUMP and their
  * opposites change flags a checkpoint needs; MADV_FREE lets the kernel drop
- * a page without the write tracker hearing of it (rt_pages.c).  (A raw madvise system call is
+ * a page without the write tracker hearing of it (rt_plan.c).  (A raw madvise system call is
  * not seen: the writer then finds memory missing from its snapshot and fails
  * that checkpoint, see rt_settle_flags.) */
 RT_API int madvise(void *addr, size_t len, int advice)

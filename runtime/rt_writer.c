@@ -2,7 +2,7 @@
  * tmp.N.<pid>, the content of open deleted files, and the file journal of
  * the next interval, which starts at the pause whatever becomes of N.  In
  * the writer (rt_finish_checkpoint, normally a forked child): the page data
- * (rt_pages.c), the manifest and fsync; the supervisor commits the job's
+ * (rt_frames.c), the manifest and fsync; the supervisor commits the job's
  * checkpoint (one rename) once every process's part is written.  A write
  * that fails leaves tmp.N.<pid> for the supervisor, which keeps its journal
  * as jrnl.N (store.h). */
