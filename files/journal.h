@@ -11,7 +11,9 @@
  *
  * A log proves its own extent, so that damage is never mistaken for the end:
  * - it begins with a BEGIN record naming the job, the interval (N) and the
- *   process, so a log of another job, interval or process is refused;
+ *   process, so a log of another job, interval or process is refused; a new
+ *   log is written as files.log.new with its BEGIN and renamed, so a
+ *   files.log is never seen without it;
  * - a record is committed by its magic, stored last (header and payload go
  *   first with magic 0): a record torn by SIGKILL has magic 0, and a record
  *   with the magic and a wrong checksum is damage, never a torn write;
@@ -113,6 +115,7 @@ struct fj_end {
 
 enum fj_was { FJ_WAS_ABSENT = 0, FJ_WAS_FILE = 1, FJ_WAS_DIR = 2, FJ_WAS_SYMLINK = 3, FJ_WAS_OTHER = 4 };
 #define FJ_NAME_COPIED 1u /* FILE kept as a copy files.keep/<dev>.<ino> (no link possible) */
+#define FJ_INODE_KEPT 1u  /* INODE: linked into this journal's files.keep/ before the record */
 
 struct fj_name {
     uint32_t was;   /* enum fj_was */

@@ -126,9 +126,10 @@ static int read_log(struct seg *s, struct jnl *jn, uint32_t src, int32_t pid, co
             break;
         }
         if (h.magic == 0) {
-            /* the end of an open log: a torn record at most, then zeros (at
-             * its very start: a process killed before its BEGIN, no record) */
-            if (record_after(jn->log_fd, off + 4, size))
+            /* the end of an open log: a torn record at most, then zeros (a
+             * log is made with its BEGIN in it: never at its start) */
+            if (seq == 0) rc = bad(why, wl, "%s is damaged: it does not begin with its BEGIN record", shown_log);
+            else if (record_after(jn->log_fd, off + 4, size))
                 rc = bad(why, wl, "%s is damaged at offset %" PRIu64 " (record %" PRIu64 " is zeroed, later records follow)", shown_log, off, seq + 1);
             break;
         }
@@ -253,7 +254,13 @@ static int load_jnl(struct seg *s, const char *dir, int32_t pid, const uint64_t 
     snprintf(path, sizeof path, "%s/" FJ_LOG, dir);
     jn->log_fd = open(path, O_RDONLY | O_CLOEXEC);
     if (jn->log_fd < 0 && errno != ENOENT) return bad(why, wl, "cannot read %s: %s", shown(s, path), strerror(errno));
-    if (jn->log_fd < 0 && !(pid > 0 && journal_unstarted(dir))) return bad(why, wl, "%s is missing", shown(s, path));
+    /* a process killed while it made its journal: files.log.new, or (in a
+     * proc.<pid>/ directory) nothing yet; else a missing log is damage */
+    char fresh[LZ_PATH_MAX + 96];
+    struct stat fst;
+    snprintf(fresh, sizeof fresh, "%s/" FJ_LOG ".new", dir);
+    int unstarted = lstat(fresh, &fst) == 0 || (pid > 0 && journal_unstarted(dir));
+    if (jn->log_fd < 0 && !unstarted) return bad(why, wl, "%s is missing", shown(s, path));
     if (jn->log_fd >= 0 && read_log(s, jn, src, pid, job, why, wl) < 0) return -1;
     /* the journals of the other processes of the interval */
     DIR *d = opendir(dir);
@@ -333,7 +340,17 @@ int fj_seg_check_keeps(const struct seg *s, int64_t stop_ns, char *why, size_t w
         } else {
             continue;
         }
-        fj_keep_path(keep, sizeof keep, s, r->src, dev, ino);
+        /* a NAME record's link, and an INODE record's that says so, are in
+         * its own journal's files.keep/ (made there before the record); other
+         * INODE records may find one a process of the interval made */
+        int own = r->type == FJ_NAME || (r->flags & FJ_INODE_KEPT);
+        if (own) {
+            char name[40];
+            fj_keep_name(name, dev, ino);
+            snprintf(keep, sizeof keep, "%s/" FJ_KEEP "/%s", s->j[r->src].dir, name);
+        } else {
+            fj_keep_path(keep, sizeof keep, s, r->src, dev, ino);
+        }
         const char *base = strrchr(s->ckdir, '/');
         const char *rel = base ? keep + (base - s->ckdir) + 1 : keep; /* as the store shows it: ckpt.N/... */
         if (lstat(keep, &st) == 0) {
@@ -352,10 +369,9 @@ int fj_seg_check_keeps(const struct seg *s, int64_t stop_ns, char *why, size_t w
                            rel, path, s->index);
             continue;
         }
-        /* an INODE record whose names never changed needs no link; a NAME
-         * record's link is made before the record (even if the path holds
-         * the inode again by now, its absence is damage) */
-        if (r->type == FJ_INODE) continue;
+        /* an INODE record whose names never changed needs no link; one made
+         * is there (even if the path holds the inode again by now) */
+        if (!own) continue;
         return bad(why, whylen, "%s is missing (it keeps %s as it was at checkpoint %" PRIu64 ")", rel, path, s->index);
     }
     return 0;

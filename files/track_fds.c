@@ -58,6 +58,7 @@ long trk_first_touch(struct interval *v, int fd, const struct stat *st, struct f
     path[n > 0 ? n : 0] = 0;
     if (n > 10 && !strcmp(path + n - 10, " (deleted)")) path[n - 10] = 0;
     long r;
+    uint16_t flags = 0;
     if (path[0] == '/') {
         /* reached through a name that changed this interval (a link made
          * since N, say): that name may not be its name at N, so keep it */
@@ -66,11 +67,12 @@ long trk_first_touch(struct interval *v, int fd, const struct stat *st, struct f
             char name[40];
             fj_keep_name(name, st->st_dev, st->st_ino);
             r = lz_sc5(SYS_linkat, AT_FDCWD, lp, v->keep_fd, name, AT_SYMLINK_FOLLOW);
-            (void)r; /* no link possible: found by name, as best it can */
+            /* no link possible: found by name, as best it can; a link made is
+             * said in the record, so that its loss is found (journal_read.c) */
+            if (r == 0 || r == -EEXIST) flags = FJ_INODE_KEPT;
         }
         if (!absent) memcpy(path, atn, slen(atn) + 1);
     }
-    uint16_t flags = 0;
     struct fj_inode rec = {st->st_dev, st->st_ino, (uint64_t)st->st_size, st->st_mode, st->st_uid, st->st_gid, 0,
                            ts_ns(&st->st_atim), ts_ns(&st->st_mtim)};
     r = trk_jwrite(v, FJ_INODE, flags, &rec, sizeof rec, path, NULL, NULL, 0);

@@ -152,6 +152,24 @@ static int adopt_spare(int dfd)
  * valid record (from log_hint on); adopt: the journal of this process before
  * an exec, whose files.data may be a spare: continued after the bytes its
  * records use (at least data_hint), else after its end. */
+/* A new log appears with its BEGIN record in it (written to files.log.new,
+ * then renamed): whenever the process is killed, a files.log says whose it
+ * is, and a log without its BEGIN is damage (journal_read.c). */
+static long new_log(struct interval *v, long dfd)
+{
+    static const char tmp[] = FJ_LOG ".new";
+    long fd = trk_own_fd(lz_sc4(SYS_openat, dfd, tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (fd < 0) return fd;
+    v->log_fd = (int)fd;
+    v->lwin = NULL; /* the record and a zero header after it, with pwritev */
+    v->log_off = 0;
+    struct fj_begin b = {{trk_E.job[0], trk_E.job[1]}, v->index, trk_E.pid, 0};
+    long r = trk_jwrite(v, FJ_BEGIN, 0, &b, sizeof b, NULL, NULL, NULL, 0);
+    if (r == 0 && trk_E.machine) r = lz_sc1(SYS_fsync, fd);
+    if (r == 0) r = lz_sc4(SYS_renameat, dfd, tmp, dfd, FJ_LOG);
+    return r;
+}
+
 static long open_interval_at(struct interval *v, long dfd, int spare, int adopt, uint64_t log_hint, uint64_t data_hint,
                              uint64_t nrec_hint, uint64_t index)
 {
@@ -168,7 +186,8 @@ static long open_interval_at(struct interval *v, long dfd, int spare, int adopt,
     int recycled = spare && adopt_spare((int)dfd);
     v->data_fd = (int)trk_own_fd(lz_sc4(SYS_openat, dfd, FJ_DATAFILE, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
     if (v->data_fd < 0) return v->data_fd;
-    v->log_fd = (int)trk_own_fd(lz_sc4(SYS_openat, dfd, FJ_LOG, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    v->log_fd = (int)trk_own_fd(lz_sc4(SYS_openat, dfd, FJ_LOG, O_RDWR | O_CLOEXEC, 0));
+    if (v->log_fd == -ENOENT && (r = new_log(v, dfd)) < 0) return r;
     if (v->log_fd < 0) return v->log_fd;
     uint64_t data_end = 0;
     /* records before log_hint were counted by the image before an exec (nrec_hint) */
@@ -185,13 +204,6 @@ static long open_interval_at(struct interval *v, long dfd, int spare, int adopt,
         /* machine durability syncs each record: no window */
         v->lwin = trk_win_area(v);
         trk_log_window(v);
-    }
-    if (v->log_off == 0) {
-        /* a new log says whose it is: the job, the interval, the process */
-        struct fj_begin b = {{trk_E.job[0], trk_E.job[1]}, v->index, trk_E.pid, 0};
-        r = trk_jwrite(v, FJ_BEGIN, 0, &b, sizeof b, NULL, NULL, NULL, 0);
-        if (r == 0) r = trk_jsync(v);
-        if (r < 0) return r;
     }
     return 0;
 }
