@@ -47,14 +47,6 @@ struct fj_plan {
     char dir[LZ_PATH_MAX];
 };
 
-/* Copies made by rollbacks (files kept as copies across file systems) stand
- * for the inode of N they replaced, also in later rollbacks: DIR/files.alias,
- * one "dev ino copy-dev copy-ino" line each. */
-#define FJ_ALIAS "files.alias"
-/* Left in a journal directory while fj_journal_reset empties it: its journals
- * count as empty (a part of them alone would not say what N was). */
-#define FJ_RESET "files.reset"
-
 /* ------------------------------------------------------------------ records */
 
 static inline const struct fj_name *NAME(const struct rec *r) { return (const struct fj_name *)r->p; }

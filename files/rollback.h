@@ -100,6 +100,5 @@ int fj_inode_rebuildable(const struct fj_plan *p, uint64_t dev, uint64_t ino);
  * target, as a new file standing for them: files.alias).  The apply keeps the
  * list in DIR/files.rebuild while it runs, for a rollback finished again. */
 struct fj_inode_id { uint64_t dev, ino; };
-#define FJ_REBUILD "files.rebuild"
 size_t fj_rebuild_list(const struct fj_plan *p, const struct fj_inode_id **v);
 #endif
