@@ -113,20 +113,6 @@ int lz_store_list_journals(const char *dir, uint64_t **idx, int **is_jrnl)
     return list_entries(dir, idx, is_jrnl);
 }
 
-void lz_remove_tree(int parent, const char *name)
-{
-    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
-        DIR *d = fdopendir(fd);
-        struct dirent *e;
-        while (d && (e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-                if (unlinkat(fd, e->d_name, 0) < 0 && errno == EISDIR) lz_remove_tree(fd, e->d_name);
-        if (d) closedir(d); else close(fd);
-    }
-    unlinkat(parent, name, AT_REMOVEDIR);
-}
-
 /* N of "tmp.N.PID", the directory a checkpoint's write leaves; 0 for any
  * other tmp.* (a removal: tmp.N.removing, tmp.N.jrnl.removing). */
 static uint64_t tmp_write_index(const char *name)
