@@ -45,6 +45,9 @@ struct fj_plan {
     struct seg *s; /* newest first */
     size_t n;
     char dir[LZ_PATH_MAX];
+    char **below;  /* the store's other journal directories (of checkpoints older than the target):
+                    * their files.keep/ may hold an inode a later interval names (outside.c) */
+    size_t nbelow;
 };
 
 /* ------------------------------------------------------------------ records */
