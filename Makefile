@@ -63,7 +63,11 @@ $(B)/lib/liblazarus.so: $(OBJ)/pic/api/lazarus_api.o
 
 -include $(shell find $(OBJ) -name '*.d' 2>/dev/null)
 
+# The folders include each other's headers one way only (ARCHITECTURE.md, "The parts").
+check-layers:
+	@sh scripts/check_layers.sh
+
 clean:
 	rm -rf $(B)
 
-.PHONY: all clean
+.PHONY: all clean check-layers
