@@ -93,6 +93,10 @@ struct restart_tree {
  * the restorer reopens by path exists once `plan` is applied: 0, or -1 with why. */
 struct fj_plan;
 int restart_paths_check(const struct lz_image *img, const struct fj_plan *plan, char *why, size_t whylen);
+/* fj_plan_load (files/rollback.h) of a rollback of the store DIR to checkpoint
+ * `target`, with what it needs of the store: the job's identity (DIR/job)
+ * and every journal directory (ckpt.N/, jrnl.N/).  NULL with why. */
+struct fj_plan *rollback_plan_load(const char *dir, uint64_t target, int64_t stop_ns, char *why, size_t whylen);
 /* Loads and checks every part of rt->tree (loaded by the caller) and finds
  * what its processes share: 0, or -1 with why (one line; nothing changed). */
 int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index, char *why, size_t whylen);

@@ -31,11 +31,13 @@ int cmd_diff(int argc, char **argv)
     if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
     uint64_t index;
     if (lz_store_pick(dir, o.have_at, o.at, &index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
+    /* when the job stopped: what is gone since was deleted or replaced by
+     * someone else (a rollback under way: nothing is told apart) */
     struct lz_job job;
     int64_t stop = lz_job_read(dir, &job) == 0 && job.rolling_to < 0 ? lz_job_stop_ns(dir, &job) : INT64_MAX;
-    struct fj_plan *plan = fj_plan_load(dir, index, stop, why, sizeof why);
+    struct fj_plan *plan = rollback_plan_load(dir, index, stop, why, sizeof why);
     if (!plan) { lz_err("%s", why); return 1; }
-    if (fj_plan_diff(plan, stdout) == 0) printf("no file changes since checkpoint %" PRIu64 "\n", index);
+    if (fj_plan_diff(plan, stop, stdout) == 0) printf("no file changes since checkpoint %" PRIu64 "\n", index);
     fj_plan_free(plan);
     free(dir);
     return 0;

@@ -48,7 +48,7 @@ static struct fj_plan *plan_rollback(const char *dir, uint64_t index, const stru
     }
     /* finishing an interrupted rollback: it linked kept inodes back already */
     int64_t stop = job->rolling_to >= 0 ? INT64_MAX : lz_job_stop_ns(dir, job);
-    struct fj_plan *plan = fj_plan_load(dir, index, stop, why, sizeof why);
+    struct fj_plan *plan = rollback_plan_load(dir, index, stop, why, sizeof why);
     if (!plan) { lz_err("cannot restart: %s; nothing was changed", why); return NULL; }
     /* finishing an interrupted rollback: what it changed already is newer
      * than the stop, and its check was made */

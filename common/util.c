@@ -1,4 +1,5 @@
 #include "util.h"
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -90,6 +91,20 @@ int lz_fsync_dir(const char *path)
     int r = fsync(fd);
     close(fd);
     return r;
+}
+
+void lz_remove_tree(int parent, const char *name)
+{
+    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        DIR *d = fdopendir(fd);
+        struct dirent *e;
+        while (d && (e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                if (unlinkat(fd, e->d_name, 0) < 0 && errno == EISDIR) lz_remove_tree(fd, e->d_name);
+        if (d) closedir(d); else close(fd);
+    }
+    unlinkat(parent, name, AT_REMOVEDIR);
 }
 
 uint64_t lz_now_ns(int clock)

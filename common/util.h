@@ -19,6 +19,8 @@ int lz_pread_all(int fd, void *buf, size_t len, off_t off); /* 0 ok, -1 error/sh
 void *lz_read_file(const char *path, size_t *len);
 void *lz_read_fd(int fd, size_t *len);
 int lz_fsync_dir(const char *path);
+/* Deletes `name` in directory dirfd and everything below it (no symlink is followed). */
+void lz_remove_tree(int dirfd, const char *name);
 uint64_t lz_now_ns(int clock);
 int lz_parse_u64(const char *s, uint64_t *out);
 #endif

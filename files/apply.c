@@ -5,8 +5,6 @@
 #include "journal_read.h"
 #include "format.h"
 #include "hash.h"
-#include "store.h"
-#include "store_admin.h"
 #include "util.h"
 #include <dirent.h>
 #include <errno.h>

@@ -4,8 +4,6 @@
 #include "journal_read.h"
 #include "format.h"
 #include "hash.h"
-#include "store.h"
-#include "store_admin.h"
 #include "util.h"
 #include <dirent.h>
 #include <errno.h>
@@ -24,7 +22,7 @@ static int line_cmp(const void *a, const void *b)
     return strcmp(((const struct line *)a)->text + 9, ((const struct line *)b)->text + 9);
 }
 
-size_t fj_plan_diff(const struct fj_plan *p, FILE *out)
+size_t fj_plan_diff(const struct fj_plan *p, int64_t stop, FILE *out)
 {
     size_t n, nl = 0, cap = 64;
     struct line *lines = malloc(cap * sizeof *lines);
@@ -33,10 +31,6 @@ size_t fj_plan_diff(const struct fj_plan *p, FILE *out)
     size_t nseen = 0, capseen = n + 16;
     char **seen = calloc(capseen, sizeof *seen);
     char where[LZ_PATH_MAX * 2], what[64];
-    /* when the job stopped: what is gone since was deleted or replaced by
-     * someone else (a rollback under way: nothing is told apart) */
-    struct lz_job job;
-    int64_t stop = lz_job_read(p->dir, &job) == 0 && job.rolling_to < 0 ? lz_job_stop_ns(p->dir, &job) : INT64_MAX;
     fj_locate_reset();
     fj_aliases_load(p->dir);
 #define ADD(kind, path) do { if (nl == cap) { cap *= 2; lines = realloc(lines, cap * sizeof *lines); } \

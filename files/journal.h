@@ -48,13 +48,9 @@
 #ifndef LZ_JOURNAL_H
 #define LZ_JOURNAL_H
 #include "format.h"
+#include "journal_layout.h" /* the names: FJ_LOG, FJ_DATAFILE, FJ_KEEP, FJ_PROC_PREFIX, ... */
 #include <stdint.h>
 
-#define FJ_LOG "files.log"
-#define FJ_DATAFILE LZ_FILES_DATA /* saved bytes, in whole 4 KiB pages at aligned offsets; may be a
-                                   * recycled spare: bytes past the last DATA record mean nothing */
-#define FJ_KEEP "files.keep"
-#define FJ_PROC_PREFIX "proc." /* proc.<pid>/: the journal of another process of the job */
 #define FJ_REC_MAGIC 0x4a465a4cu /* "LZFJ" */
 #define FJ_BLOCK 4096u           /* granule of saved data: each block at most once per interval */
 #define FJ_DATA_MAX (1u << 20)   /* data bytes per DATA record */

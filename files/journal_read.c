@@ -4,9 +4,6 @@
 #include "journal_read.h"
 #include "format.h"
 #include "hash.h"
-#include "store.h"
-#include "store_admin.h"
-#include "place.h"
 #include "util.h"
 #include <dirent.h>
 #include <errno.h>
@@ -377,42 +374,36 @@ int fj_seg_check_keeps(const struct seg *s, int64_t stop_ns, char *why, size_t w
     return 0;
 }
 
-struct fj_plan *fj_plan_load(const char *dir, uint64_t target, int64_t stop_ns, char *why, size_t whylen)
+struct fj_plan *fj_plan_load(const char *dir, const uint64_t job[2], const struct fj_journal_dir *v, size_t n,
+                             uint64_t target, int64_t stop_ns, char *why, size_t whylen)
 {
-    uint64_t job[2];
-    if (lz_place_job(dir, job, why, whylen) < 0) return NULL;
-    uint64_t *v;
-    int *jr;
-    int n = lz_store_list_journals(dir, &v, &jr);
-    if (n < 0) { snprintf(why, whylen, "cannot list the checkpoints: %s", strerror(errno)); return NULL; }
     struct fj_plan *p = calloc(1, sizeof *p);
     snprintf(p->dir, sizeof p->dir, "%s", dir);
-    p->s = calloc((size_t)n + 1, sizeof *p->s);
+    p->s = calloc(n + 1, sizeof *p->s);
+    p->below = calloc(n + 1, sizeof *p->below);
     /* a failed checkpoint's journal (jrnl.N) undoes its interval like ckpt.N's */
-    for (int i = n - 1; i >= 0; i--) {
-        if (v[i] < target) continue;
+    for (size_t i = n; i-- > 0;) {
+        if (v[i].index < target) {
+            p->below[p->nbelow++] = strdup(v[i].dir);
+            continue;
+        }
         struct seg *s = &p->s[p->n++];
-        s->index = v[i];
-        if (jr[i]) lz_jrnl_path(s->ckdir, sizeof s->ckdir, dir, v[i]);
-        else lz_ckpt_path(s->ckdir, sizeof s->ckdir, dir, v[i]);
+        s->index = v[i].index;
+        snprintf(s->ckdir, sizeof s->ckdir, "%s", v[i].dir);
         char inner[LZ_PATH_MAX + 512];
         if (fj_load_seg(s, job, inner, sizeof inner) < 0) {
-            snprintf(why, whylen, "the file journal of %scheckpoint %" PRIu64 " is damaged: %s", jr[i] ? "failed " : "",
-                     v[i], inner);
+            snprintf(why, whylen, "the file journal of %scheckpoint %" PRIu64 " is damaged: %s", v[i].failed ? "failed " : "",
+                     v[i].index, inner);
             goto failed;
         }
         if (fj_seg_check_keeps(s, stop_ns, inner, sizeof inner) < 0) {
-            snprintf(why, whylen, "the file journal of %scheckpoint %" PRIu64 " is damaged: %s", jr[i] ? "failed " : "",
-                     v[i], inner);
+            snprintf(why, whylen, "the file journal of %scheckpoint %" PRIu64 " is damaged: %s", v[i].failed ? "failed " : "",
+                     v[i].index, inner);
         failed:
-            free(v);
-            free(jr);
             fj_plan_free(p);
             return NULL;
         }
     }
-    free(v);
-    free(jr);
     return p;
 }
 
@@ -421,6 +412,8 @@ void fj_plan_free(struct fj_plan *p)
     if (!p) return;
     for (size_t i = 0; i < p->n; i++) fj_seg_free(&p->s[i]);
     free(p->s);
+    for (size_t i = 0; i < p->nbelow; i++) free(p->below[i]);
+    free(p->below);
     free(p);
 }
 

@@ -45,15 +45,10 @@ struct fj_plan {
     struct seg *s; /* newest first */
     size_t n;
     char dir[LZ_PATH_MAX];
+    char **below;  /* the store's other journal directories (of checkpoints older than the target):
+                    * their files.keep/ may hold an inode a later interval names (outside.c) */
+    size_t nbelow;
 };
-
-/* Copies made by rollbacks (files kept as copies across file systems) stand
- * for the inode of N they replaced, also in later rollbacks: DIR/files.alias,
- * one "dev ino copy-dev copy-ino" line each. */
-#define FJ_ALIAS "files.alias"
-/* Left in a journal directory while fj_journal_reset empties it: its journals
- * count as empty (a part of them alone would not say what N was). */
-#define FJ_RESET "files.reset"
 
 /* ------------------------------------------------------------------ records */
 

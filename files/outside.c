@@ -261,18 +261,7 @@ static void older_load(const struct fj_plan *p)
     older_plan = p;
     for (size_t i = 0; i < nolder; i++) free(older[i]);
     nolder = 0;
-    DIR *d = opendir(p->dir);
-    struct dirent *e;
-    char path[LZ_PATH_MAX * 2];
-    while (d && (e = readdir(d))) {
-        if (strncmp(e->d_name, LZ_CKPT_PREFIX, sizeof LZ_CKPT_PREFIX - 1) && strncmp(e->d_name, LZ_JRNL_PREFIX, sizeof LZ_JRNL_PREFIX - 1))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", p->dir, e->d_name);
-        int in_plan = 0;
-        for (size_t i = 0; i < p->n && !in_plan; i++) in_plan = !strcmp(p->s[i].ckdir, path);
-        if (!in_plan) older_add(path, 0);
-    }
-    if (d) closedir(d);
+    for (size_t i = 0; i < p->nbelow; i++) older_add(p->below[i], 0);
 }
 
 int fj_locate_inode(const struct fj_plan *p, size_t si, const struct rec *r, char *where, size_t wl, struct stat *st)

@@ -8,12 +8,25 @@
 
 struct fj_plan;
 
-/* Reads and proves the journals of every checkpoint >= target in DIR, and
- * those of failed checkpoints >= target (jrnl.N), newest first
- * (journal_read.c, journal.h): NULL with why naming the damaged piece.
+/* A journal directory of the store, as the caller (the CLI) lists it from
+ * the store: ckpt.N/, or jrnl.N/ of a checkpoint N that failed. */
+struct fj_journal_dir {
+    uint64_t index;  /* N */
+    int failed;      /* jrnl.N: checkpoint N never committed */
+    const char *dir; /* its path */
+};
+
+/* Reads and proves the journals of every checkpoint >= target, and those of
+ * failed checkpoints >= target, newest first (journal_read.c, journal.h):
+ * NULL with why naming the damaged piece.
+ * dir: the store (DIR/files.alias, DIR/files.rebuild); job: its identity
+ * (every journal's BEGIN record names it); v[0..n): every journal directory
+ * of the store, ascending by index (those below target are not applied, but
+ * an inode of a later interval may be kept in one of them).
  * stop_ns: when the job stopped (CLOCK_REALTIME); an inode only the store
  * keeps (files.keep/) changed after it is damage.  INT64_MAX: not checked. */
-struct fj_plan *fj_plan_load(const char *dir, uint64_t target, int64_t stop_ns, char *why, size_t whylen);
+struct fj_plan *fj_plan_load(const char *dir, const uint64_t job[2], const struct fj_journal_dir *v, size_t n,
+                             uint64_t target, int64_t stop_ns, char *why, size_t whylen);
 void fj_plan_free(struct fj_plan *p);
 /* Whether the journals hold anything at all to undo. */
 int fj_plan_empty(const struct fj_plan *p);
@@ -44,8 +57,11 @@ char *fj_change_list(const struct fj_change *v, size_t n, size_t max, const char
 /* One line per path a rollback would change: "modified P", "removed P",
  * "restored P" (it comes back: it was deleted or replaced, by the job or
  * after it stopped), "lost P" (it cannot come back: its content at N is gone,
- * a restart refuses).  Returns how many lines. */
-size_t fj_plan_diff(const struct fj_plan *p, FILE *out);
+ * a restart refuses).  stop_ns: when the job stopped (CLOCK_REALTIME), what
+ * is gone since was deleted or replaced by someone else; INT64_MAX (a
+ * rollback under way, or not known): nothing is told apart.  Returns how
+ * many lines. */
+size_t fj_plan_diff(const struct fj_plan *p, int64_t stop_ns, FILE *out);
 
 /* Applies the journals newest first; idempotent, so after a crash it is
  * simply run again.  delay_ms > 0 sleeps after each step (tests kill there). */
@@ -100,6 +116,5 @@ int fj_inode_rebuildable(const struct fj_plan *p, uint64_t dev, uint64_t ino);
  * target, as a new file standing for them: files.alias).  The apply keeps the
  * list in DIR/files.rebuild while it runs, for a rollback finished again. */
 struct fj_inode_id { uint64_t dev, ino; };
-#define FJ_REBUILD "files.rebuild"
 size_t fj_rebuild_list(const struct fj_plan *p, const struct fj_inode_id **v);
 #endif

@@ -4,6 +4,7 @@
 #include "codec.h"
 #include "hash.h"
 #include "util.h"
+#include "journal_layout.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -112,20 +113,6 @@ int lz_store_list_journals(const char *dir, uint64_t **idx, int **is_jrnl)
     return list_entries(dir, idx, is_jrnl);
 }
 
-void lz_remove_tree(int parent, const char *name)
-{
-    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
-        DIR *d = fdopendir(fd);
-        struct dirent *e;
-        while (d && (e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-                if (unlinkat(fd, e->d_name, 0) < 0 && errno == EISDIR) lz_remove_tree(fd, e->d_name);
-        if (d) closedir(d); else close(fd);
-    }
-    unlinkat(parent, name, AT_REMOVEDIR);
-}
-
 /* N of "tmp.N.PID", the directory a checkpoint's write leaves; 0 for any
  * other tmp.* (a removal: tmp.N.removing, tmp.N.jrnl.removing). */
 static uint64_t tmp_write_index(const char *name)
@@ -153,10 +140,10 @@ static void prune_journal(int dfd, const char *name)
     size_t n = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, "files.log") ||
-            !strcmp(e->d_name, LZ_FILES_DATA) || !strcmp(e->d_name, "files.keep") || !strcmp(e->d_name, "files.reset"))
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, FJ_LOG) ||
+            !strcmp(e->d_name, FJ_DATAFILE) || !strcmp(e->d_name, FJ_KEEP) || !strcmp(e->d_name, FJ_RESET))
             continue;
-        if (!strncmp(e->d_name, LZ_PROC_PREFIX, strlen(LZ_PROC_PREFIX)) && (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN)) {
+        if (!strncmp(e->d_name, FJ_PROC_PREFIX, strlen(FJ_PROC_PREFIX)) && (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN)) {
             prune_journal(fd, e->d_name); /* another process's journal (not a directory: nothing done) */
             continue;
         }
@@ -197,7 +184,7 @@ void lz_store_cleanup_tmp(const char *dir)
         uint64_t idx = tmp_write_index(names[i]);
         char log[300], jrnl[64], ck[64];
         struct stat st;
-        snprintf(log, sizeof log, "%s/files.log", names[i]);
+        snprintf(log, sizeof log, "%s/" FJ_LOG, names[i]);
         snprintf(jrnl, sizeof jrnl, LZ_JRNL_PREFIX "%06" PRIu64, idx);
         snprintf(ck, sizeof ck, LZ_CKPT_PREFIX "%06" PRIu64, idx);
         /* the journal of the interval begun at N's pause is needed to roll
@@ -220,7 +207,7 @@ void lz_store_cleanup_tmp(const char *dir)
              * (a job's checkpoint; tmp.N.PID names the process), or a stray */
             char part[300];
             const char *pid = strrchr(names[i], '.');
-            snprintf(part, sizeof part, "%s/" LZ_PROC_PREFIX "%s", jrnl, pid ? pid + 1 : "0");
+            snprintf(part, sizeof part, "%s/" FJ_PROC_PREFIX "%s", jrnl, pid ? pid + 1 : "0");
             if (renameat2(dfd, names[i], dfd, part, RENAME_NOREPLACE) == 0) { renamed = 1; prune_journal(dfd, part); }
             else lz_remove_tree(dfd, names[i]);
         } /* else left for the next cleanup: a journal is never deleted on a whim */
@@ -236,7 +223,7 @@ static void recycle_data(int dfd, const char *ckname)
 {
     char from[300], to[32];
     struct stat st;
-    snprintf(from, sizeof from, "%s/" LZ_FILES_DATA, ckname);
+    snprintf(from, sizeof from, "%s/" FJ_DATAFILE, ckname);
     if (fstatat(dfd, from, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) || st.st_size < LZ_SPARE_MIN) return;
     for (int i = 0; i < LZ_SPARES; i++) {
         snprintf(to, sizeof to, LZ_SPARE, i);

@@ -11,8 +11,6 @@
 int lz_gc_lock(const char *dir);
 /* lz_store_gc() for a caller already holding gc.lock. */
 int lz_store_gc_locked(const char *dir, struct lz_gc_stats *st, char *why, size_t whylen);
-/* Deletes `name` in directory dirfd and everything below it (no symlink is followed). */
-void lz_remove_tree(int dirfd, const char *name);
 /* Makes jrnl.N invisible at once (renamed to tmp.*), then deletes it: a
  * journal is never seen half deleted by a rollback. */
 int lz_jrnl_remove(const char *dir, uint64_t index);

@@ -1,0 +1,39 @@
+/* What the file rollback (files/rollback.h) needs of the store, which the
+ * file engine does not read itself: the job's identity and the journal
+ * directories, ckpt.N/ and jrnl.N/ (store.h). */
+#include "cli.h"
+#include "place.h"
+#include "rollback.h"
+#include "util.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct fj_plan *rollback_plan_load(const char *dir, uint64_t target, int64_t stop_ns, char *why, size_t whylen)
+{
+    uint64_t job[2];
+    if (lz_place_job(dir, job, why, whylen) < 0) return NULL;
+    uint64_t *v;
+    int *jr;
+    int n = lz_store_list_journals(dir, &v, &jr);
+    if (n < 0) { snprintf(why, whylen, "cannot list the checkpoints: %s", strerror(errno)); return NULL; }
+    struct fj_journal_dir *jd = calloc((size_t)n + 1, sizeof *jd);
+    char (*paths)[LZ_PATH_MAX + 64] = calloc((size_t)n + 1, sizeof *paths);
+    struct fj_plan *p = NULL;
+    if (!jd || !paths) {
+        snprintf(why, whylen, "cannot list the checkpoints: %s", strerror(ENOMEM));
+    } else {
+        for (int i = 0; i < n; i++) {
+            if (jr[i]) lz_jrnl_path(paths[i], sizeof paths[i], dir, v[i]);
+            else lz_ckpt_path(paths[i], sizeof paths[i], dir, v[i]);
+            jd[i] = (struct fj_journal_dir){.index = v[i], .failed = jr[i], .dir = paths[i]};
+        }
+        p = fj_plan_load(dir, job, jd, (size_t)n, target, stop_ns, why, whylen);
+    }
+    free(paths);
+    free(jd);
+    free(v);
+    free(jr);
+    return p;
+}
