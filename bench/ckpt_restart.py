@@ -167,7 +167,9 @@ def one_rep(args, rep, bigheap):
         index, fig["ckpt"] = int(m.group(1)), float(m.group(2))
 
         # (c) reading that checkpoint's files, warm, right after it.
-        files = sorted(p for p in glob.glob(os.path.join(store, "ckpt.*", "*"))
+        # the checkpoint's own files and the page data it references (packs/,
+        # shared by checkpoints: the only checkpoint here references all of it)
+        files = sorted(p for p in glob.glob(os.path.join(store, "ckpt.*", "*")) + glob.glob(os.path.join(store, "packs", "*"))
                        if os.path.isfile(p))
         if not files:
             raise RuntimeError(f"no checkpoint files under {store}/ckpt.*")
@@ -203,7 +205,8 @@ def one_rep(args, rep, bigheap):
     # (d) restart until the program runs again.
     def restart():
         t0 = time.time_ns()
-        rp = subprocess.run([args.lazarus, "restart", "-d", store, "--at", str(index)],
+        # --force: after the first restart the program exited 0 (the job finished)
+        rp = subprocess.run([args.lazarus, "restart", "-d", store, "--at", str(index), "--force"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             timeout=args.timeout)
         if rp.returncode != 0:

@@ -92,9 +92,11 @@ def drain(reader):
         lines.append(line)
 
 
-def make_chain(args, prog, pattern, tsfile):
-    """A killed job whose newest checkpoint is the last of a chain: (store, index)."""
-    store = os.path.join(args.workdir, f"store.{pattern}")
+def make_chain(args, prog, pattern, tsfile, rounds=None):
+    """A killed job whose newest checkpoint is the last of a chain of `rounds`
+    increments (0: one full checkpoint): (store, index)."""
+    rounds = args.rounds if rounds is None else rounds
+    store = os.path.join(args.workdir, f"store.{pattern}.{rounds}")
     shutil.rmtree(store, ignore_errors=True)
     p = subprocess.Popen([args.lazarus, "run", "-d", store, "-i", "0", "-k", "100", "--",
                           prog, str(args.mib), pattern, "nohuge", tsfile],
@@ -115,7 +117,7 @@ def make_chain(args, prog, pattern, tsfile):
 
         out.get(args.timeout, "the heap to be filled")
         index = None
-        for r in range(args.rounds + 1):
+        for r in range(rounds + 1):
             if r:
                 cmd(f"dirty {args.dirty}", "dirtied")
             index = int(cmd("api", "api index=").split("index=")[1].split()[0])
@@ -148,7 +150,8 @@ def restart(args, store, index, tsfile, check):
     if args.cold:
         drop_caches()
     t0 = time.time_ns()
-    r = subprocess.run([args.lazarus, "restart", "-d", store, "--at", str(index)], env=env,
+    # --force: the restarted program exits 0, and a finished job's restart is refused otherwise
+    r = subprocess.run([args.lazarus, "restart", "-d", store, "--at", str(index), "--force"], env=env,
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        text=True, timeout=args.timeout)
     if r.returncode != 0:
@@ -156,6 +159,42 @@ def restart(args, store, index, tsfile, check):
         raise RuntimeError(f"`lazarus restart -d {store} --at {index}` exited {r.returncode}: {why}")
     with open(tsfile) as f:
         return (int(f.read().strip()) - t0) / 1e9
+
+
+def versus_full(args, prog, tsfile, fstype, cache):
+    """Restart from the newest of the chain against from one full checkpoint of
+    as much memory, in pairs (order swapped from pair to pair)."""
+    results, ok = {}, True
+    for pattern in args.patterns.split(","):
+        log(f"{pattern}: building the chain and the full checkpoint")
+        chain, ci = make_chain(args, prog, pattern, tsfile)
+        full, fi = make_chain(args, prog, pattern, tsfile, rounds=0)
+        restart(args, chain, ci, tsfile, True)
+        restart(args, full, fi, tsfile, True)
+        pairs = []
+        for rep in range(args.reps):
+            order = ("chain", "full") if rep % 2 == 0 else ("full", "chain")
+            t = {k: restart(args, chain if k == "chain" else full, ci if k == "chain" else fi, tsfile, True) for k in order}
+            pairs.append((t["chain"], t["full"]))
+            log(f"{pattern} pair {rep + 1}/{args.reps}: chain {t['chain']:.3f} s, full {t['full']:.3f} s")
+        ratio = statistics.median(a / b for a, b in pairs)
+        results[pattern] = {"pairs": pairs, "ratio": ratio}
+        ok &= ratio <= TARGET
+        if not args.keep:
+            shutil.rmtree(chain, ignore_errors=True)
+            shutil.rmtree(full, ignore_errors=True)
+    print(f"`lazarus restart` of {args.mib} MiB from the newest of {args.rounds} increments ({args.dirty} % each) "
+          f"against from one full checkpoint, {cache} cache, {args.workdir} ({fstype})")
+    head = f"{'pattern':10}{'chain (s)':>10}{'full (s)':>10}{'ratio':>8}"
+    print(head)
+    print("-" * len(head))
+    for pattern, r in results.items():
+        c = statistics.median(a for a, _ in r["pairs"])
+        f = statistics.median(b for _, b in r["pairs"])
+        print(f"{pattern:10}{c:>10.3f}{f:>10.3f}{r['ratio']:>8.3f}   target <= {TARGET}  {'PASS' if r['ratio'] <= TARGET else 'FAIL'}")
+    with open(os.path.join(args.workdir, "results_versus_full.json"), "w") as fh:
+        json.dump({"mib": args.mib, "cache": cache, "rounds": args.rounds, "dirty": args.dirty, "results": results}, fh, indent=1)
+    return 0 if ok else 1
 
 
 def main():
@@ -166,6 +205,9 @@ def main():
     ap.add_argument("--dirty", type=float, default=5.0, help="%% of the pages rewritten before each")
     ap.add_argument("--patterns", default="random,halfzero")
     ap.add_argument("--cold", action="store_true", help="drop the caches before each restart (root)")
+    ap.add_argument("--versus-full", action="store_true",
+                    help="instead: restart from the chain's newest against a full checkpoint of as much memory "
+                         "(issue 16: <= 1.1x), both with the check")
     store_options(ap, "restart_check", "where the stores go (default bench/out/restart_check)")
     args = ap.parse_args()
     if args.cold and os.geteuid() != 0:
@@ -180,6 +222,8 @@ def main():
 
     results = {}
     ok = True
+    if args.versus_full:
+        return versus_full(args, prog, tsfile, fstype, cache)
     for pattern in args.patterns.split(","):
         log(f"{pattern}: building the chain")
         store, index = make_chain(args, prog, pattern, tsfile)
