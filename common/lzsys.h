@@ -22,4 +22,19 @@ static inline long lz_sc6(long n, long a, long b, long c, long d, long e, long f
 #define lz_sc3(n, a, b, c) lz_sc6((n), (long)(a), (long)(b), (long)(c), 0, 0, 0)
 #define lz_sc4(n, a, b, c, d) lz_sc6((n), (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
 #define lz_sc5(n, a, b, c, d, e) lz_sc6((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0)
+
+/* The kernel's signals (not glibc's sigset_t, 128 bytes): 64, one bit each
+ * in the set the rt_sig* system calls take, whose size they are passed. */
+#define LZ_NSIG 64
+#define LZ_KSIGSET_SIZE (LZ_NSIG / 8)
+/* The kernel's first real-time signal (glibc's SIGRTMIN is a function, 34:
+ * it keeps two); the standard signals below it do not queue. */
+#define LZ_KSIGRTMIN 32
+/* rseq(2): the length of the original struct rseq, the one glibc registers
+ * (the kernel's ORIG_RSEQ_SIZE, not in its uapi headers); unregistering
+ * must name the length registered. */
+#define LZ_RSEQ_ORIG_LEN 32
+/* personality(2) with this persona changes nothing and returns the current
+ * one (no name in the headers). */
+#define LZ_PERSONALITY_QUERY 0xffffffffu
 #endif

@@ -90,10 +90,10 @@ static void unlock(void) { __atomic_store_n(&E.lock, 0, __ATOMIC_RELEASE); }
 static void signals_wait(uint64_t *saved)
 {
     uint64_t all = ~0ull;
-    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &all, saved, 8);
+    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &all, saved, LZ_KSIGSET_SIZE);
 }
 
-static void signals_back(const uint64_t *saved) { lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, saved, NULL, 8); }
+static void signals_back(const uint64_t *saved) { lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, saved, NULL, LZ_KSIGSET_SIZE); }
 
 static void lock_quiet(uint64_t *saved)
 {

@@ -7,9 +7,12 @@
 #include "format.h"
 #include "lzsys.h"
 #include <dlfcn.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* SIGURG: its default action is "ignore", so a request reaching a process
  * without the runtime (after an exec of a static binary, say) is harmless.
@@ -167,14 +170,14 @@ int rt_flags_needed(const struct rt_ckpt *ck);
 
 /* Futexes between threads of one address space (the writer's; the program's
  * during a checkpoint): private. */
-static inline void rt_futex_wait(volatile uint32_t *w, uint32_t seen) { lz_sc4(SYS_futex, w, 128 /* FUTEX_WAIT_PRIVATE */, seen, 0); }
-static inline void rt_futex_wake(volatile uint32_t *w) { lz_sc3(SYS_futex, w, 129 /* FUTEX_WAKE_PRIVATE */, 1); }
+static inline void rt_futex_wait(volatile uint32_t *w, uint32_t seen) { lz_sc4(SYS_futex, w, FUTEX_WAIT_PRIVATE, seen, 0); }
+static inline void rt_futex_wake(volatile uint32_t *w) { lz_sc3(SYS_futex, w, FUTEX_WAKE_PRIVATE, 1); }
 static inline void rt_futex_wait_ns(volatile uint32_t *w, uint32_t seen, uint64_t ns)
 {
     struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-    lz_sc4(SYS_futex, w, 128 /* FUTEX_WAIT_PRIVATE */, seen, &ts);
+    lz_sc4(SYS_futex, w, FUTEX_WAIT_PRIVATE, seen, &ts);
 }
-static inline void rt_futex_wake_all(volatile uint32_t *w) { lz_sc3(SYS_futex, w, 129 /* FUTEX_WAKE_PRIVATE */, 0x7fffffff); }
+static inline void rt_futex_wake_all(volatile uint32_t *w) { lz_sc3(SYS_futex, w, FUTEX_WAKE_PRIVATE, INT_MAX /* every waiter */); }
 void rt_pages_forget(void);   /* after a restart: what is tracked is decided again */
 /* A mapping mostly in transparent huge pages is left untracked (compared by
  * digest): 1 if [start,end) is one, now remembered as such. */

@@ -154,7 +154,7 @@ void rt_map_seed(const char *dir, uint64_t index, int tracked)
     else rt_fmt(path, sizeof path, "%s/" LZ_CKPT_PREFIX "%06llu/" LZ_PROC_PREFIX "%d/" LZ_MANIFEST, dir, (unsigned long long)index, rt.pid);
     long fd = lz_sc4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) return;
-    long size = lz_sc3(SYS_lseek, fd, 0, 2 /* SEEK_END */);
+    long size = lz_sc3(SYS_lseek, fd, 0, SEEK_END);
     long a = size > 0 ? lz_sc6(SYS_mmap, 0, size, PROT_READ, MAP_PRIVATE, fd, 0) : -EINVAL;
     lz_sc1(SYS_close, fd);
     if (a < 0 && a > -4096) return;

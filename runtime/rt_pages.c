@@ -415,7 +415,7 @@ int rt_plan_copy(struct rt_ckpt *ck)
      * one fault each (MADV_POPULATE_WRITE, Linux 5.14; harmless if refused) */
     uint64_t from = ((uint64_t)ck->arena.base + ck->arena.used + 4095) & ~4095ull;
     uint64_t upto = ((uint64_t)ck->arena.base + ck->arena.cap) & ~4095ull;
-    if (from < upto) lz_sc3(SYS_madvise, from, budget + 4096 < upto - from ? budget + 4096 : upto - from, 23 /* MADV_POPULATE_WRITE */);
+    if (from < upto) lz_sc3(SYS_madvise, from, budget + 4096 < upto - from ? budget + 4096 : upto - from, MADV_POPULATE_WRITE);
     int rc = 0;
     for (size_t i = 0; i < ck->nregions && rc == 0; i++) {
         const struct lz_region *r = &ck->regions[i];

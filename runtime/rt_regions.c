@@ -146,7 +146,7 @@ RT_API int madvise(void *addr, size_t len, int advice)
     uint32_t set = 0, clear = 0;
     int fork = 0; /* what a fork copies: known from smaps only, never guessed from the log */
     switch (advice) {
-    case MADV_DONTFORK: case MADV_DOFORK: case 18 /* MADV_WIPEONFORK */: case 19 /* MADV_KEEPONFORK */: fork = 1; break;
+    case MADV_DONTFORK: case MADV_DOFORK: case MADV_WIPEONFORK: case MADV_KEEPONFORK: fork = 1; break;
     case MADV_HUGEPAGE: set = LZ_RF_HUGEPAGE; clear = LZ_RF_NOHUGEPAGE; break;
     case MADV_NOHUGEPAGE: set = LZ_RF_NOHUGEPAGE; clear = LZ_RF_HUGEPAGE; break;
     case MADV_DONTDUMP: set = LZ_RF_DONTDUMP; break;

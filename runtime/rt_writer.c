@@ -230,7 +230,7 @@ static int finish(struct rt_ckpt *ck)
     h->job[0] = rt.job[0];
     h->job[1] = rt.job[1];
     h->parent = rt.parent;
-    h->created_ns = rt_now_ns(0 /* CLOCK_REALTIME */);
+    h->created_ns = rt_now_ns(CLOCK_REALTIME);
     h->trigger = ck->trigger;
     h->nsections = 11;
     h->mem_bytes = ck->mem_bytes;
@@ -251,7 +251,7 @@ static int finish(struct rt_ckpt *ck)
     p = put_section(p, LZ_SEC_AUXV, ck->auxv, ck->auxv_len);
     p = put_section(p, LZ_SEC_GROUPS, ck->groups, ck->proc->ngroups * sizeof(uint32_t));
     h->pause_ns = rt_pause_ns(ck);
-    h->durable_ns = rt_now_ns(1 /* CLOCK_MONOTONIC */) - ck->t0; /* the pack is on disk, the manifest follows */
+    h->durable_ns = rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* the pack is on disk, the manifest follows */
     ck->durable_ns = h->durable_ns;
     h->manifest_size = (uint64_t)(p - m) + sizeof(struct lz_trailer);
     struct lz_trailer t = {lz_hash(m, (size_t)(p - m))};
@@ -262,6 +262,6 @@ static int finish(struct rt_ckpt *ck)
     if (e < 0) return rt_fail(ck, "cannot write the checkpoint's manifest", e);
     rt_map_filled(ck->index);
     /* the supervisor commits the job's checkpoint once every part is written */
-    ck->durable_ns = rt_now_ns(1) - ck->t0;
+    ck->durable_ns = rt_now_ns(CLOCK_MONOTONIC) - ck->t0;
     return 0;
 }
