@@ -87,7 +87,7 @@ int job_ckpt_start(struct sv_state *st, uint32_t trigger, char *why, size_t whyl
     v.sival_ptr = (void *)(uintptr_t)((st->index << 2) | trigger);
     if (sigqueue(prog, LZ_SIGCKPT, v) < 0) { snprintf(why, whylen, "cannot signal the program"); return -1; }
     for (size_t i = 1; i < st->nparts; i++) if (!st->parts[i].zombie) jc_signal_part(st, &st->parts[i]);
-    jc_trace("checkpoint %" PRIu64 ": signalled %zu process(es)", st->index, jc_count_parts(st, 2));
+    jc_trace("checkpoint %" PRIu64 ": signalled %zu process(es)", st->index, jc_count_parts(st, JC_ANY));
     s->next_index++;
     st->in_progress = 1;
     st->go_sent = st->resumed = st->failed = 0;
@@ -122,11 +122,11 @@ void job_ckpt_message(struct sv_state *st, pid_t pid, const char *msg, int fd)
         const char *q = strchr(msg + 8, ' ');
         p->inner = q ? atoi(q + 1) : p->pid;
         p->begun = p->stopped = 1;
-        jc_trace("stopped %d (%zu/%zu)", p->pid, jc_count_parts(st, 0), jc_count_parts(st, 2));
+        jc_trace("stopped %d (%zu/%zu)", p->pid, jc_count_parts(st, JC_STOPPED), jc_count_parts(st, JC_ANY));
     } else if (!strncmp(msg, "FORKED ", 7)) {
         p->captured = 1;
         if (fd >= 0 && p->writer_fd < 0) { p->writer_fd = fd; p->wlen = 0; fcntl(fd, F_SETFL, O_NONBLOCK); fd = -1; }
-        jc_trace("captured %d (%zu/%zu)", p->pid, jc_count_parts(st, 1), jc_count_parts(st, 2));
+        jc_trace("captured %d (%zu/%zu)", p->pid, jc_count_parts(st, JC_CAPTURED), jc_count_parts(st, JC_ANY));
     } else if (!strncmp(msg, "PEER ", 5)) {
         int fdn = 0;
         unsigned long long ino = 0;
@@ -240,10 +240,10 @@ void job_ckpt_tick(struct sv_state *st)
         for (size_t i = 0; i < st->nparts; i++)
             if (!st->parts[i].zombie) sv_tell(st, st->parts[i].pid, "GO %" PRIu64, st->index);
         st->go_sent = 1;
-        jc_trace("GO sent to %zu process(es)", jc_count_parts(st, 2));
+        jc_trace("GO sent to %zu process(es)", jc_count_parts(st, JC_ANY));
         return;
     }
-    if (!st->resumed && jc_all(st, 1)) {
+    if (!st->resumed && jc_all(st, JC_CAPTURED)) {
         /* every process is captured and still stopped: the tree as it is now */
         if (!st->have_tree) {
             char why[160] = "out of memory";
@@ -263,7 +263,7 @@ void job_ckpt_tick(struct sv_state *st)
             jc_trace("RESUME sent");
         }
     }
-    if (st->have_tree && jc_all(st, 1) && jc_all(st, 2)) jc_finish_ok(st);
+    if (st->have_tree && jc_all(st, JC_CAPTURED) && jc_all(st, JC_WRITTEN)) jc_finish_ok(st);
 }
 
 void job_ckpt_end(struct sv_state *st)
@@ -275,7 +275,7 @@ void job_ckpt_end(struct sv_state *st)
         fcntl(p->writer_fd, F_SETFL, 0);
         job_ckpt_writer(st, p);
     }
-    if (!st->failed && st->have_tree && jc_all(st, 1) && jc_all(st, 2)) {
+    if (!st->failed && st->have_tree && jc_all(st, JC_CAPTURED) && jc_all(st, JC_WRITTEN)) {
         jc_finish_ok(st);
         if (!st->in_progress) return;
     }

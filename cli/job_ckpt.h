@@ -10,8 +10,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define LZ_SIGCKPT SIGURG
-
 /* job_ckpt.c */
 /* LAZARUS_TRACE=1: one step of the coordination on stderr. */
 void jc_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -20,10 +18,16 @@ void jc_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void jc_fail(struct sv_state *st, const struct part *p, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* job_members.c: the parts (the processes of the job) and their states */
-/* what: 0 stopped, 1 captured, 2 any (zombies never count) */
-size_t jc_count_parts(struct sv_state *st, int what);
-/* Every part not a zombie has: 0 stopped, 1 been captured, 2 been written. */
-int jc_all(struct sv_state *st, int what);
+/* A part's state, as counted and asked of all (zombies never count). */
+enum jc_what {
+    JC_STOPPED,  /* said STOPPED */
+    JC_CAPTURED, /* said FORKED or OK */
+    JC_WRITTEN,  /* its part written (OK), its writer if any gone (jc_all only) */
+    JC_ANY,      /* every part (jc_count_parts only) */
+};
+size_t jc_count_parts(struct sv_state *st, enum jc_what what);
+/* Every part not a zombie is `what`. */
+int jc_all(struct sv_state *st, enum jc_what what);
 struct part *jc_part_of(struct sv_state *st, pid_t pid);
 /* 'Z' for a zombie, 0 if gone. */
 char jc_proc_state(pid_t pid);

@@ -10,22 +10,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t jc_count_parts(struct sv_state *st, int what)
+size_t jc_count_parts(struct sv_state *st, enum jc_what what)
 {
     size_t n = 0;
     for (size_t i = 0; i < st->nparts; i++) {
         const struct part *p = &st->parts[i];
-        if (!p->zombie) n += what == 0 ? p->stopped != 0 : what == 1 ? p->captured != 0 : 1;
+        if (!p->zombie) n += what == JC_STOPPED ? p->stopped != 0 : what == JC_CAPTURED ? p->captured != 0 : 1;
     }
     return n;
 }
 
-int jc_all(struct sv_state *st, int what)
+int jc_all(struct sv_state *st, enum jc_what what)
 {
     for (size_t i = 0; i < st->nparts; i++) {
         const struct part *p = &st->parts[i];
         if (p->zombie) continue;
-        if ((what == 0 && !p->stopped) || (what == 1 && !p->captured) || (what == 2 && (!p->written || p->writer_fd >= 0))) return 0;
+        if ((what == JC_STOPPED && !p->stopped) || (what == JC_CAPTURED && !p->captured) ||
+            (what == JC_WRITTEN && (!p->written || p->writer_fd >= 0)))
+            return 0;
     }
     return 1;
 }
@@ -63,7 +65,7 @@ char jc_proc_state(pid_t pid)
         snprintf(path, sizeof path, "/proc/%d/status", pid);
         b = lz_read_file(path, &n);
         const char *t = b ? strstr(b, "\nThreads:") : NULL;
-        if (t && atoi(t + 10) > 1) c = 'S';
+        if (t && atoi(t + sizeof "\nThreads:" - 1) > 1) c = 'S';
         free(b);
     }
     return c;
@@ -127,7 +129,7 @@ int jc_runs_runtime(pid_t pid)
     snprintf(path, sizeof path, "/proc/%d/maps", pid);
     size_t n;
     char *b = lz_read_file(path, &n);
-    int yes = b && memmem(b, n, "liblazarus-rt.so", 16) != NULL;
+    int yes = b && memmem(b, n, LZ_RUNTIME_LIB, sizeof LZ_RUNTIME_LIB - 1) != NULL;
     free(b);
     return yes;
 }

@@ -5,10 +5,13 @@
 #define LZ_SV_H
 #include "cli.h"
 #include "tree.h"
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #define MAX_CLIENTS 32
+/* The checkpoint request (runtime/rt.h has the process side). */
+#define LZ_SIGCKPT SIGURG
 
 /* A process of the job that runs the runtime, with its own channel. */
 struct member {

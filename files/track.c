@@ -140,8 +140,9 @@ int fj_is_own_fd(int fd)
 
 static void fdpath(int fd, char *lp)
 {
-    memcpy(lp, "/proc/self/fd/", 14);
-    char tmp[12]; int k = 0, i = 14;
+    static const char dir[] = "/proc/self/fd/";
+    memcpy(lp, dir, sizeof dir - 1);
+    char tmp[12]; int k = 0, i = sizeof dir - 1;
     do tmp[k++] = (char)('0' + fd % 10); while ((fd /= 10));
     while (k) lp[i++] = tmp[--k];
     lp[i] = 0;
@@ -236,7 +237,7 @@ static long log_window(struct interval *v)
     long r = lz_sc4(SYS_fallocate, v->log_fd, 0, base, v->wlen);
     if (r == 0) {
         long a = lz_sc6(SYS_mmap, (long)v->lwin, v->wlen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, v->log_fd, base);
-        r = a < 0 && a > -4096 ? a : 0;
+        r = a < 0 && a >= -LZ_MAX_ERRNO ? a : 0;
     }
     if (r < 0) { win_drop(v->lwin, LOG_WIN); v->lwin = NULL; return r; }
     v->lbase = base;
@@ -432,7 +433,7 @@ static long first_touch(struct interval *v, int fd, const struct stat *st, struc
     fdpath(fd, lp);
     long n = lz_sc4(SYS_readlinkat, AT_FDCWD, lp, path, sizeof path - 1);
     path[n > 0 ? n : 0] = 0;
-    if (n > 10 && !strcmp(path + n - 10, " (deleted)")) path[n - 10] = 0;
+    if (n > LZ_DELETED_LEN && !strcmp(path + n - LZ_DELETED_LEN, LZ_DELETED_SUFFIX)) path[n - LZ_DELETED_LEN] = 0;
     long r;
     if (path[0] == '/') {
         /* reached through a name that changed this interval (a link made
@@ -525,7 +526,7 @@ static int map_memory(void)
 {
     long a = lz_sc6(SYS_mmap, 0, ENGINE_BYTES, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (a < 0 && a > -4096) return -1;
+    if (a < 0 && a >= -LZ_MAX_ERRNO) return -1;
     engine_mem = (char *)a;
     for (int i = 0; i < 2; i++) {
         E.iv[i].arena = engine_mem + (size_t)i * ARENA_BYTES;
@@ -633,9 +634,9 @@ static long classify(struct interval *v, int fd, struct fj_fdent *ent, struct fj
     path[n] = 0;
     /* unlinked since N but kept by us (or linked elsewhere): still the job's
      * file; with no link left at all it is nameless, and travels by content */
-    if (n > 10 && !strcmp(path + n - 10, " (deleted)")) {
+    if (n > LZ_DELETED_LEN && !strcmp(path + n - LZ_DELETED_LEN, LZ_DELETED_SUFFIX)) {
         if (st.st_nlink == 0) { *ent = e; return 0; }
-        path[n - 10] = 0;
+        path[n - LZ_DELETED_LEN] = 0;
     }
     if (excluded(path)) { *ent = e; return 0; }
     struct fj_ino *ino = ino_find(v, st.st_dev, st.st_ino, 0);
@@ -1493,9 +1494,13 @@ static void put_u64(char **p, char *end, uint64_t x)
     while (k && *p < end) *(*p)++ = tmp[--k];
 }
 
+/* FJ_ENV=owner.fd.log_off.data_off.nrec.index: six numbers of at most 20
+ * digits, each followed by a '.' or the NUL */
+#define FJ_ENV_LEN (sizeof FJ_ENV "=" - 1 + 6 * (20 + 1))
+
 int fj_exec_prepare(char *envstr, size_t len)
 {
-    if (!fj.fdt || !fj.live || len < 11 + 6 * 21) return 0;
+    if (!fj.fdt || !fj.live || len < FJ_ENV_LEN) return 0;
     /* a vfork child shares this memory: the journal is its parent's (E.pid),
      * and nothing here may change */
     uint64_t saved;

@@ -102,7 +102,7 @@ static _Noreturn void restore_on_own_stack(void *unused)
     for (size_t i = 0; i < rc->img.nfds; i++) {
         const struct lz_fd *f = &rc->img.fds[i];
         if (f->kind == LZ_FD_CTL) res.ctl_fd = f->fd;
-        if (f->kind == LZ_FD_STDIO && f->fd >= 0 && f->fd < 1024) res.stdio[f->fd / 8] |= (uint8_t)(1u << (f->fd % 8));
+        if (f->kind == LZ_FD_STDIO && f->fd >= 0 && f->fd < LZ_STDIO_FDS) res.stdio[f->fd / 8] |= (uint8_t)(1u << (f->fd % 8));
     }
     snprintf(res.dir, sizeof res.dir, "%s", rc->store_dir);
     res.exe_fd = restore_exe_fd(rc);

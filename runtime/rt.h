@@ -23,6 +23,16 @@
  * (the round tells a request still pending from an abandoned round). */
 #define RT_STOP_VALUE (1ull << 63)
 
+/* Descriptor numbers programs rarely use, where the runtime keeps its own
+ * (the supervisor gives the channel 900 or above, the file engine takes 960
+ * and above, files/track.c): the write tracker's (userfaultfd, pagemap) at
+ * RT_DIRTY_FD_BASE or above; the channel when the program dup2()s onto it,
+ * and the writer's report pipe in the writer, at RT_HIGH_FD or above. */
+#define RT_DIRTY_FD_BASE 980
+#define RT_HIGH_FD 1000
+/* Descriptors inherited from the launcher (rt_state.inherited) kept at most. */
+#define RT_MAX_INHERITED 64
+
 #define RT_API __attribute__((visibility("default")))
 /* In an interposed libc function: real_NAME, the next definition of NAME (libc's). */
 #define REAL(ret, name, ...)                                                  \
@@ -48,7 +58,7 @@ struct rt_state {
     volatile uint64_t api_index;
     /* descriptors the program inherited from its launcher (a jobserver pipe,
      * say): re-attached at restart like 0/1/2 */
-    struct { int fd; uint64_t dev, ino; } inherited[64];
+    struct { int fd; uint64_t dev, ino; } inherited[RT_MAX_INHERITED];
     int ninherited;
     int codec, level;      /* compression of new frames (--compress) */
     int nofork;            /* LAZARUS_NO_FORK=1: write checkpoints in the pause (benchmarks) */

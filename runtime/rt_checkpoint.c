@@ -39,9 +39,9 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     rt_own_channel();
     rt_notify("BEGIN %llu", (unsigned long long)index);
     long a = lz_sc6(SYS_mmap, 0, ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if ((a < 0 && a > -4096) || rt_map_init() < 0) {
+    if ((a < 0 && a >= -LZ_MAX_ERRNO) || rt_map_init() < 0) {
         rt_notify("ERR %llu cannot reserve scratch memory for the checkpoint", (unsigned long long)index);
-        if (!(a < 0 && a > -4096)) lz_sc2(SYS_munmap, a, ARENA_BYTES);
+        if (!(a < 0 && a >= -LZ_MAX_ERRNO)) lz_sc2(SYS_munmap, a, ARENA_BYTES);
         return;
     }
     rt_map_settle(rt.dir); /* learn how the previous write ended */

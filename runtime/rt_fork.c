@@ -24,6 +24,10 @@
 #define MADV_KEEPONFORK 19
 #endif
 
+/* The program sets its pause in the map once the job runs again (after
+ * RESUME or ABORT); the writer waits for it at most this long. */
+#define RESUME_WAIT_NS (10ull * 1000000000ull)
+
 int rt_result(struct rt_ckpt *ck, int rc, char *msg, size_t len)
 {
     int n = rc == 0 ? rt_fmt(msg, len, "OK %llu %llu %llu %llu %llu %llu %llu", (unsigned long long)ck->index,
@@ -39,7 +43,7 @@ uint64_t rt_pause_ns(struct rt_ckpt *ck)
     if (!ck->in_child) return rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* written in the pause: all of it is pause */
     /* the program tells its pause once the job runs again */
     uint64_t t0 = rt_now_ns(CLOCK_MONOTONIC);
-    while (rt_now_ns(CLOCK_MONOTONIC) - t0 < 10000000000ull) {
+    while (rt_now_ns(CLOCK_MONOTONIC) - t0 < RESUME_WAIT_NS) {
         uint64_t p = rt_map_pause();
         if (p) return p;
         struct timespec ms = {0, 1000000};
@@ -93,7 +97,7 @@ static void writer_main(struct rt_ckpt *ck, int out)
      * reader's end-of-file when the program closes it, not when we are done.
      * Only the program's userfaultfd stays if its large new mappings are to
      * be tracked. */
-    int hi = (int)lz_sc3(SYS_fcntl, out, F_DUPFD_CLOEXEC, 1000); /* (its own descriptor table: a copy) */
+    int hi = (int)lz_sc3(SYS_fcntl, out, F_DUPFD_CLOEXEC, RT_HIGH_FD); /* (its own descriptor table: a copy) */
     int uffd = late && !ck->planned ? rt_dirty_keep_parent_uffd(hi >= 0 ? hi + 1 : 3) : -1;
     if (hi >= 0) {
         if (rt.tracing) lz_sc3(SYS_close_range, 0, 1, 0); /* LAZARUS_TRACE: stderr stays */
@@ -109,7 +113,7 @@ static void writer_main(struct rt_ckpt *ck, int out)
      * the heavy work (hashing, compressing, writing) starts once the job
      * runs again (the program sets its pause in the map after RESUME, or
      * after ABORT).  A process alone waits only for one round trip. */
-    for (uint64_t t = rt_now_ns(CLOCK_MONOTONIC); !rt_map_pause() && rt_now_ns(CLOCK_MONOTONIC) - t < 10000000000ull;) {
+    for (uint64_t t = rt_now_ns(CLOCK_MONOTONIC); !rt_map_pause() && rt_now_ns(CLOCK_MONOTONIC) - t < RESUME_WAIT_NS;) {
         struct timespec w = {0, 200000};
         lz_sc2(SYS_nanosleep, &w, 0);
     }

@@ -190,7 +190,7 @@ static void note_inherited(int cfd)
 {
     const char *inh = rt_env("LAZARUS_INHERITED");
     if (inh) {
-        for (const char *p = inh; *p && rt.ninherited < 64;) {
+        for (const char *p = inh; *p && rt.ninherited < RT_MAX_INHERITED;) {
             char *e;
             long fd = strtol(p, &e, 10);
             if (*e != ':') break;
@@ -205,7 +205,7 @@ static void note_inherited(int cfd)
         }
         return;
     }
-    for (int fd = 0; fd < 1024 && rt.ninherited < 64; fd++) {
+    for (int fd = 0; fd < LZ_STDIO_FDS && rt.ninherited < RT_MAX_INHERITED; fd++) {
         struct stat st;
         if (fd != cfd && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
             rt.inherited[rt.ninherited].fd = fd;

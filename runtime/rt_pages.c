@@ -129,7 +129,7 @@ int rt_scan_dirty(struct rt_ckpt *ck)
     ck->dirty = arena_alloc(&ck->arena, DIRTY_CAP * sizeof *ck->dirty);
     if (!ck->dirty) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     char err[200];
-    int ok = !rt.nodirty && (rt_dirty_active() || rt_dirty_init(980, err, sizeof err) == 0);
+    int ok = !rt.nodirty && (rt_dirty_active() || rt_dirty_init(RT_DIRTY_FD_BASE, err, sizeof err) == 0);
     ck->tracking = ok;
     /* A write-protect marker left in an empty page-table entry reads as a
      * swapped page in pagemap; with no swap in use none is a real one. */

@@ -479,7 +479,7 @@ int rt_settle_flags(struct rt_ckpt *ck)
 int rt_track_all(void)
 {
     char err[200];
-    if (rt.nodirty || (!rt_dirty_active() && rt_dirty_init(980, err, sizeof err) < 0)) return 0;
+    if (rt.nodirty || (!rt_dirty_active() && rt_dirty_init(RT_DIRTY_FD_BASE, err, sizeof err) < 0)) return 0;
     static char maps[1 << 18];
     long n = rt_read_file("/proc/self/maps", maps, sizeof maps - 1);
     if (n <= 0) return 0;
