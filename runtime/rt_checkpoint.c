@@ -31,7 +31,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
      * (make, gcc's driver): it must touch nothing; the program it execs
      * answers the supervisor's next request. */
     long self = lz_sc0(SYS_getpid);
-    if (self != rt.pid && lz_sc5(SYS_kcmp, self, rt.pid, KCMP_FILE, 0, 0) == 0) return;
+    if (self != rt.pid && lz_sc5(SYS_kcmp, self, rt.pid, KCMP_VM, 0, 0) == 0) return;
     if (index <= rt.last_index) return; /* asked again while we took part already */
     rt.last_index = index;
     rt.pid = (int)lz_sc0(SYS_getpid); /* (a child made without fork() has its parent's) */
