@@ -16,6 +16,13 @@ int cmd_verify(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 
+/* The program's end of its channel to the supervisor is inherited across
+ * exec at this number or above, one programs rarely use (the runtime's own
+ * descriptors sit higher: runtime/rt.h). */
+#define LZ_CHAN_FD_BASE 900
+/* The runtime's file name (in lib/ next to bin/lazarus; in a program's maps). */
+#define LZ_RUNTIME_LIB "liblazarus-rt.so"
+
 /* Common option parsing: -d DIR, --at N; returns index of first operand or
  * -1 after printing a usage error.  `help` is printed for --help (exit 0). */
 struct cli_opts {

@@ -9,6 +9,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* A checkpoint not done by then is said to be under way (on a terminal). */
+#define UNDER_WAY_MS 1000
+
 static const char help[] =
     "usage: lazarus checkpoint [-d DIR]\n"
     "Checkpoint the job running with DIR now; print the checkpoint's index once it\n"
@@ -28,7 +31,7 @@ int cmd_checkpoint(int argc, char **argv)
     int waited = 0;
     for (;;) {
         struct pollfd pf = {s, POLLIN, 0};
-        int r = poll(&pf, 1, 1000);
+        int r = poll(&pf, 1, UNDER_WAY_MS);
         if (r < 0 && errno == EINTR) continue;
         if (r == 0) {
             if (!waited++ && isatty(2)) lz_err("checkpoint under way...");

@@ -39,7 +39,7 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    const char *rt = install_path("lib/liblazarus-rt.so");
+    const char *rt = install_path("lib/" LZ_RUNTIME_LIB);
     const char *old = getenv("LD_PRELOAD");
     char *pre = malloc(strlen(rt) + (old ? strlen(old) : 0) + 2);
     if (!pre) _exit(127);

@@ -76,7 +76,7 @@ int supervisor_prepare(struct supervisor *s, const char *dir, const char *shown,
     int sp[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) { lz_err("socketpair: %s", strerror(errno)); return -1; }
     /* the program's end: inherited across exec, at a number programs rarely use */
-    int child_ctl = fcntl(sp[1], F_DUPFD, 900);
+    int child_ctl = fcntl(sp[1], F_DUPFD, LZ_CHAN_FD_BASE);
     if (child_ctl < 0) child_ctl = dup(sp[1]);
     close(sp[1]);
     s->ctl_fd = sp[0];

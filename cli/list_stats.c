@@ -45,7 +45,7 @@ static void journal_paths(const char *ckdir, uint64_t index, uint64_t **hashes, 
         while (d && (e = readdir(d)))
             if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_nlink == 1 &&
                 S_ISREG(st.st_mode))
-                *bytes += (uint64_t)st.st_blocks * 512;
+                *bytes += (uint64_t)st.st_blocks * LZ_ST_BLOCK_BYTES;
         if (d) closedir(d);
     }
     fj_seg_free(&s);

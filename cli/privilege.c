@@ -28,6 +28,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* Capability numbers that fit the 64-bit sets (the kernel's two 32-bit
+ * words); a kernel knows fewer, and says so (EINVAL) past its last. */
+#define NCAPS 64
+/* The kernel's overflowuid and overflowgid ("nobody") when /proc does not say. */
+#define OVERFLOW_ID_DEFAULT 65534
+
 struct caps { uint64_t eff, prm, inh; };
 
 static int get_caps(struct caps *c)
@@ -52,7 +58,7 @@ static int clear_caps(void)
 
 static int no_ambient(void)
 {
-    for (int c = 0; c < 64; c++) {
+    for (int c = 0; c < NCAPS; c++) {
         int r = prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, c, 0, 0);
         if (r < 0) return 1; /* past the last capability this kernel knows (or no ambient set at all) */
         if (r > 0) return 0;
@@ -209,9 +215,9 @@ struct creds {
 static uint32_t overflow_id(const char *path)
 {
     FILE *f = fopen(path, "re");
-    unsigned v = 65534;
+    unsigned v = OVERFLOW_ID_DEFAULT;
     if (f) {
-        if (fscanf(f, "%u", &v) != 1) v = 65534;
+        if (fscanf(f, "%u", &v) != 1) v = OVERFLOW_ID_DEFAULT;
         fclose(f);
     }
     return v;
@@ -273,7 +279,7 @@ static int restart_caps(struct caps *c)
     if (sec > 0 && (sec & SECBIT_NOROOT)) {
         /* uid 0 is not special here: the exec keeps the ambient set only */
         uint64_t amb = 0;
-        for (int i = 0; i < 64; i++) {
+        for (int i = 0; i < NCAPS; i++) {
             int r = prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, i, 0, 0);
             if (r < 0) break;
             if (r > 0) amb |= 1ull << i;
@@ -282,7 +288,7 @@ static int restart_caps(struct caps *c)
         return 0;
     }
     uint64_t bset = 0;
-    for (int i = 0; i < 64; i++) {
+    for (int i = 0; i < NCAPS; i++) {
         int r = prctl(PR_CAPBSET_READ, i, 0, 0, 0);
         if (r < 0) break;
         if (r > 0) bset |= 1ull << i;

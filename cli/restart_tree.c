@@ -357,7 +357,7 @@ int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index,
     rt->nobjs = o.n;
     rt->holds = o.h;
     rt->nholds = o.nh;
-    int need = job_max_fd(rt, 1024) + 8 + 2 + 2 * (int)o.n + 64; /* the control socket goes at 900 or above */
+    int need = job_max_fd(rt, 1024) + 8 + 2 + 2 * (int)o.n + 64; /* the control socket goes at LZ_CHAN_FD_BASE or above */
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_max < (rlim_t)need) {

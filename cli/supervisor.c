@@ -23,8 +23,15 @@
 #include <unistd.h>
 #include <fcntl.h>
 
-#define LZ_SIGCKPT SIGURG
 #define MAX_MEMBERS LZ_MAX_PROCS
+/* The loop wakes at least this often: often while a checkpoint is under way
+ * (its phases, signals again), rarely otherwise. */
+#define TICK_BUSY_MS 20
+#define TICK_IDLE_MS 250
+/* The heartbeat on the lock file, and how long a restore runs before a
+ * person at the terminal is told about it. */
+#define BEAT_NS 1000000000ull
+#define RESTORE_MSG_NS 1000000000ull
 
 static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGALRM};
 
@@ -157,8 +164,8 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
             st->runtime_ready = 1;
             st->unckpt[0] = 0; /* an exec'd program with the runtime */
         }
-    } else if (!strncmp(msg, "UNCHECKPOINTABLE ", 17)) {
-        if (main_prog) snprintf(st->unckpt, sizeof st->unckpt, "%.599s", msg + 17);
+    } else if (!strncmp(msg, "UNCHECKPOINTABLE ", sizeof "UNCHECKPOINTABLE " - 1)) {
+        if (main_prog) snprintf(st->unckpt, sizeof st->unckpt, "%.599s", msg + sizeof "UNCHECKPOINTABLE " - 1);
     } else if (!strncmp(msg, "CHECKPOINTABLE", 14)) {
         if (main_prog) st->unckpt[0] = 0;
     } else if (!strncmp(msg, "RESTORED", 8)) {
@@ -303,14 +310,14 @@ int supervise(struct supervisor *s)
         for (size_t i = 0; i < st.nparts && st.in_progress; i++) pf[n++] = (struct pollfd){st.parts[i].writer_fd, POLLIN, 0};
         size_t nwriters = n - first_writer, nmembers = st.nmembers;
         /* a checkpoint under way is looked after often (signals again, phases) */
-        int r = poll(pf, (nfds_t)n, st.in_progress ? 20 : 250);
+        int r = poll(pf, (nfds_t)n, st.in_progress ? TICK_BUSY_MS : TICK_IDLE_MS);
         if (r < 0 && errno != EINTR) { lz_err("supervisor: poll: %s", strerror(errno)); break; }
         uint64_t now = lz_now_ns(CLOCK_MONOTONIC);
         /* heartbeat: if we die with the job, `restart` knows from the lock
          * file's time since when changes to its files are someone else's */
-        if (now - st.beat_ns > 1000000000ull) { futimens(s->lock_fd, NULL); st.beat_ns = now; }
+        if (now - st.beat_ns > BEAT_NS) { futimens(s->lock_fd, NULL); st.beat_ns = now; }
         /* progress for a person watching; scripts get only results and errors */
-        if (s->restoring && !st.restore_msg_shown && now - st.restore_started_ns > 1000000000ull && isatty(2)) {
+        if (s->restoring && !st.restore_msg_shown && now - st.restore_started_ns > RESTORE_MSG_NS && isatty(2)) {
             lz_err("restoring checkpoint %" PRIu64 "...", s->restore_index);
             st.restore_msg_shown = 1;
         }

@@ -1,13 +1,17 @@
 /* The supervisor's state, shared by its loop (supervisor.c) and the job's
- * coordinated checkpoint (job_ckpt.c). */
+ * coordinated checkpoint (job_ckpt.c, job_members.c, job_tree.c,
+ * job_commit.c; their private header is job_ckpt.h). */
 #ifndef LZ_SV_H
 #define LZ_SV_H
 #include "cli.h"
 #include "tree.h"
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #define MAX_CLIENTS 32
+/* The checkpoint request (runtime/rt.h has the process side). */
+#define LZ_SIGCKPT SIGURG
 
 /* A process of the job that runs the runtime, with its own channel. */
 struct member {
@@ -72,7 +76,8 @@ void sv_finish_clients(struct sv_state *st, const char *msg);
 /* Sends one message on a member's channel (GO, RESUME, ABORT). */
 void sv_tell(struct sv_state *st, pid_t pid, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* job_ckpt.c: the coordinated checkpoint of every process of the job. */
+/* job_ckpt.c: the coordinated checkpoint of every process of the job (its
+ * phases; the rest in job_members.c, job_tree.c, job_commit.c). */
 /* Starts checkpoint s->next_index: 0, or -1 with why. */
 int job_ckpt_start(struct sv_state *st, uint32_t trigger, char *why, size_t whylen);
 /* A message about it from process `pid` (ours) on its channel; `fd` a descriptor

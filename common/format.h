@@ -121,6 +121,7 @@ struct lz_siginfo_rec {
 #define LZ_MAX_PENDING 64
 #define LZ_MAX_THREADS 4096
 #define LZ_NRLIMITS 16
+#define LZ_NSIG 64 /* the kernel's signals, 1..64 (glibc's _NSIG counts 0 too) */
 
 struct lz_proc {
     int32_t pid, ppid, pgid, sid;
@@ -133,7 +134,7 @@ struct lz_proc {
     uint64_t start_code, end_code, start_data, end_data;
     uint64_t start_brk, brk, start_stack;
     uint64_t arg_start, arg_end, env_start, env_end;
-    struct lz_ksigaction sigactions[64]; /* index = signal - 1 */
+    struct lz_ksigaction sigactions[LZ_NSIG]; /* index = signal - 1 */
     uint32_t npending, pad1;
     struct lz_siginfo_rec pending[LZ_MAX_PENDING]; /* of the process and of each thread */
     struct { int64_t interval_us, value_us; } itimers[3];
@@ -359,6 +360,7 @@ struct lz_tree_shared {
 /* Written by the restorer into the restored runtime (at lz_proc.resume_addr)
  * just before it jumps back: what the resumed process needs to know about the
  * restart that brought it back. */
+#define LZ_STDIO_FDS 1024 /* descriptors a job inherits that a restart gives the restarter's */
 struct lz_resume {
     uint64_t magic;            /* LZ_RESUME_MAGIC */
     uint64_t index;            /* checkpoint restored from */
@@ -369,7 +371,7 @@ struct lz_resume {
     int32_t codec, level;      /* `restart --compress`, codec -1 = keep the program's */
     int32_t main_pid;          /* the job's main program (this one if equal to its PID) */
     int32_t pad;
-    uint8_t stdio[128];        /* bitmap of descriptors 0..1023 that are the restarter's now
+    uint8_t stdio[LZ_STDIO_FDS / 8]; /* bitmap of descriptors 0..LZ_STDIO_FDS-1 that are the restarter's now
                                   (LZ_FD_STDIO records): the launcher's, for the runtime */
     char dir[LZ_PATH_MAX];     /* store directory (absolute) */
 };

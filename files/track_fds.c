@@ -32,8 +32,9 @@ int fj_is_own_fd(int fd)
 
 void trk_fdpath(int fd, char *lp)
 {
-    memcpy(lp, "/proc/self/fd/", 14);
-    char tmp[12]; int k = 0, i = 14;
+    static const char dir[] = "/proc/self/fd/";
+    memcpy(lp, dir, sizeof dir - 1);
+    char tmp[12]; int k = 0, i = sizeof dir - 1;
     do tmp[k++] = (char)('0' + fd % 10); while ((fd /= 10));
     while (k) lp[i++] = tmp[--k];
     lp[i] = 0;
@@ -56,7 +57,7 @@ long trk_first_touch(struct interval *v, int fd, const struct stat *st, struct f
     trk_fdpath(fd, lp);
     long n = lz_sc4(SYS_readlinkat, AT_FDCWD, lp, path, sizeof path - 1);
     path[n > 0 ? n : 0] = 0;
-    if (n > 10 && !strcmp(path + n - 10, " (deleted)")) path[n - 10] = 0;
+    if (n > LZ_DELETED_LEN && !strcmp(path + n - LZ_DELETED_LEN, LZ_DELETED_SUFFIX)) path[n - LZ_DELETED_LEN] = 0;
     long r;
     uint16_t flags = 0;
     if (path[0] == '/') {
@@ -165,9 +166,9 @@ long trk_classify(struct interval *v, int fd, struct fj_fdent *ent, struct fj_in
     path[n] = 0;
     /* unlinked since N but kept by us (or linked elsewhere): still the job's
      * file; with no link left at all it is nameless, and travels by content */
-    if (n > 10 && !strcmp(path + n - 10, " (deleted)")) {
+    if (n > LZ_DELETED_LEN && !strcmp(path + n - LZ_DELETED_LEN, LZ_DELETED_SUFFIX)) {
         if (st.st_nlink == 0) { *ent = e; return 0; }
-        path[n - 10] = 0;
+        path[n - LZ_DELETED_LEN] = 0;
     }
     if (trk_excluded(path)) { *ent = e; return 0; }
     struct fj_ino *ino = trk_ino_find(v, st.st_dev, st.st_ino, 0);

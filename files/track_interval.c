@@ -25,10 +25,10 @@ char *trk_engine_mem; /* [arena 0 | arena 1 | descriptor table + data buffer | l
 static void signals_wait(uint64_t *saved)
 {
     uint64_t all = ~0ull;
-    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &all, saved, 8);
+    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &all, saved, LZ_KSIGSET_SIZE);
 }
 
-static void signals_back(const uint64_t *saved) { lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, saved, NULL, 8); }
+static void signals_back(const uint64_t *saved) { lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, saved, NULL, LZ_KSIGSET_SIZE); }
 
 static void lock_quiet(uint64_t *saved)
 {
@@ -51,7 +51,7 @@ static int map_memory(void)
 {
     long a = lz_sc6(SYS_mmap, 0, ENGINE_BYTES, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (a < 0 && a > -4096) return -1;
+    if (a < 0 && a >= -LZ_MAX_ERRNO) return -1;
     trk_engine_mem = (char *)a;
     for (int i = 0; i < 2; i++) {
         trk_E.iv[i].arena = trk_engine_mem + (size_t)i * ARENA_BYTES;
@@ -369,9 +369,13 @@ static void put_u64(char **p, char *end, uint64_t x)
     while (k && *p < end) *(*p)++ = tmp[--k];
 }
 
+/* FJ_ENV=owner.fd.log_off.data_off.nrec.index: six numbers of at most 20
+ * digits, each followed by a '.' or the NUL */
+#define FJ_ENV_LEN (sizeof FJ_ENV "=" - 1 + 6 * (20 + 1))
+
 int fj_exec_prepare(char *envstr, size_t len)
 {
-    if (!fj.fdt || !fj.live || len < 11 + 6 * 21) return 0;
+    if (!fj.fdt || !fj.live || len < FJ_ENV_LEN) return 0;
     /* a vfork child shares this memory: the journal is its parent's (trk_E.pid),
      * and nothing here may change */
     uint64_t saved;

@@ -28,7 +28,7 @@ long trk_log_window(struct interval *v)
     long r = lz_sc4(SYS_fallocate, v->log_fd, 0, base, v->wlen);
     if (r == 0) {
         long a = lz_sc6(SYS_mmap, (long)v->lwin, v->wlen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, v->log_fd, base);
-        r = a < 0 && a > -4096 ? a : 0;
+        r = a < 0 && a >= -LZ_MAX_ERRNO ? a : 0;
     }
     if (r < 0) { trk_win_drop(v->lwin, LOG_WIN); v->lwin = NULL; return r; }
     v->lbase = base;

@@ -2,13 +2,15 @@
  * callee-saved registers that lz_save_context() stored and "returns" 1 from
  * it in the restored program.  From the arch_prctl on, the restorer's own
  * libc (its TLS) is gone: nothing here touches memory but ctx. */
+#include <asm/prctl.h>
+#include <sys/syscall.h>
     .text
     .globl lz_final_jump
     .type lz_final_jump, @function
 lz_final_jump:
     movq %rdi, %r12
-    movl $158, %eax          /* arch_prctl */
-    movl $0x1002, %edi       /* ARCH_SET_FS; %rsi = fs_base */
+    movl $SYS_arch_prctl, %eax
+    movl $ARCH_SET_FS, %edi  /* %rsi = fs_base */
     syscall
     ldmxcsr 64(%r12)
     fldcw 68(%r12)

@@ -127,16 +127,17 @@ void restore_descriptors(struct restore_ctx *rc)
     for (int full = 1; full;) {
         DIR *d = opendir("/proc/self/fd");
         int dfd = d ? dirfd(d) : -1;
-        int closeme[1024], n = 0;
+        enum { CLOSE_BATCH = 1024 }; /* closed after each pass over /proc/self/fd, not during it */
+        int closeme[CLOSE_BATCH], n = 0;
         struct dirent *e;
-        while (d && (e = readdir(d)) && n < 1024) {
+        while (d && (e = readdir(d)) && n < CLOSE_BATCH) {
             if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
             int fd = atoi(e->d_name);
             if (fd != dfd && fd != restore_tree_go_fd() && (fd >= base + 64 || !keep[fd])) closeme[n++] = fd;
         }
         if (d) closedir(d);
         for (int i = 0; i < n; i++) close(closeme[i]);
-        full = n == 1024;
+        full = n == CLOSE_BATCH;
     }
     free(keep);
 }

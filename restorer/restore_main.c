@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/personality.h>
+#include <sys/rseq.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -101,7 +102,7 @@ static _Noreturn void restore_on_own_stack(void *unused)
     for (size_t i = 0; i < rc->img.nfds; i++) {
         const struct lz_fd *f = &rc->img.fds[i];
         if (f->kind == LZ_FD_CTL) res.ctl_fd = f->fd;
-        if (f->kind == LZ_FD_STDIO && f->fd >= 0 && f->fd < 1024) res.stdio[f->fd / 8] |= (uint8_t)(1u << (f->fd % 8));
+        if (f->kind == LZ_FD_STDIO && f->fd >= 0 && f->fd < LZ_STDIO_FDS) res.stdio[f->fd / 8] |= (uint8_t)(1u << (f->fd % 8));
     }
     snprintf(res.dir, sizeof res.dir, "%s", rc->store_dir);
     res.exe_fd = restore_exe_fd(rc);
@@ -171,16 +172,14 @@ int main(int argc, char **argv)
         if (restore_in_tree()) { env[ne++] = plan; env[ne++] = "LAZARUS_TREE_DONE=1"; }
         if (drop_caps) env[ne++] = "LAZARUS_DROP_CAPS=1";
         if (tracing) env[ne++] = "LAZARUS_TRACE=1";
-        personality((unsigned long)personality(0xffffffff) & ~(unsigned long)ADDR_NO_RANDOMIZE);
+        personality((unsigned long)personality(LZ_PERSONALITY_QUERY) & ~(unsigned long)ADDR_NO_RANDOMIZE);
         execve("/proc/self/exe", argv, env);
         restore_fail("%s, and cannot re-run the restorer elsewhere: %s", why, strerror(errno));
     }
     /* Drop glibc's own rseq registration: the program's is installed at the end. */
     if (__builtin_thread_pointer()) {
-        extern const ptrdiff_t __rseq_offset;
-        extern const unsigned int __rseq_size;
         if (__rseq_size)
-            syscall(SYS_rseq, (char *)__builtin_thread_pointer() + __rseq_offset, 32, 1 /* UNREGISTER */, 0x53053053);
+            syscall(SYS_rseq, (char *)__builtin_thread_pointer() + __rseq_offset, LZ_RSEQ_ORIG_LEN, RSEQ_FLAG_UNREGISTER, RSEQ_SIG);
     }
     char *top = restorer_stack + sizeof restorer_stack - 64;
     __asm__ volatile("movq %0, %%rsp\n\tcall *%1\n\tud2" : : "r"(top), "r"(restore_on_own_stack), "D"(NULL) : "memory");

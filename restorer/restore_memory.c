@@ -221,6 +221,9 @@ static int damaged(struct fill_job *j, const struct lz_extent *x, const char *wh
     return -1;
 }
 
+/* Extents from this size are faulted in with one madvise before they are filled. */
+#define POPULATE_MIN (64u << 10)
+
 /* Frames are expanded once and checked against their checksum before any
  * byte of them reaches the program's memory; extents come grouped by frame,
  * so each uses the frame just expanded. */
@@ -228,7 +231,7 @@ static int fill_extent(struct fill_job *j, const struct lz_extent *x)
 {
     const struct lz_image *img = &j->rc->img;
     char *dst = (char *)x->addr;
-    if (x->length >= (64u << 10)) madvise(dst, x->length, 23 /* MADV_POPULATE_WRITE: fault the range in one go */);
+    if (x->length >= POPULATE_MIN) madvise(dst, x->length, MADV_POPULATE_WRITE); /* fault the range in one go */
     if (x->frame == LZ_FRAME_ZERO) { memset(dst, 0, x->length); return 0; }
     const struct lz_frame *f = &img->frames[x->frame];
     int fd = j->packfds[f->pack];

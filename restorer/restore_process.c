@@ -32,10 +32,10 @@ void restore_process_state(struct restore_ctx *rc)
         }
     }
     if (personality(p->personality) < 0) lz_warn("could not restore the personality flags");
-    for (int sig = 1; sig <= 64; sig++) {
+    for (int sig = 1; sig <= LZ_NSIG; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP) continue;
-        long e = lz_sc4(SYS_rt_sigaction, sig, &p->sigactions[sig - 1], NULL, 8);
-        if (e < 0 && sig < 32) restore_fail("cannot restore the action of signal %d: %s", sig, strerror((int)-e));
+        long e = lz_sc4(SYS_rt_sigaction, sig, &p->sigactions[sig - 1], NULL, LZ_KSIGSET_SIZE);
+        if (e < 0 && sig < LZ_KSIGRTMIN) restore_fail("cannot restore the action of signal %d: %s", sig, strerror((int)-e));
     }
     prctl(PR_SET_NAME, p->comm);
 }

@@ -9,6 +9,8 @@
 #include "lzsys.h"
 #include "util.h"
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
@@ -56,11 +58,11 @@ static void thread_state(const struct lz_thread *t, long pid, long tid)
         if (proc->pending[i].tid == t->tid)
             lz_sc4(SYS_rt_tgsigqueueinfo, pid, tid, proc->pending[i].signo, proc->pending[i].info);
     uint64_t mask = t->handler_sigmask;
-    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, 8);
+    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, LZ_KSIGSET_SIZE);
 }
 
-static void futex_wait(volatile uint32_t *w, uint32_t seen) { lz_sc4(SYS_futex, w, 128 /* WAIT_PRIVATE */, seen, 0); }
-static void futex_wake(volatile uint32_t *w) { lz_sc3(SYS_futex, w, 129 /* WAKE_PRIVATE */, 0x7fffffff); }
+static void futex_wait(volatile uint32_t *w, uint32_t seen) { lz_sc4(SYS_futex, w, FUTEX_WAIT_PRIVATE, seen, 0); }
+static void futex_wake(volatile uint32_t *w) { lz_sc3(SYS_futex, w, FUTEX_WAKE_PRIVATE, INT_MAX /* every waiter */); }
 
 static _Noreturn void thread_main(void *arg)
 {

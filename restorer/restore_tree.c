@@ -27,6 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Joining a process group fails (EPERM) until its leader has made it: tried
+ * again every millisecond, 2 s in all. */
+#define JOIN_PGID_TRIES 2000
+
 static struct {
     struct lz_plan_header h;
     struct lz_plan_proc *procs;
@@ -76,7 +80,7 @@ static void group_setup(const struct lz_plan_proc *p)
     if (!p->join_pgid) return;
     for (int tries = 0;; tries++) {
         if (setpgid(0, p->join_pgid) == 0) return;
-        if (errno != EPERM || tries == 2000) break;
+        if (errno != EPERM || tries == JOIN_PGID_TRIES) break;
         struct timespec ms = {0, 1000000};
         nanosleep(&ms, NULL);
     }
@@ -158,10 +162,11 @@ static _Noreturn void exec_child(const struct lz_plan_proc *q, const char *root,
     snprintf(dir, sizeof dir, "%s/%s", root, q->dir);
     char *args[] = {argv[0], dir, argv[2], argv[3], argv[4], NULL};
     /* its own placement attempts start again; everything else is ours */
+    static const char attempt[] = "LAZARUS_RESTORE_ATTEMPT=", done[] = "LAZARUS_TREE_DONE=";
     char *env[16];
     int n = 0;
-    for (char **e = environ; *e && n < 15; e++)
-        if (strncmp(*e, "LAZARUS_RESTORE_ATTEMPT=", 24) && strncmp(*e, "LAZARUS_TREE_DONE=", 18)) env[n++] = *e;
+    for (char **e = environ; *e && n < (int)(sizeof env / sizeof *env) - 1; e++)
+        if (strncmp(*e, attempt, sizeof attempt - 1) && strncmp(*e, done, sizeof done - 1)) env[n++] = *e;
     env[n] = NULL;
     execve("/proc/self/exe", args, env);
     restore_fail("process %d: cannot run the restorer: %s", q->pid, strerror(errno));

@@ -3,6 +3,7 @@
  * which never returns (it jumps into the restored program).  Returns the
  * child's TID (or -errno) in the caller.  fn and arg travel in callee-saved
  * registers: a clone3 child starts with the caller's registers. */
+#include <sys/syscall.h>
     .text
     .globl lz_clone3_call
     .type lz_clone3_call, @function
@@ -11,7 +12,7 @@ lz_clone3_call:
     push %r13
     mov %rdx, %r12
     mov %rcx, %r13
-    mov $435, %eax          /* SYS_clone3: args, size */
+    mov $SYS_clone3, %eax   /* args, size */
     syscall
     test %rax, %rax
     jnz 1f

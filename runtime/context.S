@@ -27,6 +27,7 @@ lz_save_context:
  * clone(2) onto a new stack, the child calling fn(arg) and then _exit(0);
  * returns the child's pid (or -errno) in the caller.  For a writer sharing
  * the program's memory (CLONE_VM): it needs a stack of its own. */
+#include <sys/syscall.h>
 	.text
 	.globl rt_clone_call
 	.hidden rt_clone_call
@@ -36,7 +37,7 @@ rt_clone_call:
 	sub $16, %rsi
 	mov %rdx, (%rsi)
 	mov %rcx, 8(%rsi)
-	mov $56, %eax           /* SYS_clone: flags, newsp, parent_tid, child_tid, tls */
+	mov $SYS_clone, %eax    /* flags, newsp, parent_tid, child_tid, tls */
 	xor %edx, %edx
 	xor %r10d, %r10d
 	xor %r8d, %r8d
@@ -47,7 +48,7 @@ rt_clone_call:
 	pop %rdi
 	xor %ebp, %ebp
 	call *%rax
-	mov $60, %eax           /* SYS_exit */
+	mov $SYS_exit, %eax
 	xor %edi, %edi
 	syscall
 	hlt

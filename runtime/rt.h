@@ -7,9 +7,12 @@
 #include "format.h"
 #include "lzsys.h"
 #include <dlfcn.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* SIGURG: its default action is "ignore", so a request reaching a process
  * without the runtime (after an exec of a static binary, say) is harmless.
@@ -19,6 +22,16 @@
  * RT_STOP_VALUE | round for a thread asked to stop by the checkpointing thread
  * (the round tells a request still pending from an abandoned round). */
 #define RT_STOP_VALUE (1ull << 63)
+
+/* Descriptor numbers programs rarely use, where the runtime keeps its own
+ * (the supervisor gives the channel 900 or above, the file engine takes 960
+ * and above, files/track.c): the write tracker's (userfaultfd, pagemap) at
+ * RT_DIRTY_FD_BASE or above; the channel when the program dup2()s onto it,
+ * and the writer's report pipe in the writer, at RT_HIGH_FD or above. */
+#define RT_DIRTY_FD_BASE 980
+#define RT_HIGH_FD 1000
+/* Descriptors inherited from the launcher (rt_state.inherited) kept at most. */
+#define RT_MAX_INHERITED 64
 
 #define RT_API __attribute__((visibility("default")))
 /* In an interposed libc function: real_NAME, the next definition of NAME (libc's). */
@@ -45,7 +58,7 @@ struct rt_state {
     volatile uint64_t api_index;
     /* descriptors the program inherited from its launcher (a jobserver pipe,
      * say): re-attached at restart like 0/1/2 */
-    struct { int fd; uint64_t dev, ino; } inherited[64];
+    struct { int fd; uint64_t dev, ino; } inherited[RT_MAX_INHERITED];
     int ninherited;
     int codec, level;      /* compression of new frames (--compress) */
     int nofork;            /* LAZARUS_NO_FORK=1: write checkpoints in the pause (benchmarks) */
@@ -167,14 +180,14 @@ int rt_flags_needed(const struct rt_ckpt *ck);
 
 /* Futexes between threads of one address space (the writer's; the program's
  * during a checkpoint): private. */
-static inline void rt_futex_wait(volatile uint32_t *w, uint32_t seen) { lz_sc4(SYS_futex, w, 128 /* FUTEX_WAIT_PRIVATE */, seen, 0); }
-static inline void rt_futex_wake(volatile uint32_t *w) { lz_sc3(SYS_futex, w, 129 /* FUTEX_WAKE_PRIVATE */, 1); }
+static inline void rt_futex_wait(volatile uint32_t *w, uint32_t seen) { lz_sc4(SYS_futex, w, FUTEX_WAIT_PRIVATE, seen, 0); }
+static inline void rt_futex_wake(volatile uint32_t *w) { lz_sc3(SYS_futex, w, FUTEX_WAKE_PRIVATE, 1); }
 static inline void rt_futex_wait_ns(volatile uint32_t *w, uint32_t seen, uint64_t ns)
 {
     struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-    lz_sc4(SYS_futex, w, 128 /* FUTEX_WAIT_PRIVATE */, seen, &ts);
+    lz_sc4(SYS_futex, w, FUTEX_WAIT_PRIVATE, seen, &ts);
 }
-static inline void rt_futex_wake_all(volatile uint32_t *w) { lz_sc3(SYS_futex, w, 129 /* FUTEX_WAKE_PRIVATE */, 0x7fffffff); }
+static inline void rt_futex_wake_all(volatile uint32_t *w) { lz_sc3(SYS_futex, w, FUTEX_WAKE_PRIVATE, INT_MAX /* every waiter */); }
 void rt_pages_forget(void);   /* after a restart: what is tracked is decided again */
 /* A mapping mostly in transparent huge pages is left untracked (compared by
  * digest): 1 if [start,end) is one, now remembered as such. */

@@ -97,7 +97,7 @@ int rt_capture_proc(struct rt_ckpt *ck, void *ucontext)
     long um = lz_sc1(SYS_umask, 0);
     lz_sc1(SYS_umask, um);
     p->umask = (uint32_t)um;
-    p->personality = (uint32_t)lz_sc1(SYS_personality, 0xffffffff);
+    p->personality = (uint32_t)lz_sc1(SYS_personality, LZ_PERSONALITY_QUERY);
     long cn = rt_read_file("/proc/self/comm", p->comm, sizeof p->comm); /* the main thread's name */
     if (cn > 0) p->comm[cn - 1] = 0;
     long n = lz_sc2(SYS_getcwd, buf, sizeof buf);
@@ -108,9 +108,9 @@ int rt_capture_proc(struct rt_ckpt *ck, void *ucontext)
     p->xcr0 = xgetbv0();
     if (read_mm_fields(p) < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot read /proc/self/stat"); return -1; }
     p->brk = (uint64_t)lz_sc1(SYS_brk, 0);
-    for (int sig = 1; sig <= 64; sig++) {
+    for (int sig = 1; sig <= LZ_NSIG; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP) continue;
-        lz_sc4(SYS_rt_sigaction, sig, NULL, &p->sigactions[sig - 1], 8);
+        lz_sc4(SYS_rt_sigaction, sig, NULL, &p->sigactions[sig - 1], LZ_KSIGSET_SIZE);
     }
     for (int w = 0; w < 3; w++) {
         struct itimerval it;

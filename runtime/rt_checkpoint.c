@@ -3,6 +3,7 @@
 #include "rt.h"
 #include "rt_map.h"
 #include <errno.h>
+#include <linux/kcmp.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -16,7 +17,7 @@ void rt_trace(uint64_t t0, const char *who, const char *step)
 {
     if (!rt.tracing) return;
     char buf[128];
-    int n = rt_fmt(buf, sizeof buf, "lazarus: %s %8.3f ms %s\n", who, (double)(rt_now_ns(1) - t0) / 1e6, step);
+    int n = rt_fmt(buf, sizeof buf, "lazarus: %s %8.3f ms %s\n", who, (double)(rt_now_ns(CLOCK_MONOTONIC) - t0) / 1e6, step);
     lz_sc3(SYS_write, 2, buf, n);
 }
 
@@ -30,17 +31,17 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
      * (make, gcc's driver): it must touch nothing; the program it execs
      * answers the supervisor's next request. */
     long self = lz_sc0(SYS_getpid);
-    if (self != rt.pid && lz_sc5(SYS_kcmp, self, rt.pid, 0 /* KCMP_VM */, 0, 0) == 0) return;
+    if (self != rt.pid && lz_sc5(SYS_kcmp, self, rt.pid, KCMP_VM, 0, 0) == 0) return;
     if (index <= rt.last_index) return; /* asked again while we took part already */
     rt.last_index = index;
     rt.pid = (int)lz_sc0(SYS_getpid); /* (a child made without fork() has its parent's) */
-    uint64_t t0 = rt_now_ns(1);
+    uint64_t t0 = rt_now_ns(CLOCK_MONOTONIC);
     rt_own_channel();
     rt_notify("BEGIN %llu", (unsigned long long)index);
     long a = lz_sc6(SYS_mmap, 0, ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if ((a < 0 && a > -4096) || rt_map_init() < 0) {
+    if ((a < 0 && a >= -LZ_MAX_ERRNO) || rt_map_init() < 0) {
         rt_notify("ERR %llu cannot reserve scratch memory for the checkpoint", (unsigned long long)index);
-        if (!(a < 0 && a > -4096)) lz_sc2(SYS_munmap, a, ARENA_BYTES);
+        if (!(a < 0 && a >= -LZ_MAX_ERRNO)) lz_sc2(SYS_munmap, a, ARENA_BYTES);
         return;
     }
     rt_map_settle(rt.dir); /* learn how the previous write ended */
@@ -109,7 +110,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
      * the checkpoint is committed, which RESUME's argument says) */
     long committed = 0;
     if (rc == 0 && !aborted && !rt_job_wait(index, "RESUME", &committed)) rc = -1;
-    ck->pause_ns = rt_now_ns(1) - t0;
+    ck->pause_ns = rt_now_ns(CLOCK_MONOTONIC) - t0;
     if (forked) rt_map_set_pause(ck->pause_ns);
     rt_threads_release(); /* the snapshot is taken (or failed) */
     trace(t0, forked ? "forked" : aborted ? "aborted" : "written");

@@ -78,7 +78,7 @@ static char *job_vars[NJOB];
 
 /* LAZARUS_INHERITED is rewritten after a restart (the restarter's
  * descriptors are other files): it lives here, not in the heap. */
-static char inherited_var[64 * 48 + 32];
+static char inherited_var[RT_MAX_INHERITED * 48 + 32];
 
 void rt_exec_publish_inherited(void)
 {
@@ -98,7 +98,7 @@ void rt_exec_refresh_inherited(const uint8_t *restarters)
         int fd = rt.inherited[i].fd;
         /* only where the restorer put the restarter's (this process may have
          * put its own pipe on 0/1/2 since it started) */
-        if (fd >= 0 && fd < 1024 && (restarters[fd / 8] & (1u << (fd % 8))) && lz_sc2(SYS_fstat, fd, &st) == 0) {
+        if (fd >= 0 && fd < LZ_STDIO_FDS && (restarters[fd / 8] & (1u << (fd % 8))) && lz_sc2(SYS_fstat, fd, &st) == 0) {
             rt.inherited[i].dev = st.st_dev;
             rt.inherited[i].ino = st.st_ino;
         }
@@ -118,10 +118,13 @@ void rt_exec_remember_env(void)
     }
 }
 
+static const char preload_eq[] = "LD_PRELOAD=";
+#define PRELOAD_EQ_LEN (sizeof preload_eq - 1)
+
 static int is_job_var(const char *e)
 {
     if (!strncmp(e, "LAZARUS_", 8)) return 1;
-    return !strncmp(e, "LD_PRELOAD=", 11);
+    return !strncmp(e, preload_eq, PRELOAD_EQ_LEN);
 }
 
 /* The environment a program of the job starts with: the caller's, with the
@@ -138,7 +141,7 @@ static char *const *with_job(char *const envp[], struct job_env *je)
     const char *their_preload = NULL;
     for (size_t i = 0; envp && envp[i]; i++) {
         if (is_job_var(envp[i])) {
-            if (!strncmp(envp[i], "LD_PRELOAD=", 11)) their_preload = envp[i] + 11;
+            if (!strncmp(envp[i], preload_eq, PRELOAD_EQ_LEN)) their_preload = envp[i] + PRELOAD_EQ_LEN;
             continue;
         }
         if (n + NJOB + 4 >= ENV_MAX) return envp;
@@ -225,7 +228,7 @@ static int with_journal(struct exec_call *c, char *const envp[], int spawn)
     if (n >= 4096) {
         bytes = (n + 2) * sizeof *env;
         long a = lz_sc6(SYS_mmap, 0, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (a < 0 && a > -4096) {
+        if (a < 0 && a >= -LZ_MAX_ERRNO) {
             if (r) fj_exec_failed();
             if (spawn) return ENOMEM;
             errno = ENOMEM;

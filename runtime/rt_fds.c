@@ -35,7 +35,7 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
     if (fd == rt.ctl_fd) { out->kind = LZ_FD_CTL; return 0; }
     if (fj_is_own_fd(fd)) return 1; /* the file journal's: reopened by the runtime */
     if (rt_dirty_owns_fd(fd)) return 1; /* the dirty tracker's: opened anew after a restart */
-    int deleted = n > 10 && !strcmp(path + n - 10, " (deleted)");
+    int deleted = n > LZ_DELETED_LEN && !strcmp(path + n - LZ_DELETED_LEN, LZ_DELETED_SUFFIX);
     if (path[0] == '/' && !deleted && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
         out->kind = S_ISREG(st.st_mode) ? LZ_FD_FILE : LZ_FD_DIR;
         out->path = strings_add(&ck->strings, path);

@@ -434,7 +434,7 @@ static int make_temp(char *tmpl, int suffix, int flags)
     char *x = tmpl + len - suffix - 6;
     for (int attempt = 0; attempt < 10000; attempt++) {
         unsigned char rnd[6];
-        if (getrandom(rnd, sizeof rnd, 0) != sizeof rnd) for (int i = 0; i < 6; i++) rnd[i] = (unsigned char)(rt_now_ns(1) >> (i * 3));
+        if (getrandom(rnd, sizeof rnd, 0) != sizeof rnd) for (int i = 0; i < 6; i++) rnd[i] = (unsigned char)(rt_now_ns(CLOCK_MONOTONIC) >> (i * 3));
         for (int i = 0; i < 6; i++) x[i] = chars[rnd[i] % 62];
         int fd = open_common(AT_FDCWD, tmpl, (flags & ~O_ACCMODE) | O_RDWR | O_CREAT | O_EXCL, 0600);
         if (fd >= 0 || errno != EEXIST) return fd;

@@ -18,10 +18,15 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
-#ifndef MADV_KEEPONFORK
+#ifndef MADV_KEEPONFORK /* Linux 4.14; glibc's headers before 2.27 lack it */
 #define MADV_KEEPONFORK 19
 #endif
+
+/* The program sets its pause in the map once the job runs again (after
+ * RESUME or ABORT); the writer waits for it at most this long. */
+#define RESUME_WAIT_NS (10ull * 1000000000ull)
 
 int rt_result(struct rt_ckpt *ck, int rc, char *msg, size_t len)
 {
@@ -35,10 +40,10 @@ int rt_result(struct rt_ckpt *ck, int rc, char *msg, size_t len)
 
 uint64_t rt_pause_ns(struct rt_ckpt *ck)
 {
-    if (!ck->in_child) return rt_now_ns(1) - ck->t0; /* written in the pause: all of it is pause */
+    if (!ck->in_child) return rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* written in the pause: all of it is pause */
     /* the program tells its pause once the job runs again */
-    uint64_t t0 = rt_now_ns(1);
-    while (rt_now_ns(1) - t0 < 10000000000ull) {
+    uint64_t t0 = rt_now_ns(CLOCK_MONOTONIC);
+    while (rt_now_ns(CLOCK_MONOTONIC) - t0 < RESUME_WAIT_NS) {
         uint64_t p = rt_map_pause();
         if (p) return p;
         struct timespec ms = {0, 1000000};
@@ -92,7 +97,7 @@ static void writer_main(struct rt_ckpt *ck, int out)
      * reader's end-of-file when the program closes it, not when we are done.
      * Only the program's userfaultfd stays if its large new mappings are to
      * be tracked. */
-    int hi = (int)lz_sc3(SYS_fcntl, out, F_DUPFD_CLOEXEC, 1000); /* (its own descriptor table: a copy) */
+    int hi = (int)lz_sc3(SYS_fcntl, out, F_DUPFD_CLOEXEC, RT_HIGH_FD); /* (its own descriptor table: a copy) */
     int uffd = late && !ck->planned ? rt_dirty_keep_parent_uffd(hi >= 0 ? hi + 1 : 3) : -1;
     if (hi >= 0) {
         if (rt.tracing) lz_sc3(SYS_close_range, 0, 1, 0); /* LAZARUS_TRACE: stderr stays */
@@ -108,7 +113,7 @@ static void writer_main(struct rt_ckpt *ck, int out)
      * the heavy work (hashing, compressing, writing) starts once the job
      * runs again (the program sets its pause in the map after RESUME, or
      * after ABORT).  A process alone waits only for one round trip. */
-    for (uint64_t t = rt_now_ns(1); !rt_map_pause() && rt_now_ns(1) - t < 10000000000ull;) {
+    for (uint64_t t = rt_now_ns(CLOCK_MONOTONIC); !rt_map_pause() && rt_now_ns(CLOCK_MONOTONIC) - t < RESUME_WAIT_NS;) {
         struct timespec w = {0, 200000};
         lz_sc2(SYS_nanosleep, &w, 0);
     }
@@ -180,7 +185,7 @@ int rt_fork_writer(struct rt_ckpt *ck)
     if (lz_sc2(SYS_pipe2, p, O_CLOEXEC) < 0) return 0;
     /* the writer starts with every signal blocked: it runs none of the program's handlers */
     uint64_t all = ~0ull, old;
-    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, 8);
+    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, LZ_KSIGSET_SIZE);
     if (!ck->planned) fork_advice(ck, 1);
     long pid;
     if (rt_is_main()) {
@@ -194,7 +199,7 @@ int rt_fork_writer(struct rt_ckpt *ck)
             long mid = rt_clone_call(CLONE_VM | CLONE_VFORK, stack + (64u << 10), middle_main, m);
             if (mid > 0) {
                 long r;
-                do r = lz_sc4(SYS_wait4, mid, 0, 0x40000000 /* __WALL */, 0);
+                do r = lz_sc4(SYS_wait4, mid, 0, __WALL, 0);
                 while (r == -EINTR);
                 pid = m->pid;
             } else {
@@ -203,11 +208,11 @@ int rt_fork_writer(struct rt_ckpt *ck)
         }
     }
     if (!ck->planned) fork_advice(ck, 0);
-    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, 8);
+    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, LZ_KSIGSET_SIZE);
     lz_sc1(SYS_close, p[1]);
     if (pid < 0) { lz_sc1(SYS_close, p[0]); return 0; }
     char msg[64];
-    int n = rt_fmt(msg, sizeof msg, "FORKED %llu %llu", (unsigned long long)ck->index, (unsigned long long)(rt_now_ns(1) - ck->t0));
+    int n = rt_fmt(msg, sizeof msg, "FORKED %llu %llu", (unsigned long long)ck->index, (unsigned long long)(rt_now_ns(CLOCK_MONOTONIC) - ck->t0));
     if (rt_send_fd(rt.ctl_fd, p[0], msg, (size_t)n) < 0) {
         /* the supervisor will not hear from the writer: wait for it here */
         char buf[700];

@@ -109,17 +109,17 @@ static __thread uint64_t fork_saved_mask;
 static void rt_atfork_prepare(void)
 {
     uint64_t urg = 1ull << (SIGURG - 1);
-    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &urg, &fork_saved_mask, 8);
+    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &urg, &fork_saved_mask, LZ_KSIGSET_SIZE);
 }
 
-static void rt_atfork_parent(void) { lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &fork_saved_mask, NULL, 8); }
+static void rt_atfork_parent(void) { lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &fork_saved_mask, NULL, LZ_KSIGSET_SIZE); }
 
 static void rt_atfork_child_body(void);
 
 static void rt_atfork_child(void)
 {
     rt_atfork_child_body();
-    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &fork_saved_mask, NULL, 8);
+    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &fork_saved_mask, NULL, LZ_KSIGSET_SIZE);
 }
 
 static void rt_atfork_child_body(void)
@@ -190,7 +190,7 @@ static void note_inherited(int cfd)
 {
     const char *inh = rt_env("LAZARUS_INHERITED");
     if (inh) {
-        for (const char *p = inh; *p && rt.ninherited < 64;) {
+        for (const char *p = inh; *p && rt.ninherited < RT_MAX_INHERITED;) {
             char *e;
             long fd = strtol(p, &e, 10);
             if (*e != ':') break;
@@ -205,7 +205,7 @@ static void note_inherited(int cfd)
         }
         return;
     }
-    for (int fd = 0; fd < 1024 && rt.ninherited < 64; fd++) {
+    for (int fd = 0; fd < LZ_STDIO_FDS && rt.ninherited < RT_MAX_INHERITED; fd++) {
         struct stat st;
         if (fd != cfd && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
             rt.inherited[rt.ninherited].fd = fd;
@@ -264,17 +264,17 @@ RT_API int lazarus_rt_checkpoint(unsigned long long *index)
 {
     if (!rt.active || rt.ctl_fd < 0) return 0;
     uint64_t ksetblock = 1ull << (LZ_SIGCKPT - 1), kold;
-    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &ksetblock, &kold, 8);
+    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &ksetblock, &kold, LZ_KSIGSET_SIZE);
     rt.api_done = 0;
     rt.api_waiting = 1;
     rt_notify("API");
     uint64_t waitmask = kold & ~ksetblock;
     while (!rt.api_done) {
         if (fcntl(rt.ctl_fd, F_GETFD) < 0) { rt.api_result = -1; break; }
-        lz_sc2(SYS_rt_sigsuspend, &waitmask, 8);
+        lz_sc2(SYS_rt_sigsuspend, &waitmask, LZ_KSIGSET_SIZE);
     }
     rt.api_waiting = 0;
-    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &kold, NULL, 8);
+    lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &kold, NULL, LZ_KSIGSET_SIZE);
     if (index) *index = rt.api_index;
     return rt.api_result;
 }

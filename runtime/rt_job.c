@@ -72,7 +72,7 @@ int rt_job_wait(uint64_t index, const char *word, long *arg)
     size_t wl = rt_strlen(word);
     for (;;) {
         struct pollfd p = {rt.ctl_fd, POLLIN, 0};
-        long r = lz_sc5(SYS_ppoll, &p, 1, 0, 0, 8);
+        long r = lz_sc5(SYS_ppoll, &p, 1, 0, 0, LZ_KSIGSET_SIZE);
         if (r == -EINTR) continue;
         if (r < 0) return 0;
         char buf[128];

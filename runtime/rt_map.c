@@ -40,7 +40,7 @@ int rt_map_init(void)
                           round_page(PACKS_CAP * sizeof(struct rt_map_pack));
     uint64_t len = round_page(sizeof(struct shared)) + 2 * slot_bytes + round_page(DEDUP_SLOTS * sizeof(struct rt_dedup_ent));
     long a = lz_sc6(SYS_mmap, 0, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (a < 0 && a > -4096) return -1;
+    if (a < 0 && a >= -LZ_MAX_ERRNO) return -1;
     mem = (char *)a;
     mem_len = len;
     sh = (struct shared *)mem;
@@ -154,10 +154,10 @@ void rt_map_seed(const char *dir, uint64_t index, int tracked)
     else rt_fmt(path, sizeof path, "%s/" LZ_CKPT_PREFIX "%06llu/" LZ_PROC_PREFIX "%d/" LZ_MANIFEST, dir, (unsigned long long)index, rt.pid);
     long fd = lz_sc4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) return;
-    long size = lz_sc3(SYS_lseek, fd, 0, 2 /* SEEK_END */);
+    long size = lz_sc3(SYS_lseek, fd, 0, SEEK_END);
     long a = size > 0 ? lz_sc6(SYS_mmap, 0, size, PROT_READ, MAP_PRIVATE, fd, 0) : -EINVAL;
     lz_sc1(SYS_close, fd);
-    if (a < 0 && a > -4096) return;
+    if (a < 0 && a >= -LZ_MAX_ERRNO) return;
     const char *buf = (const char *)a;
     const struct lz_header *h = (const void *)buf;
     const struct lz_extent *ext = NULL;

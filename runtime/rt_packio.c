@@ -63,7 +63,7 @@ static long write_block(struct rt_packio *io, const char *b, size_t len, uint64_
         done += (size_t)n;
     }
     /* buffered: start writeback now, the disk works while the next block is made */
-    if (!io->direct) lz_sc4(SYS_sync_file_range, io->fd, off, len, 2 /* SYNC_FILE_RANGE_WRITE */);
+    if (!io->direct) lz_sc4(SYS_sync_file_range, io->fd, off, len, SYNC_FILE_RANGE_WRITE);
     return 0;
 }
 

@@ -100,7 +100,7 @@ int rt_scan_dirty(struct rt_ckpt *ck)
     ck->dirty = arena_alloc(&ck->arena, DIRTY_CAP * sizeof *ck->dirty);
     if (!ck->dirty) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     char err[200];
-    int ok = !rt.nodirty && (rt_dirty_active() || rt_dirty_init(980, err, sizeof err) == 0);
+    int ok = !rt.nodirty && (rt_dirty_active() || rt_dirty_init(RT_DIRTY_FD_BASE, err, sizeof err) == 0);
     ck->tracking = ok;
     /* A write-protect marker left in an empty page-table entry reads as a
      * swapped page in pagemap; with no swap in use none is a real one. */
@@ -373,7 +373,7 @@ int rt_plan_copy(struct rt_ckpt *ck)
      * one fault each (MADV_POPULATE_WRITE, Linux 5.14; harmless if refused) */
     uint64_t from = ((uint64_t)ck->arena.base + ck->arena.used + 4095) & ~4095ull;
     uint64_t upto = ((uint64_t)ck->arena.base + ck->arena.cap) & ~4095ull;
-    if (from < upto) lz_sc3(SYS_madvise, from, budget + 4096 < upto - from ? budget + 4096 : upto - from, 23 /* MADV_POPULATE_WRITE */);
+    if (from < upto) lz_sc3(SYS_madvise, from, budget + 4096 < upto - from ? budget + 4096 : upto - from, MADV_POPULATE_WRITE);
     int rc = 0;
     for (size_t i = 0; i < ck->nregions && rc == 0; i++) {
         const struct lz_region *r = &ck->regions[i];

@@ -146,7 +146,7 @@ RT_API int madvise(void *addr, size_t len, int advice)
     uint32_t set = 0, clear = 0;
     int fork = 0; /* what a fork copies: known from smaps only, never guessed from the log */
     switch (advice) {
-    case MADV_DONTFORK: case MADV_DOFORK: case 18 /* MADV_WIPEONFORK */: case 19 /* MADV_KEEPONFORK */: fork = 1; break;
+    case MADV_DONTFORK: case MADV_DOFORK: case MADV_WIPEONFORK: case MADV_KEEPONFORK: fork = 1; break;
     case MADV_HUGEPAGE: set = LZ_RF_HUGEPAGE; clear = LZ_RF_NOHUGEPAGE; break;
     case MADV_NOHUGEPAGE: set = LZ_RF_NOHUGEPAGE; clear = LZ_RF_HUGEPAGE; break;
     case MADV_DONTDUMP: set = LZ_RF_DONTDUMP; break;
@@ -479,7 +479,7 @@ int rt_settle_flags(struct rt_ckpt *ck)
 int rt_track_all(void)
 {
     char err[200];
-    if (rt.nodirty || (!rt_dirty_active() && rt_dirty_init(980, err, sizeof err) < 0)) return 0;
+    if (rt.nodirty || (!rt_dirty_active() && rt_dirty_init(RT_DIRTY_FD_BASE, err, sizeof err) < 0)) return 0;
     static char maps[1 << 18];
     long n = rt_read_file("/proc/self/maps", maps, sizeof maps - 1);
     if (n <= 0) return 0;

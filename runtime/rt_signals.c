@@ -118,7 +118,7 @@ RT_API int close_range(unsigned first, unsigned last, int flags)
 static void move_ctl_away(int target)
 {
     if (!rt.active || target != rt.ctl_fd) return;
-    long nfd = lz_sc3(SYS_fcntl, rt.ctl_fd, F_DUPFD, 1000);
+    long nfd = lz_sc3(SYS_fcntl, rt.ctl_fd, F_DUPFD, RT_HIGH_FD);
     if (nfd < 0) return;
     lz_sc1(SYS_close, rt.ctl_fd);
     rt.ctl_fd = (int)nfd;

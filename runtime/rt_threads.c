@@ -25,7 +25,6 @@
 
 __thread struct rt_self rt_self __attribute__((tls_model("initial-exec")));
 
-#define RSEQ_SIG_X86 0x53053053
 #define STOP_TIMEOUT_NS (10ull * 1000000000ull)
 
 static struct {
@@ -74,7 +73,7 @@ static void read_pending(uint64_t *own, uint64_t *shared)
  * which queue the records describe.  Queued again by the caller. */
 static void take_pending(uint64_t set, int shared, int32_t tid, struct lz_siginfo_rec *pend, uint32_t *npend, uint32_t max)
 {
-    for (int sig = 1; sig <= 64; sig++) {
+    for (int sig = 1; sig <= LZ_NSIG; sig++) {
         if (!(set & (1ull << (sig - 1)))) continue;
         for (;;) {
             struct lz_siginfo_rec r;
@@ -91,7 +90,7 @@ static void take_pending(uint64_t set, int shared, int32_t tid, struct lz_siginf
                 lz_sc4(SYS_rt_tgsigqueueinfo, lz_sc0(SYS_getpid), lz_sc0(SYS_gettid), sig, r.info);
                 return;
             }
-            if (sig < 32) break; /* standard signals do not queue */
+            if (sig < LZ_KSIGRTMIN) break; /* standard signals do not queue */
             uint64_t own, sh;
             read_pending(&own, &sh);
             if (!((shared ? sh : own) & one)) break;
@@ -112,11 +111,11 @@ static void thread_capture(struct lz_thread *t, struct lz_proc *p, int with_shar
     lz_sc2(SYS_arch_prctl, ARCH_GET_GS, &t->gs_base);
     if (__rseq_size > 0) {
         t->rseq_addr = t->fs_base + (uint64_t)__rseq_offset;
-        t->rseq_sig = RSEQ_SIG_X86;
+        t->rseq_sig = RSEQ_SIG;
         /* Registering again tells us the registered length: -EBUSY = same. */
-        uint32_t lens[2] = {32, __rseq_size};
+        uint32_t lens[2] = {LZ_RSEQ_ORIG_LEN, __rseq_size};
         for (int i = 0; i < 2 && !t->rseq_len; i++)
-            if (lz_sc4(SYS_rseq, t->rseq_addr, lens[i], 0, RSEQ_SIG_X86) == -EBUSY) t->rseq_len = lens[i];
+            if (lz_sc4(SYS_rseq, t->rseq_addr, lens[i], 0, RSEQ_SIG) == -EBUSY) t->rseq_len = lens[i];
         if (!t->rseq_len) t->rseq_addr = 0; /* not registered (e.g. glibc.pthread.rseq=0) */
     }
     lz_sc3(SYS_get_robust_list, 0, &t->robust_list, &t->robust_len);
@@ -126,13 +125,13 @@ static void thread_capture(struct lz_thread *t, struct lz_proc *p, int with_shar
     t->altstack_sp = (uint64_t)ss.ss_sp;
     t->altstack_size = ss.ss_size;
     t->altstack_flags = ss.ss_flags & ~SS_ONSTACK;
-    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &t->handler_sigmask, 8);
+    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &t->handler_sigmask, LZ_KSIGSET_SIZE);
     /* Pending signals: dequeued for their siginfo and queued again at once
      * (all blocked here), so the running program sees no difference.  The
      * process's are queued again to this thread: the kernel lets a thread
      * queue a signal with any siginfo only to itself. */
     uint64_t pend_now = 0, urg = 1ull << (LZ_SIGCKPT - 1);
-    lz_sc2(SYS_rt_sigpending, &pend_now, 8);
+    lz_sc2(SYS_rt_sigpending, &pend_now, LZ_KSIGSET_SIZE);
     if (!(pend_now & ~urg)) return;
     uint64_t own, shared;
     read_pending(&own, &shared);
@@ -285,7 +284,7 @@ int rt_threads_stop(struct rt_ckpt *ck)
     T.round++;
     __atomic_store_n(&T.stopping, 1, __ATOMIC_RELEASE);
     long nasked = 0, gone = 0, n;
-    uint64_t t0 = rt_now_ns(1);
+    uint64_t t0 = rt_now_ns(CLOCK_MONOTONIC);
     for (;;) {
         n = list_tasks(tids, hosts, LZ_MAX_THREADS);
         if (n < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot list the program's threads (errno %ld)", -n); return give_up(); }
@@ -328,7 +327,7 @@ int rt_threads_stop(struct rt_ckpt *ck)
                     return fail_stop(ck, asked[j], asked_host[j], "(the main thread) has exited while other threads run on; such a program cannot be checkpointed yet");
                 if (st == 'X' || st == 'Z') gone++;
             }
-            if (rt_now_ns(1) - t0 > STOP_TIMEOUT_NS)
+            if (rt_now_ns(CLOCK_MONOTONIC) - t0 > STOP_TIMEOUT_NS)
                 for (long j = 0; j < nasked; j++)
                     if (!stopped_already(ck, asked[j]) && task_state(asked_host[j]) != 'X')
                         return fail_stop(ck, asked[j], asked_host[j], "did not stop for the checkpoint within 10 s (it blocks SIGURG, or is inside a file call that has not returned)");

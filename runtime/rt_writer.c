@@ -16,6 +16,11 @@
 #include <string.h>
 #include <sys/mman.h>
 
+/* A manifest holds one section of each type (enum lz_section_type); its
+ * size counts one more, each with up to 8 bytes of padding. */
+#define RT_NSECTIONS 11
+_Static_assert(RT_NSECTIONS == LZ_SEC_GROUPS, "one section of each type, numbered from 1");
+
 long rt_write_file(const char *path, const void *buf, size_t len)
 {
     long fd = lz_sc4(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -212,7 +217,7 @@ static int finish(struct rt_ckpt *ck)
     if (rt_store_chans(ck) < 0) return -1;
     if (hash_ghosts(ck) < 0) return -1;
 
-    size_t size = sizeof(struct lz_header) + 12 * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
+    size_t size = sizeof(struct lz_header) + (RT_NSECTIONS + 1) * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
                   ck->proc->ngroups * sizeof(uint32_t) +
                   ck->nchans * sizeof(struct lz_chan) +
                   ck->nthreads * sizeof(struct lz_thread) +
@@ -223,16 +228,16 @@ static int finish(struct rt_ckpt *ck)
     if (!m) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     struct lz_header *h = (struct lz_header *)m;
     memset(h, 0, sizeof *h);
-    memcpy(h->magic, LZ_MAGIC, 8);
+    memcpy(h->magic, LZ_MAGIC, sizeof h->magic);
     h->version = LZ_VERSION;
     h->header_size = sizeof *h;
     h->index = ck->index;
     h->job[0] = rt.job[0];
     h->job[1] = rt.job[1];
     h->parent = rt.parent;
-    h->created_ns = rt_now_ns(0 /* CLOCK_REALTIME */);
+    h->created_ns = rt_now_ns(CLOCK_REALTIME);
     h->trigger = ck->trigger;
-    h->nsections = 11;
+    h->nsections = RT_NSECTIONS;
     h->mem_bytes = ck->mem_bytes;
     h->data_bytes = ck->data_bytes;
     h->stored_bytes = ck->stored_bytes;
@@ -251,7 +256,7 @@ static int finish(struct rt_ckpt *ck)
     p = put_section(p, LZ_SEC_AUXV, ck->auxv, ck->auxv_len);
     p = put_section(p, LZ_SEC_GROUPS, ck->groups, ck->proc->ngroups * sizeof(uint32_t));
     h->pause_ns = rt_pause_ns(ck);
-    h->durable_ns = rt_now_ns(1 /* CLOCK_MONOTONIC */) - ck->t0; /* the pack is on disk, the manifest follows */
+    h->durable_ns = rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* the pack is on disk, the manifest follows */
     ck->durable_ns = h->durable_ns;
     h->manifest_size = (uint64_t)(p - m) + sizeof(struct lz_trailer);
     struct lz_trailer t = {lz_hash(m, (size_t)(p - m))};
@@ -262,6 +267,6 @@ static int finish(struct rt_ckpt *ck)
     if (e < 0) return rt_fail(ck, "cannot write the checkpoint's manifest", e);
     rt_map_filled(ck->index);
     /* the supervisor commits the job's checkpoint once every part is written */
-    ck->durable_ns = rt_now_ns(1) - ck->t0;
+    ck->durable_ns = rt_now_ns(CLOCK_MONOTONIC) - ck->t0;
     return 0;
 }

@@ -163,7 +163,7 @@ static uint64_t punch_gaps(int pfd, const char *name, const struct range *r, siz
     }
     if (ok == 0 && pos < size) punch(fd, pos, size);
     uint64_t freed = fstat(fd, &after) == 0 && after.st_blocks < before.st_blocks
-                         ? (uint64_t)(before.st_blocks - after.st_blocks) * 512 : 0;
+                         ? (uint64_t)(before.st_blocks - after.st_blocks) * LZ_ST_BLOCK_BYTES : 0;
     close(fd);
     return freed;
 }
@@ -244,7 +244,7 @@ int lz_store_gc_locked(const char *dir, struct lz_gc_stats *st, char *why, size_
         int have = fstatat(pfd, packs[i].name, &ps, AT_SYMLINK_NOFOLLOW) == 0;
         if (unlinkat(pfd, packs[i].name, 0) == 0) {
             st->packs_removed++;
-            if (have) st->bytes_removed += (uint64_t)ps.st_blocks * 512;
+            if (have) st->bytes_removed += (uint64_t)ps.st_blocks * LZ_ST_BLOCK_BYTES;
         }
     }
     free(packs);

@@ -123,7 +123,7 @@ static int check_contents(struct lz_image *img, char *why, size_t whylen)
     for (uint32_t i = 0; i < p->npending; i++) {
         int found = p->pending[i].tid == 0;
         for (size_t j = 0; j < img->nthreads && !found; j++) found = img->threads[j].tid == p->pending[i].tid;
-        if (!found || p->pending[i].signo < 1 || p->pending[i].signo > 64) FAIL("manifest process record is malformed");
+        if (!found || p->pending[i].signo < 1 || p->pending[i].signo > LZ_NSIG) FAIL("manifest process record is malformed");
     }
     for (size_t i = 0; i < img->npacks; i++)
         if (img->packs[i].path == 0 || !str_ok(img, img->packs[i].path) || !*lz_str(img, img->packs[i].path))

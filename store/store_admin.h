@@ -4,6 +4,10 @@
 #define LZ_STORE_ADMIN_H
 #include "store.h"
 
+/* st_blocks counts 512-byte units, whatever the file system's block size:
+ * the bytes a file takes on disk (gc, list). */
+#define LZ_ST_BLOCK_BYTES 512
+
 /* Waits for and holds DIR/gc.lock (created 0600).  Whoever deletes a
  * checkpoint or pack data holds it, so a gc never sees a checkpoint vanish
  * between reading what it references and deleting what it does not.

@@ -16,7 +16,7 @@ int lz_tree_write(const char *dir, const struct lz_tree *t, char *why, size_t wh
     char *buf = calloc(1, len);
     if (!buf) { snprintf(why, whylen, "out of memory"); return -1; }
     struct lz_tree_header *h = (struct lz_tree_header *)buf;
-    memcpy(h->magic, LZ_TREE_MAGIC, 8);
+    memcpy(h->magic, LZ_TREE_MAGIC, sizeof h->magic);
     h->version = LZ_VERSION;
     h->nprocs = (uint32_t)t->nprocs;
     h->nshared = (uint32_t)t->nshared;

@@ -65,6 +65,24 @@ def test_child_process_in_checkpoint(runner, progs):
     assert r.rc == 0 and "child exit 7" in r.stdout and r.stdout.endswith("done\n"), str(r)
 
 
+def test_child_made_by_raw_clone_in_checkpoint(runner, progs):
+    """A child made by the clone system call itself (no fork(): the runtime's
+    atfork handler does not run, its idea of its PID is its parent's) is not
+    taken for a vfork child, which shares its parent's memory and must stay
+    out: it shares its parent's descriptors' descriptions (stdin), not its
+    memory, and takes part."""
+    spawner, _, _ = progs
+    store, go = runner.base / "store", runner.base / "go"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", spawner, "rawclone", go)
+    proc.wait_for_output(r"^ready (\d+)$", timeout=60)
+    r = runner.lz("checkpoint", "-d", store, timeout=60)
+    assert r.rc == 0 and r.stdout.strip().isdigit(), str(r)
+    assert processes_of(runner, store, int(r.stdout)) == 2
+    runner.touch(go)
+    assert proc.wait(timeout=60) == 0, proc.stderr
+    assert "child exit 7" in proc.stdout and proc.stdout.endswith("done\n"), proc.stdout
+
+
 def test_child_execs_with_cleaned_environment(runner, progs):
     """A child that execs a dynamic program with an empty environment keeps the runtime."""
     spawner, _, _ = progs

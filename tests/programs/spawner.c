@@ -2,11 +2,15 @@
  *   spawner child GOFILE        fork a child that waits for GOFILE, reap it, wait for GOFILE.2
  *   spawner exec STATIC GOFILE  print "ready", wait for GOFILE, exec STATIC (replaces the program)
  *   spawner noenv PROG          posix_spawn PROG with an empty environment, reap it
+ *   spawner rawclone GOFILE     like child, but the child is made by the clone system call
+ *                               itself (not fork(): no atfork handler runs in it)
  * Every mode prints "ready" when the state to test is in place, and "done" at the end. */
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +32,13 @@ int main(int argc, char **argv)
         char again[4096];
         snprintf(again, sizeof again, "%s.2", argv[2]);
         wait_for(again);
+    } else if (argc == 3 && !strcmp(argv[1], "rawclone")) {
+        pid_t p = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
+        if (p == 0) { wait_for(argv[2]); _exit(7); }
+        printf("ready %d\n", p);
+        int st;
+        waitpid(p, &st, 0);
+        printf("child exit %d\n", WEXITSTATUS(st));
     } else if (argc == 4 && !strcmp(argv[1], "exec")) {
         printf("ready\n");
         wait_for(argv[3]);
@@ -54,7 +65,7 @@ int main(int argc, char **argv)
         waitpid(p, &st, 0);
         printf("child exit %d\n", WEXITSTATUS(st));
     } else {
-        fprintf(stderr, "usage: spawner child GOFILE | exec STATIC GOFILE | noenv PROG | forkexec PROG ARG\n");
+        fprintf(stderr, "usage: spawner child GOFILE | rawclone GOFILE | exec STATIC GOFILE | noenv PROG | forkexec PROG ARG\n");
         return 2;
     }
     printf("done\n");
