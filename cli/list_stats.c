@@ -33,7 +33,7 @@ static void journal_paths(const char *ckdir, uint64_t index, uint64_t **hashes, 
     for (size_t i = 0; i < s.n; i++) {
         const char *path = s.r[i].type == FJ_NAME ? name_path(&s.r[i]) : s.r[i].type == FJ_INODE ? inode_path(&s.r[i]) : NULL;
         if (!path) continue;
-        if (*n == *cap) { *cap = *cap ? *cap * 2 : 256; *hashes = realloc(*hashes, *cap * sizeof **hashes); }
+        if (*n == *cap) { *cap = *cap ? *cap * 2 : 256; *hashes = lz_xrealloc(*hashes, *cap * sizeof **hashes); }
         (*hashes)[(*n)++] = lz_hash(path, strlen(path));
     }
     /* kept files only cost space once nothing else links them */
