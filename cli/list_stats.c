@@ -82,7 +82,7 @@ void fj_store_stats(const char *dir, const uint64_t *idx, int n, uint64_t *files
             journal_paths(ck, v[j], &h, &nh, &cap, &b);
             total += b;
         }
-        qsort(h, nh, sizeof *h, u64cmp);
+        if (nh) qsort(h, nh, sizeof *h, u64cmp);
         size_t m = 0;
         for (size_t k = 0; k < nh; k++) if (m == 0 || h[m - 1] != h[k]) h[m++] = h[k];
         nh = m;

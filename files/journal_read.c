@@ -299,7 +299,7 @@ int fj_load_seg(struct seg *s, const uint64_t *job, char *why, size_t whylen)
     snprintf(path, sizeof path, "%s/" FJ_RESET, s->ckdir);
     if (lstat(path, &st) == 0) return 0; /* being emptied: empty */
     if (load_jnl(s, s->ckdir, 0, job, why, whylen) < 0) return -1;
-    qsort(s->r, s->n, sizeof *s->r, rec_order);
+    if (s->n) qsort(s->r, s->n, sizeof *s->r, rec_order); /* (s->r is NULL without records) */
     return 0;
 }
 

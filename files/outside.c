@@ -369,7 +369,7 @@ int fj_inode_rebuildable(const struct fj_plan *p, uint64_t dev, uint64_t ino)
             v[n++] = (struct span){dd->offset, end > (uint64_t)lim ? (uint64_t)lim : end};
         }
     }
-    qsort(v, n, sizeof *v, span_cmp);
+    if (n) qsort(v, n, sizeof *v, span_cmp);
     uint64_t to = 0;
     for (size_t i = 0; i < n && v[i].a <= to; i++) if (v[i].b > to) to = v[i].b;
     free(v);
