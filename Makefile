@@ -62,13 +62,49 @@ $(B)/lib/liblazarus.so: $(OBJ)/pic/api/lazarus_api.o
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,liblazarus.so -o $@ $^ -ldl
 
--include $(shell find $(OBJ) -name '*.d' 2>/dev/null)
+# `make check`: the build and the quick tier of the tests (a minute at most;
+# tests/README.md).  `sh scripts/test.sh` runs every test.
+check: all check-layers
+	/usr/bin/python3 -m pytest -q -m quick tests
+
+# Sanitizers: the CLI (cli/, store/, the CLI side of files/, common/) built
+# with AddressSanitizer and UBSan into build-asan/, next to copies of the
+# normal restorer and runtime (a static PIE, and a library loaded into the
+# programs: not instrumented).  scripts/sanitize.sh runs the quick tier and
+# the store-integrity tests with it (LAZARUS_BUILD=build-asan).
+SAN      := build-asan
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+$(SAN)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo '  CC   $< (asan)'; $(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(DEPS) $(INC) -c $< -o $@
+$(SAN)/bin/lazarus: $(patsubst %,$(SAN)/obj/%.o,$(basename $(CLI_SRC) $(COMMON_SRC)))
+	@mkdir -p $(dir $@)
+	$(CC) $(SANFLAGS) -o $@ $^ -lzstd -llz4
+$(SAN)/bin/lazarus-restore: $(B)/bin/lazarus-restore
+	@mkdir -p $(dir $@)
+	cp -p $< $@
+$(SAN)/lib/%.so: $(B)/lib/%.so
+	@mkdir -p $(dir $@)
+	cp -p $< $@
+sanitize: $(SAN)/bin/lazarus $(SAN)/bin/lazarus-restore $(SAN)/lib/liblazarus-rt.so $(SAN)/lib/liblazarus.so
+
+# gcc's static analyzer over every C file of the tree, one report per file in
+# build/analyze/ (warnings do not stop it; the summary counts them).
+ANALYZE_SRC := $(sort $(filter %.c,$(COMMON_SRC) $(RT_SRC) $(RESTORE_SRC) $(CLI_SRC)) api/lazarus_api.c)
+ANALYZE_FLAGS := -fanalyzer -Wno-analyzer-too-complex
+$(B)/analyze/%.log: %.c
+	@mkdir -p $(dir $@)
+	@echo '  ANALYZE $<'; $(CC) $(CFLAGS) $(ANALYZE_FLAGS) $(filter-out -Werror,$(WARN)) $(INC) -c $< -o /dev/null 2>$@ || { cat $@; exit 1; }
+analyze: $(patsubst %.c,$(B)/analyze/%.log,$(ANALYZE_SRC))
+	@cat $^; n=$$(cat $^ | grep -c 'warning:' || true); echo "analyze: $$n warnings in $(words $^) files"
+
+-include $(shell find $(OBJ) $(SAN)/obj -name '*.d' 2>/dev/null)
 
 # The folders include each other's headers one way only (ARCHITECTURE.md, "The parts").
 check-layers:
 	@sh scripts/check_layers.sh
 
 clean:
-	rm -rf $(B)
+	rm -rf $(B) $(SAN)
 
-.PHONY: all clean check-layers
+.PHONY: all check sanitize analyze check-layers clean

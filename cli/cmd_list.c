@@ -50,7 +50,7 @@ int cmd_list(int argc, char **argv)
     uint64_t *v;
     int n = lz_store_list(dir, &v);
     if (n < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
-    uint64_t *fstat_files = calloc((size_t)n + 1, sizeof *fstat_files), *fstat_bytes = calloc((size_t)n + 1, sizeof *fstat_bytes);
+    uint64_t *fstat_files = lz_xcalloc((size_t)n + 1, sizeof *fstat_files), *fstat_bytes = lz_xcalloc((size_t)n + 1, sizeof *fstat_bytes);
     fj_store_stats(dir, v, n, fstat_files, fstat_bytes);
     if (o.json) printf("[");
     else printf("%6s  %-20s  %-9s  %9s  %10s  %10s  %10s  %9s  %9s  %6s  %10s\n", "INDEX", "TIME (UTC)", "TRIGGER", "PROC/THR", "MEMORY",

@@ -26,7 +26,7 @@ static int hash_range(const char *path, uint64_t off, uint64_t len, uint64_t *ou
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
     size_t bufsz = 1 << 20;
-    char *buf = malloc(bufsz);
+    char *buf = lz_xmalloc(bufsz);
     int rc = 0;
     while (len) {
         ssize_t n = pread(fd, buf, len < bufsz ? len : bufsz, (off_t)off);

@@ -33,7 +33,7 @@ static void journal_paths(const char *ckdir, uint64_t index, uint64_t **hashes, 
     for (size_t i = 0; i < s.n; i++) {
         const char *path = s.r[i].type == FJ_NAME ? name_path(&s.r[i]) : s.r[i].type == FJ_INODE ? inode_path(&s.r[i]) : NULL;
         if (!path) continue;
-        if (*n == *cap) { *cap = *cap ? *cap * 2 : 256; *hashes = realloc(*hashes, *cap * sizeof **hashes); }
+        if (*n == *cap) { *cap = *cap ? *cap * 2 : 256; *hashes = lz_xrealloc(*hashes, *cap * sizeof **hashes); }
         (*hashes)[(*n)++] = lz_hash(path, strlen(path));
     }
     /* kept files only cost space once nothing else links them */
@@ -82,7 +82,7 @@ void fj_store_stats(const char *dir, const uint64_t *idx, int n, uint64_t *files
             journal_paths(ck, v[j], &h, &nh, &cap, &b);
             total += b;
         }
-        qsort(h, nh, sizeof *h, u64cmp);
+        if (nh) qsort(h, nh, sizeof *h, u64cmp);
         size_t m = 0;
         for (size_t k = 0; k < nh; k++) if (m == 0 || h[m - 1] != h[k]) h[m++] = h[k];
         nh = m;

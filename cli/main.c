@@ -113,10 +113,10 @@ char *abs_dir(const char *dir)
 {
     char *r = realpath(dir, NULL);
     if (r) return r;
-    if (dir[0] == '/') return strdup(dir);
+    if (dir[0] == '/') return lz_xstrdup(dir);
     char cwd[PATH_MAX];
-    if (!getcwd(cwd, sizeof cwd)) return strdup(dir);
-    char *out = malloc(strlen(cwd) + strlen(dir) + 2);
+    if (!getcwd(cwd, sizeof cwd)) return lz_xstrdup(dir);
+    char *out = lz_xmalloc(strlen(cwd) + strlen(dir) + 2);
     sprintf(out, "%s/%s", cwd, dir);
     return out;
 }

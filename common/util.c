@@ -28,6 +28,16 @@ void lz_err(const char *fmt, ...) { va_list ap; va_start(ap, fmt); vmsg("", fmt,
 void lz_warn(const char *fmt, ...) { va_list ap; va_start(ap, fmt); vmsg("warning: ", fmt, ap); va_end(ap); }
 void lz_die(const char *fmt, ...) { va_list ap; va_start(ap, fmt); vmsg("", fmt, ap); va_end(ap); exit(1); }
 
+static void *need(void *p)
+{
+    if (!p) lz_die("out of memory");
+    return p;
+}
+void *lz_xmalloc(size_t n) { return need(malloc(n ? n : 1)); }
+void *lz_xcalloc(size_t n, size_t size) { return need(calloc(n ? n : 1, size ? size : 1)); }
+void *lz_xrealloc(void *p, size_t n) { return need(realloc(p, n ? n : 1)); }
+char *lz_xstrdup(const char *s) { return need(strdup(s)); }
+
 int lz_write_all(int fd, const void *buf, size_t len)
 {
     const char *p = buf;

@@ -13,6 +13,15 @@ void lz_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void lz_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void lz_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Allocations that do not fail: out of memory ends the process with one line
+ * ("lazarus: out of memory"), for the CLI and the restorer (a rollback cut
+ * short this way is finished by the next one: files/journal.h).  A size of 0
+ * gives a valid pointer. */
+void *lz_xmalloc(size_t n);
+void *lz_xcalloc(size_t n, size_t size);
+void *lz_xrealloc(void *p, size_t n);
+char *lz_xstrdup(const char *s);
+
 int lz_write_all(int fd, const void *buf, size_t len);
 int lz_pread_all(int fd, void *buf, size_t len, off_t off); /* 0 ok, -1 error/short */
 /* Reads a whole file into malloc'ed memory; returns NULL and sets errno. */

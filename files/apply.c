@@ -119,7 +119,7 @@ static void set_times(const char *path, int64_t at, int64_t mt)
 
 static int copy_fd(int in, int out)
 {
-    char *buf = malloc(1 << 20);
+    char *buf = lz_xmalloc(1 << 20);
     ssize_t n;
     off_t off = 0;
     while ((n = pread(in, buf, 1 << 20, off)) > 0) {
@@ -145,7 +145,7 @@ void fj_aliases_load(const char *dir)
     FILE *f = fopen(ap, "r");
     struct copy_alias a;
     while (f && fscanf(f, "%" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64, &a.dev, &a.ino, &a.cdev, &a.cino) == 4) {
-        aliases = realloc(aliases, (naliases + 1) * sizeof *aliases);
+        aliases = lz_xrealloc(aliases, (naliases + 1) * sizeof *aliases);
         aliases[naliases++] = a;
     }
     if (f) fclose(f);
@@ -154,7 +154,7 @@ void fj_aliases_load(const char *dir)
 /* The file at st stands for (dev, ino) from now on, in this rollback and later ones. */
 static void alias_add(uint64_t dev, uint64_t ino, const struct stat *st)
 {
-    aliases = realloc(aliases, (naliases + 1) * sizeof *aliases);
+    aliases = lz_xrealloc(aliases, (naliases + 1) * sizeof *aliases);
     aliases[naliases++] = (struct copy_alias){dev, ino, st->st_dev, st->st_ino};
     char ap[LZ_PATH_MAX + 32];
     snprintf(ap, sizeof ap, "%s/" FJ_ALIAS, alias_dir);
@@ -315,7 +315,7 @@ static int apply_seg(const struct fj_plan *p, size_t si, char *why, size_t wl)
     struct stat st;
 
     /* which directories of N exist somewhere: removals spare them */
-    const struct fj_name **keepdirs = calloc(nn + 1, sizeof *keepdirs);
+    const struct fj_name **keepdirs = lz_xcalloc(nn + 1, sizeof *keepdirs);
     size_t nk = 0;
     for (size_t i = 0; i < nn; i++)
         if (NAME(names[i].r)->was == FJ_WAS_DIR) keepdirs[nk++] = NAME(names[i].r);
@@ -334,7 +334,7 @@ static int apply_seg(const struct fj_plan *p, size_t si, char *why, size_t wl)
         /* A: directories of N that were moved go back (shallowest first);
          * what moves with them is then found below where they went */
         qsort(names, nn, sizeof *names, fj_nm_shallow);
-        char **mfrom = calloc(nn + 1, sizeof *mfrom), **mto = calloc(nn + 1, sizeof *mto);
+        char **mfrom = lz_xcalloc(nn + 1, sizeof *mfrom), **mto = lz_xcalloc(nn + 1, sizeof *mto);
         size_t nm = 0;
         for (size_t i = 0; i < nn && rc == 0; i++) {
             const struct fj_name *n = NAME(names[i].r);
@@ -366,8 +366,8 @@ static int apply_seg(const struct fj_plan *p, size_t si, char *why, size_t wl)
             /* whatever took its place was made after N */
             if (remove_any(names[i].path) < 0 || mkdir_p(par) < 0 || rename(where, names[i].path) < 0)
                 rc = fail(why, wl, "cannot move the directory %s back to %s: %s", where, names[i].path, strerror(errno));
-            mfrom[nm] = strdup(where);
-            mto[nm++] = strdup(names[i].path);
+            mfrom[nm] = lz_xstrdup(where);
+            mto[nm++] = lz_xstrdup(names[i].path);
             step_done();
             break;
         }
@@ -427,7 +427,7 @@ static int apply_seg(const struct fj_plan *p, size_t si, char *why, size_t wl)
     nspare = 0;
     free(keepdirs);
     /* D: contents, sizes, modes and times of the inodes changed */
-    char *buf = malloc(FJ_DATA_MAX);
+    char *buf = lz_xmalloc(FJ_DATA_MAX);
     for (size_t i = 0; i < s->n && rc == 0; i++) {
         const struct rec *r = &s->r[i];
         if (r->type != FJ_INODE) continue;
@@ -468,7 +468,7 @@ static int rebuild_load(const struct fj_plan *p, char *why, size_t wl)
     FILE *f = fopen(path, "r");
     struct fj_inode_id id;
     while (f && fscanf(f, "%" SCNu64 " %" SCNu64, &id.dev, &id.ino) == 2) {
-        rebuild = realloc(rebuild, (nrebuild + 1) * sizeof *rebuild);
+        rebuild = lz_xrealloc(rebuild, (nrebuild + 1) * sizeof *rebuild);
         rebuild[nrebuild++] = id;
     }
     if (f) fclose(f);
@@ -476,7 +476,7 @@ static int rebuild_load(const struct fj_plan *p, char *why, size_t wl)
     size_t n = fj_rebuild_list(p, &v), had = nrebuild;
     for (size_t i = 0; i < n; i++)
         if (!to_rebuild(v[i].dev, v[i].ino)) {
-            rebuild = realloc(rebuild, (nrebuild + 1) * sizeof *rebuild);
+            rebuild = lz_xrealloc(rebuild, (nrebuild + 1) * sizeof *rebuild);
             rebuild[nrebuild++] = v[i];
         }
     if (nrebuild == had) return 0;
@@ -517,7 +517,7 @@ static void drop_proc_journals(int dfd)
     size_t ns = 0;
     while (d && (e = readdir(d)))
         if (!strncmp(e->d_name, FJ_PROC_PREFIX, sizeof FJ_PROC_PREFIX - 1)) {
-            subs = realloc(subs, (ns + 1) * sizeof *subs);
+            subs = lz_xrealloc(subs, (ns + 1) * sizeof *subs);
             snprintf(subs[ns++], sizeof *subs, "%s", e->d_name);
         }
     if (d) closedir(d);

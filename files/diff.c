@@ -25,15 +25,15 @@ static int line_cmp(const void *a, const void *b)
 size_t fj_plan_diff(const struct fj_plan *p, int64_t stop, FILE *out)
 {
     size_t n, nl = 0, cap = 64;
-    struct line *lines = malloc(cap * sizeof *lines);
+    struct line *lines = lz_xmalloc(cap * sizeof *lines);
     struct want *w = fj_final_names(p, &n);
     struct stat st;
     size_t nseen = 0, capseen = n + 16;
-    char **seen = calloc(capseen, sizeof *seen);
+    char **seen = lz_xcalloc(capseen, sizeof *seen);
     char where[LZ_PATH_MAX * 2], what[64];
     fj_locate_reset();
     fj_aliases_load(p->dir);
-#define ADD(kind, path) do { if (nl == cap) { cap *= 2; lines = realloc(lines, cap * sizeof *lines); } \
+#define ADD(kind, path) do { if (nl == cap) { cap *= 2; lines = lz_xrealloc(lines, cap * sizeof *lines); } \
         if (asprintf(&lines[nl].text, "%-8s %s", kind, path) > 0) nl++; } while (0)
     for (size_t i = 0; i < n; i++) {
         const struct fj_name *nm = NAME(w[i].r);
@@ -76,7 +76,7 @@ size_t fj_plan_diff(const struct fj_plan *p, int64_t stop, FILE *out)
                 if (fj_inode_gone_after(p, i, r, stop, what, sizeof what) && fj_inode_needed(w, n, r))
                     ADD(fj_inode_rebuildable(p, in->dev, in->ino) ? "restored" : "lost", path);
                 else {
-                    if (nseen == capseen) { capseen *= 2; seen = realloc(seen, capseen * sizeof *seen); }
+                    if (nseen == capseen) { capseen *= 2; seen = lz_xrealloc(seen, capseen * sizeof *seen); }
                     seen[nseen++] = (char *)path; /* removed with its directory, or not there at N */
                 }
                 continue;

@@ -53,7 +53,7 @@ static int all_zero(const char *b, size_t n)
 static int record_after(int fd, uint64_t from, uint64_t size)
 {
     const size_t chunk = 1 << 20;
-    char *b = malloc(chunk + sizeof(struct fj_rec) + FJ_DATA_MAX + 65536);
+    char *b = lz_xmalloc(chunk + sizeof(struct fj_rec) + FJ_DATA_MAX + 65536);
     int found = 0;
     for (uint64_t off = from; off < size && !found; off += chunk) {
         size_t n = size - off < chunk ? (size_t)(size - off) : chunk;
@@ -108,7 +108,7 @@ static int read_log(struct seg *s, struct jnl *jn, uint32_t src, int32_t pid, co
     const char *name = shown(s, path);
     char shown_log[LZ_PATH_MAX + 128];
     snprintf(shown_log, sizeof shown_log, "%s", name);
-    char *buf = malloc(FJ_DATA_MAX + 65536), *data = malloc(FJ_DATA_MAX);
+    char *buf = lz_xmalloc(FJ_DATA_MAX + 65536), *data = lz_xmalloc(FJ_DATA_MAX);
     uint64_t off = 0, seq = 0;
     int rc = 0, sealed = 0;
     while (rc == 0) {
@@ -171,7 +171,7 @@ static int read_log(struct seg *s, struct jnl *jn, uint32_t src, int32_t pid, co
             else if (off < size) {
                 /* killed between the END and the cut: zeros may follow, nothing else */
                 uint64_t rest = size - off;
-                char *z = malloc(65536);
+                char *z = lz_xmalloc(65536);
                 for (uint64_t o = 0; rc == 0 && o < rest; o += 65536) {
                     size_t n = rest - o < 65536 ? (size_t)(rest - o) : 65536;
                     if (lz_pread_all(jn->log_fd, z, n, (off_t)(off + o)) < 0 || !all_zero(z, n))
@@ -198,7 +198,7 @@ static int read_log(struct seg *s, struct jnl *jn, uint32_t src, int32_t pid, co
             if (end > jn->data_end) jn->data_end = end;
         }
         size_t fixed = fixed_size(h.type);
-        if (s->n == seg_cap) { seg_cap = seg_cap ? seg_cap * 2 : 256; s->r = realloc(s->r, seg_cap * sizeof *s->r); }
+        if (s->n == seg_cap) { seg_cap = seg_cap ? seg_cap * 2 : 256; s->r = lz_xrealloc(s->r, seg_cap * sizeof *s->r); }
         struct rec *r = &s->r[s->n++];
         jn->nundo++;
         r->type = h.type;
@@ -209,7 +209,7 @@ static int read_log(struct seg *s, struct jnl *jn, uint32_t src, int32_t pid, co
         r->seq = seq++;
         r->data_off = off + sizeof h + fixed;
         size_t keep = h.type == FJ_DATA ? fixed : h.len;
-        r->p = malloc(keep);
+        r->p = lz_xmalloc(keep);
         memcpy(r->p, buf, keep);
         off += sizeof h + h.len;
     }
@@ -242,7 +242,7 @@ static int journal_unstarted(const char *dir)
 static int load_jnl(struct seg *s, const char *dir, int32_t pid, const uint64_t *job, char *why, size_t wl)
 {
     char path[LZ_PATH_MAX + 96];
-    s->j = realloc(s->j, (s->nj + 1) * sizeof *s->j);
+    s->j = lz_xrealloc(s->j, (s->nj + 1) * sizeof *s->j);
     uint32_t src = (uint32_t)s->nj;
     struct jnl *jn = &s->j[s->nj++];
     memset(jn, 0, sizeof *jn);
@@ -267,7 +267,7 @@ static int load_jnl(struct seg *s, const char *dir, int32_t pid, const uint64_t 
     size_t ns = 0;
     while ((e = readdir(d)))
         if (!strncmp(e->d_name, FJ_PROC_PREFIX, sizeof FJ_PROC_PREFIX - 1) && e->d_type != DT_REG) {
-            subs = realloc(subs, (ns + 1) * sizeof *subs);
+            subs = lz_xrealloc(subs, (ns + 1) * sizeof *subs);
             snprintf(subs[ns++], sizeof *subs, "%s", e->d_name);
         }
     closedir(d);
@@ -303,7 +303,7 @@ int fj_load_seg(struct seg *s, const uint64_t *job, char *why, size_t whylen)
     snprintf(path, sizeof path, "%s/" FJ_RESET, s->ckdir);
     if (lstat(path, &st) == 0) return 0; /* being emptied: empty */
     if (load_jnl(s, s->ckdir, 0, job, why, whylen) < 0) return -1;
-    qsort(s->r, s->n, sizeof *s->r, rec_order);
+    if (s->n) qsort(s->r, s->n, sizeof *s->r, rec_order); /* (s->r is NULL without records) */
     return 0;
 }
 
@@ -377,10 +377,10 @@ int fj_seg_check_keeps(const struct seg *s, int64_t stop_ns, char *why, size_t w
 struct fj_plan *fj_plan_load(const char *dir, const uint64_t job[2], const struct fj_journal_dir *v, size_t n,
                              uint64_t target, int64_t stop_ns, char *why, size_t whylen)
 {
-    struct fj_plan *p = calloc(1, sizeof *p);
+    struct fj_plan *p = lz_xcalloc(1, sizeof *p);
     snprintf(p->dir, sizeof p->dir, "%s", dir);
-    p->s = calloc(n + 1, sizeof *p->s);
-    p->below = calloc(n + 1, sizeof *p->below);
+    p->s = lz_xcalloc(n + 1, sizeof *p->s);
+    p->below = lz_xcalloc(n + 1, sizeof *p->below);
     /* a failed checkpoint's journal (jrnl.N) undoes its interval like ckpt.N's */
     for (size_t i = n; i-- > 0;) {
         if (v[i].index < target) {
@@ -441,7 +441,7 @@ int fj_nm_deep(const void *a, const void *b) { return fj_nm_shallow(b, a); }
 
 struct nm *fj_first_names(const struct seg *s, uint16_t type, size_t *count)
 {
-    struct nm *v = malloc((s->n + 1) * sizeof *v);
+    struct nm *v = lz_xmalloc((s->n + 1) * sizeof *v);
     size_t n = 0;
     for (size_t i = 0; i < s->n; i++)
         if (s->r[i].type == type) {
@@ -487,13 +487,13 @@ struct want *fj_final_names(const struct fj_plan *p, size_t *count)
         size_t k;
         struct nm *v = fj_first_names(&p->s[i], FJ_NAME, &k);
         for (size_t j = 0; j < k; j++) {
-            if (n == cap) { cap = cap ? cap * 2 : 64; w = realloc(w, cap * sizeof *w); }
+            if (n == cap) { cap = cap ? cap * 2 : 64; w = lz_xrealloc(w, cap * sizeof *w); }
             w[n++] = (struct want){v[j].path, v[j].r, &p->s[i]};
         }
         free(v);
     }
     /* stable: keep the last occurrence (the oldest journal) per path */
-    qsort(w, n, sizeof *w, want_cmp); /* ties broken below by scanning */
+    if (n) qsort(w, n, sizeof *w, want_cmp); /* ties broken below by scanning */
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         if (m && !strcmp(w[m - 1].path, w[i].path)) {

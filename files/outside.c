@@ -143,8 +143,8 @@ static void add(struct fj_outside *o, int lost, const char *path, const char *wh
     if (listed(o, path)) return;
     struct fj_change **v = lost ? &o->lost : &o->changed;
     size_t *n = lost ? &o->nlost : &o->nchanged;
-    *v = realloc(*v, (*n + 1) * sizeof **v);
-    (*v)[*n].path = strdup(path);
+    *v = lz_xrealloc(*v, (*n + 1) * sizeof **v);
+    (*v)[*n].path = lz_xstrdup(path);
     snprintf((*v)[*n].what, sizeof (*v)[*n].what, "%s", what);
     (*n)++;
 }
@@ -162,7 +162,7 @@ char *fj_change_list(const struct fj_change *v, size_t n, size_t max, const char
 {
     size_t len = 16;
     for (size_t i = 0; i < n && i < max; i++) len += strlen(v[i].path) + strlen(sep) + strlen(v[i].what) + strlen(suffix) + 2;
-    char *s = malloc(len), *e = s;
+    char *s = lz_xmalloc(len), *e = s;
     *s = 0;
     for (size_t i = 0; i < n && i < max; i++)
         e += sprintf(e, "%s%s%s%s%s", i ? ", " : "", v[i].path, sep, v[i].what, suffix);
@@ -240,8 +240,8 @@ static void older_add(const char *dir, int depth)
     struct stat st;
     snprintf(path, sizeof path, "%s/" FJ_KEEP, dir);
     if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        older = realloc(older, (nolder + 1) * sizeof *older);
-        older[nolder++] = strdup(path);
+        older = lz_xrealloc(older, (nolder + 1) * sizeof *older);
+        older[nolder++] = lz_xstrdup(path);
     }
     DIR *d = depth < 16 ? opendir(dir) : NULL;
     struct dirent *e;
@@ -353,12 +353,12 @@ int fj_inode_rebuildable(const struct fj_plan *p, uint64_t dev, uint64_t ino)
             if (d->type != FJ_DATA) continue;
             const struct fj_data *dd = (const void *)d->p;
             if (dd->dev != dev || dd->ino != ino || dd->offset >= (uint64_t)lim) continue;
-            if (n == cap) { cap = cap ? cap * 2 : 64; v = realloc(v, cap * sizeof *v); }
+            if (n == cap) { cap = cap ? cap * 2 : 64; v = lz_xrealloc(v, cap * sizeof *v); }
             uint64_t end = dd->offset + dd->length;
             v[n++] = (struct span){dd->offset, end > (uint64_t)lim ? (uint64_t)lim : end};
         }
     }
-    qsort(v, n, sizeof *v, span_cmp);
+    if (n) qsort(v, n, sizeof *v, span_cmp);
     uint64_t to = 0;
     for (size_t i = 0; i < n && v[i].a <= to; i++) if (v[i].b > to) to = v[i].b;
     free(v);
@@ -432,12 +432,12 @@ static void check_inodes(const struct fj_plan *p, int64_t stop, const struct wan
             size_t k;
             for (k = 0; k < ngone && !(gone[k].dev == in->dev && gone[k].ino == in->ino); k++) {}
             if (k < ngone) continue;
-            gone = realloc(gone, (ngone + 1) * sizeof *gone);
+            gone = lz_xrealloc(gone, (ngone + 1) * sizeof *gone);
             gone[ngone++] = (struct id){in->dev, in->ino};
             if (!fj_inode_gone_after(p, i, r, stop, what, sizeof what)) continue;
             int needed = fj_inode_needed(w, nw, r), lost = needed && !fj_inode_rebuildable(p, in->dev, in->ino);
             if (needed && !lost) {
-                rb = realloc(rb, (nrb + 1) * sizeof *rb);
+                rb = lz_xrealloc(rb, (nrb + 1) * sizeof *rb);
                 rb[nrb++] = (struct fj_inode_id){in->dev, in->ino};
             }
             add(o, lost, path, what);

@@ -64,6 +64,7 @@ void restore_descriptors(struct restore_ctx *rc)
     int base = maxfd + 16;
     /* what `lazarus restart` hands us for descriptors taken from the launcher */
     int *stdio = calloc((size_t)maxfd + 1, sizeof *stdio);
+    if (!stdio) restore_fail("out of memory");
     for (int i = 0; i <= maxfd; i++) stdio[i] = -1;
     for (size_t i = 0; i < img->nfds; i++)
         if (img->fds[i].kind == LZ_FD_STDIO) stdio[img->fds[i].fd] = fcntl(img->fds[i].fd, F_DUPFD_CLOEXEC, base);

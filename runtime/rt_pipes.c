@@ -89,6 +89,7 @@ static int capture_pipe(struct rt_ckpt *ck, size_t first, struct lz_chan *c, cha
     c->capacity = (uint32_t)cap;
     long r = rd ? rd->fd : -1;
     if (!rd) { /* a reader of our own, for as long as we look */
+        if (!wr) return refuse(ck, f0, "a pipe descriptor that is neither end of its pipe"); /* f0 is one end: never */
         char lp[40];
         rt_fmt(lp, sizeof lp, "/proc/self/fd/%d", wr->fd);
         r = lz_sc4(SYS_openat, AT_FDCWD, lp, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);

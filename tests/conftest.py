@@ -9,6 +9,9 @@ Environment:
                      holding build/; default: <repo>/build next to tests/
   LAZARUS_TEST_SEED  seed of the random kill instants (default 20240611);
                      every test prints the seed it derived from it
+  ASAN_OPTIONS, UBSAN_OPTIONS, LSAN_OPTIONS
+                     passed on to the commands the tests run (a sanitizer
+                     build: scripts/sanitize.sh)
 """
 from __future__ import annotations
 
@@ -241,6 +244,7 @@ class Proc:
         _tracked.discard(self.pid)
         for t in self._threads:
             t.join(timeout=5)
+        sanitizer_check(self.argv, self.stderr)
 
     def wait(self, timeout: float):
         """Exit status as the shell reports it (128+signal if killed)."""
@@ -293,6 +297,29 @@ class Proc:
 
 
 # --------------------------------------------------------------------------
+# Sanitizer reports (a build of scripts/sanitize.sh): AddressSanitizer writes
+# its reports to ASAN_OPTIONS' log_path, but UBSan linked with it writes to
+# stderr whatever its options say; every stderr a test captures is searched,
+# and a test during which a report appeared fails (the _no_leftovers fixture).
+# With LAZARUS_SANITIZER_LOG (a directory) each report is also written there.
+# --------------------------------------------------------------------------
+SANITIZER_RE = re.compile(r"runtime error: |ERROR: AddressSanitizer|ERROR: LeakSanitizer|"
+                          r"SUMMARY: (Address|UndefinedBehavior|Leak)Sanitizer")
+sanitizer_reports: list[str] = []
+
+
+def sanitizer_check(argv, stderr: str) -> None:
+    if not SANITIZER_RE.search(stderr):
+        return
+    report = f"$ {' '.join(str(a) for a in argv)}\n{stderr}"
+    sanitizer_reports.append(report)
+    d = os.environ.get("LAZARUS_SANITIZER_LOG")
+    if d:
+        with open(os.path.join(d, f"stderr.{os.getpid()}.{len(sanitizer_reports)}"), "w") as f:
+            f.write(report)
+
+
+# --------------------------------------------------------------------------
 # Running lazarus as root or as an ordinary user
 # --------------------------------------------------------------------------
 @dataclass
@@ -330,6 +357,10 @@ class Runner:
             "LANG": "C.UTF-8",
             "TMPDIR": str(base),
         }
+        # a sanitizer build (scripts/sanitize.sh) gets its settings through
+        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
+            if k in os.environ:
+                self.env[k] = os.environ[k]
 
     def mkdir(self, name: str, mode: int = 0o755) -> Path:
         p = self.base / name
@@ -357,6 +388,7 @@ class Runner:
                                  f"stdout: {e.stdout!r}\nstderr: {e.stderr!r}")
         rc = cp.returncode if cp.returncode >= 0 else 128 - cp.returncode
         res = Result(rc, cp.stdout.decode(errors="replace"), cp.stderr.decode(errors="replace"), argv)
+        sanitizer_check(argv, res.stderr)
         if check_rc is not None:
             assert res.rc == check_rc, str(res)
         return res
@@ -441,7 +473,9 @@ def runner(mode, tmp_path, lazarus_bin):
 
 @pytest.fixture(autouse=True)
 def _no_leftovers():
-    """Every test starts and ends without stray processes; zombies are reaped."""
+    """Every test starts and ends without stray processes; zombies are reaped;
+    no command it ran printed a sanitizer report."""
+    reports = len(sanitizer_reports)
     yield
     me = os.getpid()
     pids = []
@@ -455,6 +489,42 @@ def _no_leftovers():
         _tracked.discard(p)
     wait_gone(pids)
     reap_orphans()
+    if len(sanitizer_reports) > reports:
+        pytest.fail("sanitizer report:\n" + "\n".join(sanitizer_reports[reports:])[-6000:], pytrace=False)
+
+
+# --------------------------------------------------------------------------
+# Tiers (tests/README.md has their times).  `-m quick` (`make check`): the
+# CLI, the codec, damaged images and frames, the format's unit tests: seconds
+# to a minute.  `-m "not slow"`: everything but the long end-to-end and soak
+# tests.  `-m "quick or integrity"`: what scripts/sanitize.sh runs with the
+# sanitizer build (the quick tier and the damaged-store suite).  No marker
+# option (scripts/test.sh, CI): every test.  The tiers are given here by
+# node-id prefix (the file, or file::test), in one place.
+# --------------------------------------------------------------------------
+TIERS = {
+    "quick": ["test_cli.py", "test_codec.py::", "test_corrupt_image.py", "test_frame_check.py",
+              "test_format_unit.py"],
+    "slow": ["test_files_fuzz.py"],
+    "integrity": ["test_store_integrity.py", "test_corrupt_image.py", "test_frame_check.py"],
+}
+# ...but not these (a quick file's slow test)
+NOT_QUICK = ["test_codec.py::test_bench"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "quick: the quick tier (make check): CLI, codec, damaged images, format unit tests")
+    config.addinivalue_line("markers", "slow: long end-to-end and soak tests (-m 'not slow' leaves them out)")
+    config.addinivalue_line("markers", "integrity: damaged stores (scripts/sanitize.sh runs them with the sanitizer build)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        nodeid = item.path.name + item.nodeid[len(item.nodeid.split("::")[0]):]  # file::test[params]
+        for marker, prefixes in TIERS.items():
+            if any(nodeid.startswith(p) for p in prefixes) and not (
+                    marker == "quick" and any(nodeid.startswith(p) for p in NOT_QUICK)):
+                item.add_marker(marker)
 
 
 def pytest_report_header(config):

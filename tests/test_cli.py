@@ -6,11 +6,11 @@ import os
 import re
 import signal
 import stat
-import struct
 import time
 
 import pytest
 
+import lzformat
 from conftest import (ckpt_dirs, ckpt_path, kill_program, snapshot, tmp_entries,
                       wait_new_checkpoint)
 
@@ -233,8 +233,8 @@ def test_store_layout_and_permissions(r):
         d = ckpt_path(store, i)
         assert (d / "manifest").is_file(), sorted(os.listdir(d))
         assert not (d / "pages").exists(), "since version 2 page data is in DIR/packs, not in ckpt.N"
-        head = (d / "manifest").read_bytes()[:12]
-        assert head[:8] == b"LZRSCKPT" and struct.unpack("<I", head[8:12])[0] == 5, head
+        head = lzformat.HEADER.unpack((d / "manifest").read_bytes())
+        assert head.magic == lzformat.MAGIC and head.version == 5, head
     # page data: DIR/packs/pack.N, written by checkpoint N (the first holds
     # the whole memory, so it is never empty)
     packs = store / "packs"

@@ -3,13 +3,13 @@ exit non-zero and change nothing in DIR; an intact store verifies."""
 import os
 import re
 import shutil
-import struct
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+import lzformat
 from conftest import (IS_ROOT, Runner, _user_base, children, ckpt_path, copy_store, kill_program,
                       reap_orphans, snapshot)
 
@@ -32,16 +32,13 @@ def _flip(p):
         f.write(bytes([b[0] ^ 0x10]))
 
 
-FORMAT_VERSION = 5  # common/format.h LZ_VERSION
+FORMAT_VERSION = lzformat.VERSION  # common/format.h LZ_VERSION
 
 
 def _foreign_version(p):
-    with open(p, "r+b") as f:
-        head = f.read(12)
-        assert head[:8] == b"LZRSCKPT", head
-        assert struct.unpack("<I", head[8:12])[0] == FORMAT_VERSION, head
-        f.seek(8)
-        f.write(struct.pack("<I", FORMAT_VERSION + 1))
+    m = lzformat.Manifest.load(p)  # checks magic and version
+    m.set(m.header, "version", FORMAT_VERSION + 1)
+    m.save(p, seal=False)  # only the version changes: the trailer no longer matches either
 
 
 def _remove(p):
@@ -50,17 +47,7 @@ def _remove(p):
 
 def frames_of(manifest):
     """(pack id, offset, stored bytes) of every frame a manifest lists."""
-    data = Path(manifest).read_bytes()
-    header_size = struct.unpack_from("<I", data, 12)[0]
-    nsections = struct.unpack_from("<I", data, 52)[0]
-    off, sec = header_size, {}
-    for _ in range(nsections):
-        typ, _, length = struct.unpack_from("<IIQ", data, off)
-        sec[typ] = data[off + 16:off + 16 + length]
-        off += 16 + ((length + 7) & ~7)
-    packs = [struct.unpack_from("<IIQQ", sec[6], i)[3] for i in range(0, len(sec[6]), 24)]
-    frames = [struct.unpack_from("<IIQII", sec[8], i) for i in range(0, len(sec[8]), 40)]  # sizeof(struct lz_frame)
-    return [(packs[pk], offset, stored) for pk, _, offset, stored, _ in frames]
+    return lzformat.Manifest.load(manifest).frame_places()
 
 
 def _flip_frame(pack):

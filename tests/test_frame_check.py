@@ -5,12 +5,12 @@ one line naming the pack, before any file is rolled back, so that the user's
 files and the store stay byte-identical; an intact store still restarts.
 As root and as an ordinary user."""
 import os
-import struct
 import time
 from pathlib import Path
 
 import pytest
 
+import lzformat
 from conftest import ckpt_path, children, find_program, kill_program, reap_orphans, snapshot
 
 # A program that keeps changing a file and its memory: what a rollback undoes.
@@ -32,31 +32,9 @@ while True:
     time.sleep(0.005)
 '''
 
-SEC_EXTENTS, SEC_PACKS, SEC_FRAMES = 3, 6, 8
-FRAME_ZERO = 0xFFFFFFFF
-FRAME_SIZE = 40  # struct lz_frame: pack, codec, offset, stored, raw, xxh3, sxxh3
-
-
 def referenced_frames(manifest: Path):
     """(pack id, offset, stored) of every frame an extent of the manifest uses."""
-    data = manifest.read_bytes()
-    header_size = struct.unpack_from("<I", data, 12)[0]
-    nsections = struct.unpack_from("<I", data, 52)[0]
-    off, sec = header_size, {}
-    for _ in range(nsections):
-        typ, _, length = struct.unpack_from("<IIQ", data, off)
-        sec[typ] = data[off + 16:off + 16 + length]
-        off += 16 + ((length + 7) & ~7)
-    packs = [struct.unpack_from("<IIQQ", sec[SEC_PACKS], i)[3] for i in range(0, len(sec[SEC_PACKS]), 24)]
-    assert len(sec[SEC_FRAMES]) % FRAME_SIZE == 0
-    frames = [struct.unpack_from("<IIQIIQQ", sec[SEC_FRAMES], i) for i in range(0, len(sec[SEC_FRAMES]), FRAME_SIZE)]
-    used = set()
-    for i in range(0, len(sec[SEC_EXTENTS]), 24):
-        frame = struct.unpack_from("<QIIII", sec[SEC_EXTENTS], i)[2]
-        if frame != FRAME_ZERO:
-            pk, _, offset, stored, _, _, _ = frames[frame]
-            used.add((packs[pk], offset, stored))
-    return sorted(used)
+    return lzformat.Manifest.load(manifest).referenced_frames()
 
 
 def _job(runner):

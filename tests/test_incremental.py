@@ -8,7 +8,6 @@ while checkpoints are written.  Sizes are in bytes; PAGE = 4096."""
 import os
 import re
 import signal
-import struct
 import subprocess
 import threading
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import lzformat
 from conftest import (IS_ROOT, LAZARUS, Proc, _compile, ckpt_dirs, ckpt_path, comm_of, descendants,
                       kill_program, plain_output, run_until_done, tmp_entries)
 
@@ -115,31 +115,9 @@ def check_restarts(runner, store, states: dict, files: dict | None = None, path:
 # --------------------------------------------------------------------------
 # The store: which packs the manifests reference
 # --------------------------------------------------------------------------
-SEC_EXTENTS, SEC_PACKS, SEC_FRAMES = 3, 6, 8
-FRAME_ZERO = 0xFFFFFFFF
-
-
 def manifest_packs(manifest: Path) -> set[int]:
     """Ids N of the packs/pack.N that the checkpoint's extents use."""
-    data = manifest.read_bytes()
-    magic, version, header_size = struct.unpack_from("<8sII", data, 0)
-    assert magic == b"LZRSCKPT" and version == 5, (magic, version)
-    nsections = struct.unpack_from("<I", data, 52)[0]
-    off = header_size
-    sec = {}
-    for _ in range(nsections):
-        typ, _, length = struct.unpack_from("<IIQ", data, off)
-        off += 16
-        sec[typ] = data[off:off + length]
-        off += (length + 7) & ~7
-    packs = [struct.unpack_from("<IIQQ", sec[SEC_PACKS], i) for i in range(0, len(sec[SEC_PACKS]), 24)]
-    frames = [struct.unpack_from("<IIQIIQQ", sec[SEC_FRAMES], i) for i in range(0, len(sec[SEC_FRAMES]), 40)]
-    used = set()
-    for i in range(0, len(sec[SEC_EXTENTS]), 24):
-        _, _, frame, _, _ = struct.unpack_from("<QIIII", sec[SEC_EXTENTS], i)
-        if frame != FRAME_ZERO:
-            used.add(packs[frames[frame][0]][3])
-    return used
+    return lzformat.Manifest.load(manifest).referenced_packs()  # checks magic and version
 
 
 def packs_on_disk(store: Path) -> set[int]:
@@ -324,12 +302,10 @@ def test_gc_after_the_job_removes_a_torn_last_pack(runner, programs):
     torn = max(int(m.group(1)), newest + 1)  # an index given out whose checkpoint never committed
     torn_pack = store / "packs" / f"pack.{torn:06d}"
 
-    reseal = _compile("manifest_reseal", programs.dir)
-
     def set_job(state):
         text = re.sub(r"^next_index=\d+$", f"next_index={torn + 1}", job, flags=re.M)
         (store / "job").write_text(re.sub(r"^state=\w+$", f"state={state}", text, flags=re.M))
-        subprocess.run([reseal, "--job", store / "job"], check=True)  # its checksum line, for the edited settings
+        lzformat.reseal_job(store / "job")  # its checksum line, for the edited settings
     set_job("running")
     torn_pack.write_bytes(b"\0" * 8192)
     r = runner.lz("gc", "-d", store, timeout=120)

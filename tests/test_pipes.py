@@ -9,14 +9,13 @@ As root and as an ordinary user."""
 import os
 import re
 import shutil
-import struct
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+import lzformat
 from conftest import (IS_ROOT, Runner, _compile, _user_base, children, ckpt_path, copy_store, find_program,
                       kill_program, plain_output, reap_orphans, run_until_done, snapshot, tmp_entries)
 
@@ -29,7 +28,6 @@ def progs(programs):
         "pipe_threads": _compile("pipe_threads", programs.dir, ["-pthread"]),
         "sock_pairs": _compile("sock_pairs", programs.dir),
         "chan_refuse": _compile("chan_refuse", programs.dir),
-        "manifest_reseal": _compile("manifest_reseal", programs.dir),
     }
 
 
@@ -221,48 +219,28 @@ def test_damaged_data_file_refused(name, prefix, how, runner, pristine):
     assert r.rc == 0, f"intact checkpoint {a} next to a damaged one\n{r}"
 
 
-def _sections(data: bytes):
-    header_size = struct.unpack_from("<I", data, 12)[0]
-    nsections = struct.unpack_from("<I", data, 52)[0]
-    off, out = header_size, {}
-    for _ in range(nsections):
-        typ, _, length = struct.unpack_from("<IIQ", data, off)
-        out[typ] = (off + 16, length)
-        off += 16 + ((length + 7) & ~7)
-    return out
-
-
-SEC_FDS, SEC_CHANS = 4, 10
-FD_SIZE, CHAN_SIZE = 80, 80
-FD_PIPE = 8
-
-
-def _bad_fd_ino(data, secs):
-    off, length = secs[SEC_FDS]
-    for i in range(off, off + length, FD_SIZE):
-        if struct.unpack_from("<I", data, i + 4)[0] == FD_PIPE:
-            struct.pack_into("<Q", data, i + 32, 12345)  # a pipe no record describes
+def _bad_fd_ino(m):
+    for f in m.fds:
+        if f.kind == lzformat.FD_PIPE:
+            m.set(f, "ino", 12345)  # a pipe no record describes
             return
     raise AssertionError("no pipe descriptor in the manifest")
 
 
-def _bad_chan_kind(data, secs):
-    struct.pack_into("<I", data, secs[SEC_CHANS][0] + 16, 77)
+def _bad_chan_kind(m):
+    m.set(m.chans[0], "kind", 77)
 
 
-def _bad_chan_bytes(data, secs):
-    off = secs[SEC_CHANS][0]
-    cap = struct.unpack_from("<I", data, off + 44)[0]
-    struct.pack_into("<Q", data, off + 24, cap + 1)  # more in flight than the pipe holds
+def _bad_chan_bytes(m):
+    c = m.chans[0]
+    m.set(c, "bytes", c.capacity + 1)  # more in flight than the pipe holds
 
 
-def _bad_chan_path(data, secs):
+def _bad_chan_path(m):
     # the data file's name made to climb out of the checkpoint: "pipe.N" -> "../e.N"
-    off = secs[SEC_CHANS][0]
-    spath = struct.unpack_from("<I", data, off + 20)[0]
-    soff, _ = secs[5]
-    assert data[soff + spath:soff + spath + 5] == b"pipe."
-    data[soff + spath:soff + spath + 5] = b"../e."
+    at = m.string_at(m.chans[0].path)
+    assert m.data[at:at + 5] == b"pipe."
+    m.data[at:at + 5] = b"../e."
 
 
 MALFORMED = {"fd-names-no-pipe": _bad_fd_ino, "chan-kind": _bad_chan_kind,
@@ -278,12 +256,10 @@ def test_malformed_records_refused(how, runner, pristine, progs):
     store = runner.base / "store"
     copy_store(src, store)
     manifest = ckpt_path(store, b) / "manifest"
-    data = bytearray(manifest.read_bytes())
-    secs = _sections(bytes(data))
-    assert SEC_CHANS in secs and secs[SEC_CHANS][1] >= CHAN_SIZE, "no pipe record in the manifest"
-    MALFORMED[how](data, secs)
-    manifest.write_bytes(bytes(data))
-    subprocess.run([progs["manifest_reseal"], manifest], check=True)
+    m = lzformat.Manifest.load(manifest)
+    assert m.chans, "no pipe record in the manifest"
+    MALFORMED[how](m)
+    m.save(manifest)  # re-sealed: its checksum is right, its records are not
     _refused_cleanly(runner, store, b, how, "malformed")
 
 

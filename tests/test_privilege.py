@@ -25,7 +25,6 @@ The ordinary user is `nobody` through setpriv with its login groups
 import os
 import re
 import shutil
-import struct
 import subprocess
 import tempfile
 import time
@@ -33,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IS_ROOT, LAZARUS, NOBODY, REPO, Runner, _user_base, children, ckpt_path, find_program, kill_tree,
+import lzformat
+from conftest import (IS_ROOT, LAZARUS, NOBODY, Runner, _user_base, children, ckpt_path, find_program, kill_tree,
                       reap_orphans, snapshot, wait_gone)
 
 COMM = "lzpriv_job"
@@ -74,22 +74,6 @@ int main(void)
 }
 """
 
-# where struct lz_proc keeps the ids and capabilities (common/format.h)
-OFFSETS_SRC = r"""
-#include <stddef.h>
-#include <stdio.h>
-#include "format.h"
-#define F(x) printf("%s %zu\n", #x, offsetof(struct lz_proc, x));
-int main(void)
-{
-    F(uid) F(gid) F(euid) F(suid) F(egid) F(sgid) F(cap_eff) F(cap_prm) F(cap_inh)
-    printf("header_size %zu\n", sizeof(struct lz_header));
-    return 0;
-}
-"""
-
-RESEAL_SRC = REPO / "tests" / "programs" / "manifest_reseal.c"
-SEC_PROC = 1
 CRED_KEYS = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapAmb")
 
 
@@ -106,14 +90,7 @@ def _gcc(src_text: str, out: Path, extra=()) -> Path:
 def tools(programs):
     d = programs.dir
     job = _gcc(JOB_SRC, d / COMM)
-    reseal = d / "manifest_reseal"
-    if not reseal.exists():
-        cp = subprocess.run(["gcc", "-O2", "-Wall", "-o", str(reseal), str(RESEAL_SRC)], capture_output=True, text=True)
-        assert cp.returncode == 0, cp.stderr
-    offs = _gcc(OFFSETS_SRC, d / "lzpriv_offsets", [f"-I{REPO / 'common'}"])
-    out = subprocess.run([str(offs)], capture_output=True, text=True, check=True).stdout
-    offsets = {k: int(v) for k, v in (l.split() for l in out.splitlines())}
-    return {"job": job, "reseal": reseal, "offsets": offsets}
+    return {"job": job}
 
 
 def _user_runner(base: Path) -> Runner:
@@ -329,17 +306,6 @@ def test_user_restarts_a_restart_with_another_group(tools, user_base):
 
 
 # --------------------------------------------------------------- test 2
-def _proc_section(data: bytes, header_size: int) -> int:
-    nsections = struct.unpack_from("<I", data, 52)[0]
-    off = header_size
-    for _ in range(nsections):
-        typ, _, length = struct.unpack_from("<IIQ", data, off)
-        if typ == SEC_PROC:
-            return off + 16
-        off += 16 + ((length + 7) & ~7)
-    raise AssertionError("no process record in the manifest")
-
-
 FORGED = {
     "uid0": {"uid": 0, "euid": 0, "suid": 0},
     "euid0": {"euid": 0},
@@ -362,15 +328,12 @@ def test_forged_identity_refused(forged, restarter, tools, user_base):
     proc, idx, pid = _start_job(user, store, tools["job"])
     _kill_job(proc)
     manifest = ckpt_path(store, idx) / "manifest"
-    data = bytearray(manifest.read_bytes())
-    offs = tools["offsets"]
-    proc_off = _proc_section(bytes(data), offs["header_size"])
-    assert struct.unpack_from("<I", data, proc_off + offs["uid"])[0] == user.uid
+    m = lzformat.Manifest.load(manifest)
+    proc_rec = m.proc  # struct lz_proc (its offsets checked against format.h by test_format_unit.py)
+    assert proc_rec.uid == user.uid
     for field, value in FORGED[forged].items():
-        fmt = "<Q" if field.startswith("cap_") else "<I"
-        struct.pack_into(fmt, data, proc_off + offs[field], value)
-    manifest.write_bytes(bytes(data))
-    subprocess.run([str(tools["reseal"]), str(manifest)], check=True)
+        m.set(proc_rec, field, value)
+    m.save(manifest)  # re-sealed
     snap = snapshot(user_base)
     who = user if restarter == "user" else Runner("root", user_base)
     for extra in ([], ["--at", str(idx)]):

@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import lzformat
 from conftest import (IS_ROOT, Proc, _compile, ckpt_dirs, ckpt_path, find_program, kill_program,
                       run_until_done, tmp_entries)
 
@@ -89,21 +89,8 @@ def manifest_threads(store: Path, index: int) -> list:
     """(tid, name) of every thread in checkpoint index's manifest: its
     THREADS section (type 9, struct lz_thread[] of 216 bytes: tid at 0, the
     name at 8; common/format.h)."""
-    data = (ckpt_path(store, index) / "manifest").read_bytes()
-    assert data[:8] == b"LZRSCKPT"
-    hsize, = struct.unpack_from("<I", data, 12)
-    nsec, = struct.unpack_from("<I", data, 52)
-    off, out = hsize, []
-    for _ in range(nsec):
-        typ, _, length = struct.unpack_from("<IIQ", data, off)
-        off += 16
-        if typ == 9:
-            assert length % 216 == 0, length
-            for k in range(0, length, 216):
-                tid, = struct.unpack_from("<i", data, off + k)
-                out.append((tid, data[off + k + 8:off + k + 24].split(b"\0")[0].decode()))
-        off += (length + 7) & ~7
-    return out
+    m = lzformat.Manifest.load(ckpt_path(store, index) / "manifest")
+    return [(t.tid, lzformat.cstr(t.comm)) for t in m.threads]
 
 
 def need(mode):

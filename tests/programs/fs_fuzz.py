@@ -1,16 +1,19 @@
 """Random file-system operations with a checkpoint every few steps.
 
-Usage: fs_fuzz.py LIBLAZARUS SEED STEPS EVERY
+Usage: fs_fuzz.py LIBLAZARUS SEED STEPS EVERY [wait]
 Works in the current directory (its subdirectory `w`).  After each checkpoint
-that continues it prints "SNAP <index> <json>" (the tree as it is); when it
-comes back from a restart it prints "BACK <index> <json>" and exits 0.  After
-the last step it kills itself (SIGKILL), so the job is restartable.
+that continues it prints "SNAP <index> <json>" (the tree as it is) and, with
+`wait`, waits until a file `go.<index>` exists in the current directory (so
+that a test can look at the tree from outside meanwhile); when it comes back
+from a restart it prints "BACK <index> <json>" and exits 0.  After the last
+step it kills itself (SIGKILL), so the job is restartable.
 """
-import ctypes, hashlib, json, os, random, signal, stat, sys
+import ctypes, hashlib, json, os, random, signal, stat, sys, time
 
 lib = ctypes.CDLL(sys.argv[1])
 rng = random.Random(int(sys.argv[2]))
 steps, every = int(sys.argv[3]), int(sys.argv[4])
+wait = sys.argv[5:] == ["wait"]
 W = "w"
 
 
@@ -45,6 +48,8 @@ def checkpoint():
         print("CKPT-FAILED", r, flush=True)
         sys.exit(3)
     print("SNAP", idx.value, json.dumps(snapshot()), flush=True)
+    while wait and not os.path.exists("go.%d" % idx.value):
+        time.sleep(0.002)
 
 
 def files():
