@@ -503,13 +503,21 @@ def _no_leftovers():
 # node-id prefix (the file, or file::test), in one place.
 # --------------------------------------------------------------------------
 TIERS = {
-    "quick": ["test_cli.py", "test_codec.py::", "test_corrupt_image.py", "test_frame_check.py",
+    "quick": ["test_cli.py", "test_codec.py", "test_corrupt_image.py", "test_frame_check.py",
               "test_format_unit.py"],
-    "slow": ["test_files_fuzz.py"],
+    # each at least ten seconds, or a soak: SIGKILLs at random instants of
+    # real programs, the corruption suite (minutes together; tests/README.md)
+    "slow": ["test_memory_restart.py::test_killed_at_random_instants",
+             "test_memory_restart.py::test_uninterrupted_run_matches_plain",
+             "test_files_programs.py", "test_tree_programs.py", "test_kill_restart.py", "test_torn_checkpoint.py",
+             "test_threads.py::test_openmp_killed_at_random_instants",
+             "test_threads.py::test_producer_consumer_killed_at_random_instants",
+             "test_threads.py::test_raw_sigurg_block_fails_checkpoint",
+             "test_pipes.py::test_killed_with_data_in_flight",
+             "test_incremental.py::test_program_killed_while_checkpointing",
+             "test_store_integrity.py::test_damaged_store"],
     "integrity": ["test_store_integrity.py", "test_corrupt_image.py", "test_frame_check.py"],
 }
-# ...but not these (a quick file's slow test)
-NOT_QUICK = ["test_codec.py::test_bench"]
 
 
 def pytest_configure(config):
@@ -518,12 +526,18 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "integrity: damaged stores (scripts/sanitize.sh runs them with the sanitizer build)")
 
 
+def _in_tier(nodeid: str, entry: str) -> bool:
+    """nodeid (file::test[params]) is the file or the test (any params) entry names."""
+    if "::" not in entry:
+        return nodeid.startswith(entry + "::")
+    return nodeid == entry or nodeid.startswith(entry + "[")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         nodeid = item.path.name + item.nodeid[len(item.nodeid.split("::")[0]):]  # file::test[params]
-        for marker, prefixes in TIERS.items():
-            if any(nodeid.startswith(p) for p in prefixes) and not (
-                    marker == "quick" and any(nodeid.startswith(p) for p in NOT_QUICK)):
+        for marker, entries in TIERS.items():
+            if any(_in_tier(nodeid, e) for e in entries):
                 item.add_marker(marker)
 
 
