@@ -105,7 +105,8 @@ def test_random_operations_roll_back_to_every_checkpoint(runner, seed):
         assert set(mine) == set(snaps[idx]), f"checkpoint {idx}: the program and the test see other paths"
         assert all(mine[p].get("sha") == snaps[idx][p].get("sha") for p in mine), f"checkpoint {idx}: contents differ"
     for idx in sorted(snaps, reverse=True):
-        b = runner.lz("restart", "-d", store, "--at", str(idx), timeout=120)
+        # --force: the program ends on its own, and a finished job's restart is refused otherwise
+        b = runner.lz("restart", "-d", store, "--at", str(idx), "--force", timeout=120)
         assert b.rc == 0, str(b)
         back = parse(b.stdout, "BACK")
         assert list(back) == [idx], str(b)

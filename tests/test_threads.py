@@ -407,8 +407,8 @@ def test_thread_churn_checkpoints(mode, runner, tprogs):
     assert max(nthreads.values()) > 16, f"checkpoints caught few threads: {nthreads}"
     for idx in sorted(done, reverse=True):
         last = idx == min(done)
-        # the job finished: the first restart needs --force (it undoes its results)
-        r = runner.start_lz("restart", "-d", store, "--at", idx, *(["--force"] if idx == max(done) else []))
+        # --force: the job may have finished (the restarted program ran to its end)
+        r = runner.start_lz("restart", "-d", store, "--at", idx, "--force")
         if last:
             assert r.wait(120) == 0, f"restart --at {idx}\n{r.stderr}"
         else:
