@@ -25,16 +25,6 @@ static void step_done(void)
     if (delay > 0) { struct timespec t = {delay / 1000, (delay % 1000) * 1000000L}; nanosleep(&t, NULL); }
 }
 
-static int fail(char *why, size_t wl, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *why, size_t wl, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, wl, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static int64_t btime_at(int dfd, const char *path)
 {
     struct statx sx;
@@ -193,9 +183,9 @@ static int restore_file(const struct seg *s, const struct rec *r, char *why, siz
     struct stat st;
     if (lstat(path, &st) == 0 && (same_ino(&st, n->dev, n->ino) || fj_is_copy_of(&st, n->dev, n->ino))) return 0;
     if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && remove_any(path) < 0)
-        return fail(why, wl, "cannot remove the directory %s that replaced a file: %s", path, strerror(errno));
+        return fj_fail(why, wl, "cannot remove the directory %s that replaced a file: %s", path, strerror(errno));
     parent_of(path, par);
-    if (mkdir_p(par) < 0) return fail(why, wl, "cannot recreate the directory %s: %s", par, strerror(errno));
+    if (mkdir_p(par) < 0) return fj_fail(why, wl, "cannot recreate the directory %s: %s", par, strerror(errno));
     snprintf(tmp, sizeof tmp, "%s/.lazarus-rb.%s", par, name);
     unlink(tmp);
     if (r->flags & FJ_NAME_COPIED) {
@@ -209,11 +199,11 @@ static int restore_file(const struct seg *s, const struct rec *r, char *why, siz
             close(out);
         }
         if (in >= 0) close(in);
-        if (!ok) { unlink(tmp); return fail(why, wl, "cannot bring back %s from its kept copy: %s", path, strerror(errno)); }
+        if (!ok) { unlink(tmp); return fj_fail(why, wl, "cannot bring back %s from its kept copy: %s", path, strerror(errno)); }
     } else if (link(keep, tmp) < 0) {
-        return fail(why, wl, "cannot bring back %s (kept as %s): %s", path, keep, strerror(errno));
+        return fj_fail(why, wl, "cannot bring back %s (kept as %s): %s", path, keep, strerror(errno));
     }
-    if (rename(tmp, path) < 0) { int e = errno; unlink(tmp); return fail(why, wl, "cannot bring back %s: %s", path, strerror(e)); }
+    if (rename(tmp, path) < 0) { int e = errno; unlink(tmp); return fj_fail(why, wl, "cannot bring back %s: %s", path, strerror(e)); }
     if ((r->flags & FJ_NAME_COPIED) && lstat(path, &st) == 0) alias_add(n->dev, n->ino, &st);
     return 0;
 }
@@ -259,17 +249,17 @@ static int restore_inode(const struct fj_plan *p, size_t si, const struct rec *r
         parent_of(path, par);
         fj_keep_name(name, in->dev, in->ino);
         snprintf(tmp, sizeof tmp, "%s/.lazarus-rb.%s", par, name);
-        if (mkdir_p(par) < 0) return fail(why, wl, "cannot recreate the directory %s: %s", par, strerror(errno));
+        if (mkdir_p(par) < 0) return fj_fail(why, wl, "cannot recreate the directory %s: %s", par, strerror(errno));
         unlink(tmp);
         fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd < 0 || fstat(fd, &fs) < 0) return fail(why, wl, "cannot rebuild %s: %s", path, strerror(errno));
+        if (fd < 0 || fstat(fd, &fs) < 0) return fj_fail(why, wl, "cannot rebuild %s: %s", path, strerror(errno));
         made = 1;
     }
     /* else not reachable: kept as a copy (its name brings the copy back), or
      * without a name at N (a file unlinked while open travels by content) */
     if (fd < 0) return 0;
     int rc = 0;
-    if (ftruncate(fd, (off_t)in->size) < 0) rc = fail(why, wl, "cannot restore the size of %s: %s", path, strerror(errno));
+    if (ftruncate(fd, (off_t)in->size) < 0) rc = fj_fail(why, wl, "cannot restore the size of %s: %s", path, strerror(errno));
     /* later records first: the first one saved is the content at N */
     for (size_t j = s->n, first = (size_t)(r - s->r); j-- > first && rc == 0;) {
         const struct rec *d = &s->r[j];
@@ -281,7 +271,7 @@ static int restore_inode(const struct fj_plan *p, size_t si, const struct rec *r
         if (dd->offset >= in->size) continue;
         size_t len = dd->length > in->size - dd->offset ? (size_t)(in->size - dd->offset) : dd->length;
         if (lz_pread_all(s->j[d->src].data_fd, buf, len, (off_t)dd->data_off) < 0 || pwrite(fd, buf, len, (off_t)dd->offset) != (ssize_t)len)
-            rc = fail(why, wl, "cannot restore the content of %s: %s", path, strerror(errno ? errno : EIO));
+            rc = fj_fail(why, wl, "cannot restore the content of %s: %s", path, strerror(errno ? errno : EIO));
     }
     if (rc == 0) {
         fchmod(fd, in->mode & 07777);
@@ -294,9 +284,9 @@ static int restore_inode(const struct fj_plan *p, size_t si, const struct rec *r
         /* in place of whatever is at its name now (with --force) */
         struct stat ps;
         if (lstat(path, &ps) == 0 && S_ISDIR(ps.st_mode) && remove_any(path) < 0)
-            rc = fail(why, wl, "cannot remove the directory %s that replaced a file: %s", path, strerror(errno));
+            rc = fj_fail(why, wl, "cannot remove the directory %s that replaced a file: %s", path, strerror(errno));
         else if (rename(tmp, path) < 0)
-            rc = fail(why, wl, "cannot bring back %s: %s", path, strerror(errno));
+            rc = fj_fail(why, wl, "cannot bring back %s: %s", path, strerror(errno));
         else
             alias_add(in->dev, in->ino, &fs);
         if (rc) unlink(tmp);
@@ -327,7 +317,7 @@ static int apply_seg(const struct fj_plan *p, size_t si, char *why, size_t wl)
         qsort(names, nn, sizeof *names, fj_nm_deep);
         for (size_t i = 0; i < nn && rc == 0; i++) {
             if (NAME(names[i].r)->was != FJ_WAS_ABSENT || lstat(names[i].path, &st) < 0) continue;
-            if (remove_any(names[i].path) < 0) rc = fail(why, wl, "cannot remove %s: %s", names[i].path, strerror(errno));
+            if (remove_any(names[i].path) < 0) rc = fj_fail(why, wl, "cannot remove %s: %s", names[i].path, strerror(errno));
             step_done();
         }
         if (round == 1) break;
@@ -365,7 +355,7 @@ static int apply_seg(const struct fj_plan *p, size_t si, char *why, size_t wl)
             parent_of(names[i].path, par);
             /* whatever took its place was made after N */
             if (remove_any(names[i].path) < 0 || mkdir_p(par) < 0 || rename(where, names[i].path) < 0)
-                rc = fail(why, wl, "cannot move the directory %s back to %s: %s", where, names[i].path, strerror(errno));
+                rc = fj_fail(why, wl, "cannot move the directory %s back to %s: %s", where, names[i].path, strerror(errno));
             mfrom[nm] = lz_xstrdup(where);
             mto[nm++] = lz_xstrdup(names[i].path);
             step_done();
@@ -402,14 +392,14 @@ static int apply_seg(const struct fj_plan *p, size_t si, char *why, size_t wl)
                 break;
             }
             if ((have && remove_any(path) != 0) || mkdir(path, n->mode & 07777) < 0)
-                rc = fail(why, wl, "cannot recreate the directory %s: %s", path, strerror(errno));
+                rc = fj_fail(why, wl, "cannot recreate the directory %s: %s", path, strerror(errno));
             break;
         case FJ_WAS_SYMLINK: {
             char cur[LZ_PATH_MAX];
             ssize_t l = have && S_ISLNK(st.st_mode) ? readlink(path, cur, sizeof cur - 1) : -1;
             if (l >= 0) { cur[l] = 0; if (!strcmp(cur, name_target(names[i].r))) break; }
             if ((have && remove_any(path) < 0) || symlink(name_target(names[i].r), path) < 0)
-                rc = fail(why, wl, "cannot recreate the symbolic link %s: %s", path, strerror(errno));
+                rc = fj_fail(why, wl, "cannot recreate the symbolic link %s: %s", path, strerror(errno));
             else set_times(path, n->atime_ns, n->mtime_ns);
             break;
         }
@@ -485,7 +475,7 @@ static int rebuild_load(const struct fj_plan *p, char *why, size_t wl)
     for (size_t i = 0; ok && i < nrebuild; i++) ok = fprintf(f, "%" PRIu64 " %" PRIu64 "\n", rebuild[i].dev, rebuild[i].ino) > 0;
     if (f && (fflush(f) != 0 || fsync(fileno(f)) < 0)) ok = 0;
     if (f && fclose(f) != 0) ok = 0;
-    if (!ok || lz_fsync_dir(p->dir) < 0) return fail(why, wl, "cannot write %s: %s", path, strerror(errno));
+    if (!ok || lz_fsync_dir(p->dir) < 0) return fj_fail(why, wl, "cannot write %s: %s", path, strerror(errno));
     return 0;
 }
 

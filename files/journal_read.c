@@ -20,8 +20,7 @@
 
 static size_t seg_cap;
 
-static int bad(char *why, size_t wl, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(char *why, size_t wl, const char *fmt, ...)
+int fj_fail(char *why, size_t wl, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -98,11 +97,11 @@ static int read_log(struct seg *s, struct jnl *jn, uint32_t src, int32_t pid, co
     char path[LZ_PATH_MAX + 96];
     snprintf(path, sizeof path, "%s/" FJ_LOG, jn->dir);
     struct stat ls, ds;
-    if (fstat(jn->log_fd, &ls) < 0) return bad(why, wl, "cannot read %s: %s", shown(s, path), strerror(errno));
+    if (fstat(jn->log_fd, &ls) < 0) return fj_fail(why, wl, "cannot read %s: %s", shown(s, path), strerror(errno));
     uint64_t size = (uint64_t)ls.st_size;
     snprintf(path, sizeof path, "%s/" FJ_DATAFILE, jn->dir);
     jn->data_fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (jn->data_fd < 0 && errno != ENOENT) return bad(why, wl, "cannot read %s: %s", shown(s, path), strerror(errno));
+    if (jn->data_fd < 0 && errno != ENOENT) return fj_fail(why, wl, "cannot read %s: %s", shown(s, path), strerror(errno));
     uint64_t data_size = jn->data_fd >= 0 && fstat(jn->data_fd, &ds) == 0 ? (uint64_t)ds.st_size : 0;
     snprintf(path, sizeof path, "%s/" FJ_LOG, jn->dir);
     const char *name = shown(s, path);
@@ -115,28 +114,28 @@ static int read_log(struct seg *s, struct jnl *jn, uint32_t src, int32_t pid, co
         struct fj_rec h;
         size_t have = size - off < sizeof h ? (size_t)(size - off) : sizeof h;
         memset(&h, 0, sizeof h);
-        if (have && lz_pread_all(jn->log_fd, &h, have, (off_t)off) < 0) { rc = bad(why, wl, "cannot read %s: %s", shown_log, strerror(errno)); break; }
+        if (have && lz_pread_all(jn->log_fd, &h, have, (off_t)off) < 0) { rc = fj_fail(why, wl, "cannot read %s: %s", shown_log, strerror(errno)); break; }
         if (have < sizeof h) {
             /* the end of the file: an open log ends in zeros, a sealed one at its END */
             if (have == 0 || !all_zero((const char *)&h, have))
-                rc = bad(why, wl, "%s is truncated (it ends after %" PRIu64 " records, without its END record)", shown_log, seq);
+                rc = fj_fail(why, wl, "%s is truncated (it ends after %" PRIu64 " records, without its END record)", shown_log, seq);
             break;
         }
         if (h.magic == 0) {
             /* the end of an open log: a torn record at most, then zeros (a
              * log is made with its BEGIN in it: never at its start) */
-            if (seq == 0) rc = bad(why, wl, "%s is damaged: it does not begin with its BEGIN record", shown_log);
+            if (seq == 0) rc = fj_fail(why, wl, "%s is damaged: it does not begin with its BEGIN record", shown_log);
             else if (record_after(jn->log_fd, off + 4, size))
-                rc = bad(why, wl, "%s is damaged at offset %" PRIu64 " (record %" PRIu64 " is zeroed, later records follow)", shown_log, off, seq + 1);
+                rc = fj_fail(why, wl, "%s is damaged at offset %" PRIu64 " (record %" PRIu64 " is zeroed, later records follow)", shown_log, off, seq + 1);
             break;
         }
         if (h.magic != FJ_REC_MAGIC || h.type < FJ_INODE || h.type > FJ_TYPE_MAX || h.len > FJ_DATA_MAX + 65536 ||
             h.len < fixed_size(h.type)) {
-            rc = bad(why, wl, "%s is damaged at offset %" PRIu64 " (record %" PRIu64 ")", shown_log, off, seq + 1);
+            rc = fj_fail(why, wl, "%s is damaged at offset %" PRIu64 " (record %" PRIu64 ")", shown_log, off, seq + 1);
             break;
         }
-        if (off + sizeof h + h.len > size) { rc = bad(why, wl, "%s is truncated inside record %" PRIu64, shown_log, seq + 1); break; }
-        if (lz_pread_all(jn->log_fd, buf, h.len, (off_t)(off + sizeof h)) < 0) { rc = bad(why, wl, "cannot read %s: %s", shown_log, strerror(errno)); break; }
+        if (off + sizeof h + h.len > size) { rc = fj_fail(why, wl, "%s is truncated inside record %" PRIu64, shown_log, seq + 1); break; }
+        if (lz_pread_all(jn->log_fd, buf, h.len, (off_t)(off + sizeof h)) < 0) { rc = fj_fail(why, wl, "cannot read %s: %s", shown_log, strerror(errno)); break; }
         uint32_t check = h.check;
         h.check = 0;
         XXH3_state_t st;
@@ -144,22 +143,22 @@ static int read_log(struct seg *s, struct jnl *jn, uint32_t src, int32_t pid, co
         XXH3_64bits_update(&st, &h, sizeof h);
         XXH3_64bits_update(&st, buf, h.len);
         if ((uint32_t)XXH3_64bits_digest(&st) != check) {
-            rc = bad(why, wl, "%s is damaged: record %" PRIu64 " at offset %" PRIu64 " fails its checksum", shown_log, seq + 1, off);
+            rc = fj_fail(why, wl, "%s is damaged: record %" PRIu64 " at offset %" PRIu64 " fails its checksum", shown_log, seq + 1, off);
             break;
         }
         int strings = h.type == FJ_INODE || h.type == FJ_NAME || h.type == FJ_MOVED || h.type == FJ_DIRTIME;
-        if (strings && buf[h.len - 1] != 0) { rc = bad(why, wl, "%s is damaged: record %" PRIu64 " is malformed", shown_log, seq + 1); break; }
+        if (strings && buf[h.len - 1] != 0) { rc = fj_fail(why, wl, "%s is damaged: record %" PRIu64 " is malformed", shown_log, seq + 1); break; }
         if ((seq == 0) != (h.type == FJ_BEGIN)) {
-            rc = bad(why, wl, "%s is damaged: %s", shown_log, seq == 0 ? "it does not begin with its BEGIN record" : "a second BEGIN record");
+            rc = fj_fail(why, wl, "%s is damaged: %s", shown_log, seq == 0 ? "it does not begin with its BEGIN record" : "a second BEGIN record");
             break;
         }
         if (h.type == FJ_BEGIN) {
             const struct fj_begin *b = (const void *)buf;
-            if (job && (b->job[0] != job[0] || b->job[1] != job[1])) rc = bad(why, wl, "%s belongs to another job", shown_log);
+            if (job && (b->job[0] != job[0] || b->job[1] != job[1])) rc = fj_fail(why, wl, "%s belongs to another job", shown_log);
             else if (b->index != s->index)
-                rc = bad(why, wl, "%s is the journal of checkpoint %" PRIu64 ", not of checkpoint %" PRIu64 " (moved or swapped)", shown_log, b->index, s->index);
+                rc = fj_fail(why, wl, "%s is the journal of checkpoint %" PRIu64 ", not of checkpoint %" PRIu64 " (moved or swapped)", shown_log, b->index, s->index);
             else if (pid > 0 && b->pid != pid)
-                rc = bad(why, wl, "%s is the journal of process %d, not of process %d (moved or swapped)", shown_log, b->pid, pid);
+                rc = fj_fail(why, wl, "%s is the journal of process %d, not of process %d (moved or swapped)", shown_log, b->pid, pid);
             off += sizeof h + h.len;
             seq++;
             continue;
@@ -167,7 +166,7 @@ static int read_log(struct seg *s, struct jnl *jn, uint32_t src, int32_t pid, co
         if (h.type == FJ_END) {
             const struct fj_end *e = (const void *)buf;
             off += sizeof h + h.len;
-            if (e->records != seq) rc = bad(why, wl, "%s is damaged: its END record counts %" PRIu64 " records, it has %" PRIu64, shown_log, e->records, seq);
+            if (e->records != seq) rc = fj_fail(why, wl, "%s is damaged: its END record counts %" PRIu64 " records, it has %" PRIu64, shown_log, e->records, seq);
             else if (off < size) {
                 /* killed between the END and the cut: zeros may follow, nothing else */
                 uint64_t rest = size - off;
@@ -175,7 +174,7 @@ static int read_log(struct seg *s, struct jnl *jn, uint32_t src, int32_t pid, co
                 for (uint64_t o = 0; rc == 0 && o < rest; o += 65536) {
                     size_t n = rest - o < 65536 ? (size_t)(rest - o) : 65536;
                     if (lz_pread_all(jn->log_fd, z, n, (off_t)(off + o)) < 0 || !all_zero(z, n))
-                        rc = bad(why, wl, "%s is damaged: bytes follow its END record", shown_log);
+                        rc = fj_fail(why, wl, "%s is damaged: bytes follow its END record", shown_log);
                 }
                 free(z);
             }
@@ -185,12 +184,12 @@ static int read_log(struct seg *s, struct jnl *jn, uint32_t src, int32_t pid, co
         if (h.type == FJ_DATA) {
             const struct fj_data *dd = (const void *)buf;
             if (dd->length > FJ_DATA_MAX || dd->data_off % 4096 || dd->data_off + dd->length > data_size) {
-                rc = bad(why, wl, "%s/" FJ_DATAFILE " is truncated or missing (record %" PRIu64 " of %s needs bytes up to %" PRIu64 ")",
+                rc = fj_fail(why, wl, "%s/" FJ_DATAFILE " is truncated or missing (record %" PRIu64 " of %s needs bytes up to %" PRIu64 ")",
                          shown(s, jn->dir), seq + 1, shown_log, dd->data_off + dd->length);
                 break;
             }
             if (lz_pread_all(jn->data_fd, data, dd->length, (off_t)dd->data_off) < 0 || XXH3_64bits(data, dd->length) != dd->xxh3) {
-                rc = bad(why, wl, "%s/" FJ_DATAFILE " is damaged: the %" PRIu64 " bytes saved at offset %" PRIu64 " fail their checksum",
+                rc = fj_fail(why, wl, "%s/" FJ_DATAFILE " is damaged: the %" PRIu64 " bytes saved at offset %" PRIu64 " fail their checksum",
                          shown(s, jn->dir), dd->length, dd->data_off);
                 break;
             }
@@ -250,18 +249,18 @@ static int load_jnl(struct seg *s, const char *dir, int32_t pid, const uint64_t 
     jn->data_fd = -1;
     snprintf(path, sizeof path, "%s/" FJ_LOG, dir);
     jn->log_fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (jn->log_fd < 0 && errno != ENOENT) return bad(why, wl, "cannot read %s: %s", shown(s, path), strerror(errno));
+    if (jn->log_fd < 0 && errno != ENOENT) return fj_fail(why, wl, "cannot read %s: %s", shown(s, path), strerror(errno));
     /* a process killed while it made its journal: files.log.new, or (in a
      * proc.<pid>/ directory) nothing yet; else a missing log is damage */
     char fresh[LZ_PATH_MAX + 96];
     struct stat fst;
     snprintf(fresh, sizeof fresh, "%s/" FJ_LOG ".new", dir);
     int unstarted = lstat(fresh, &fst) == 0 || (pid > 0 && journal_unstarted(dir));
-    if (jn->log_fd < 0 && !unstarted) return bad(why, wl, "%s is missing", shown(s, path));
+    if (jn->log_fd < 0 && !unstarted) return fj_fail(why, wl, "%s is missing", shown(s, path));
     if (jn->log_fd >= 0 && read_log(s, jn, src, pid, job, why, wl) < 0) return -1;
     /* the journals of the other processes of the interval */
     DIR *d = opendir(dir);
-    if (!d) return bad(why, wl, "cannot read %s: %s", shown(s, dir), strerror(errno));
+    if (!d) return fj_fail(why, wl, "cannot read %s: %s", shown(s, dir), strerror(errno));
     struct dirent *e;
     char (*subs)[256] = NULL;
     size_t ns = 0;
@@ -354,7 +353,7 @@ int fj_seg_check_keeps(const struct seg *s, int64_t stop_ns, char *why, size_t w
             /* a copy when files.keep/ is on another file system than the inode */
             copied |= st.st_dev != dev;
             if (copied ? !S_ISREG(st.st_mode) : !same_ino(&st, dev, ino))
-                return bad(why, whylen, "%s is not the file it kept (%s as it was at checkpoint %" PRIu64 "): replaced or damaged",
+                return fj_fail(why, whylen, "%s is not the file it kept (%s as it was at checkpoint %" PRIu64 "): replaced or damaged",
                            rel, path, s->index);
             /* only the store holds it: its content changed after the job
              * stopped is damage (one with other names is the user's: the
@@ -362,14 +361,14 @@ int fj_seg_check_keeps(const struct seg *s, int64_t stop_ns, char *why, size_t w
              * its last other name moves it, a write moves both) */
             if (st.st_nlink == 1 && (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec > stop_ns &&
                 (int64_t)st.st_ctim.tv_sec * 1000000000ll + st.st_ctim.tv_nsec > stop_ns)
-                return bad(why, whylen, "%s (%s as it was at checkpoint %" PRIu64 ") was changed after the job stopped",
+                return fj_fail(why, whylen, "%s (%s as it was at checkpoint %" PRIu64 ") was changed after the job stopped",
                            rel, path, s->index);
             continue;
         }
         /* an INODE record whose names never changed needs no link; one made
          * is there (even if the path holds the inode again by now) */
         if (!own) continue;
-        return bad(why, whylen, "%s is missing (it keeps %s as it was at checkpoint %" PRIu64 ")", rel, path, s->index);
+        return fj_fail(why, whylen, "%s is missing (it keeps %s as it was at checkpoint %" PRIu64 ")", rel, path, s->index);
     }
     return 0;
 }

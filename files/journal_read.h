@@ -64,6 +64,9 @@ static inline int same_ino(const struct stat *st, uint64_t dev, uint64_t ino) { 
  * order: 0, or -1 with why naming the damaged piece. */
 int fj_load_seg(struct seg *s, const uint64_t *job, char *why, size_t whylen);
 void fj_seg_free(struct seg *s);
+/* Formats the reason into why and returns -1: every failure of the CLI's
+ * side of the file engine is said this way. */
+int fj_fail(char *why, size_t wl, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The inodes its records keep in files.keep/ are there, still the ones
  * recorded, and (those only the store holds) unchanged since stop_ns: 0, or
  * -1 with why. */
