@@ -49,7 +49,10 @@ void jc_finish_failed(struct sv_state *st)
     st->in_progress = 0;
     int begun = 0;
     for (size_t i = 0; i < st->nparts; i++) begun |= st->parts[i].begun;
-    if (!begun && st->index + 1 == s->next_index) s->next_index--; /* nothing of it exists anywhere */
+    /* Its index is never given again, even if no process said BEGIN: that
+     * message may still be unread when the program ended or the request timed
+     * out, and a late process may yet write packs/pack.N (gc removes them once
+     * the job is over, as it knows N was given out). */
     lz_store_cleanup_tmp(s->dir); /* its file journals are kept as jrnl.N */
     if (begun) {
         struct lz_job job;
