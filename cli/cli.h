@@ -60,6 +60,14 @@ struct supervisor {
     int plan_fd;         /* restart of several processes: the plan (restart_tree.c), or -1 */
     int go_fd;           /* its go pipe's write end: one byte per process once all are READY */
     size_t nlive;        /* the processes that say READY */
+    /* restart of one process: the restorer says LOADED once its anonymous
+     * memory is in (phase 1 ends); then `rollback` rolls the files back
+     * (phase 2) and a byte on rolled_fd lets the restorer go on */
+    int rolled_fd;       /* that pipe's write end, or -1 */
+    int rolled_read;     /* its read end, for the restorer */
+    int (*rollback)(void *arg);
+    void *rollback_arg;
+    int files_rolled;    /* phase 2 began: a failure from now on changed files */
     uint64_t restore_index;
     uint64_t interval, keep, next_index;
     uint64_t first_index;  /* the first index this run can take */

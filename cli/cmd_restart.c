@@ -110,6 +110,34 @@ static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, s
     return 0;
 }
 
+/* Phase 2's first step: what a restart changes in the store and the files
+ * (called by the supervisor once the restorer of one process has loaded its
+ * memory, or before the restorers of several start).  0, or -1 having said
+ * why. */
+struct phase2 {
+    const char *dir;
+    uint64_t index, next;
+    struct lz_job *job;
+    struct fj_plan *plan;
+};
+
+static int roll_files_back(void *arg)
+{
+    struct phase2 *p = arg;
+    lz_store_drop_spares(p->dir);
+    int rb = rollback_files(p->dir, p->index, p->job, p->plan, p->next);
+    fj_plan_free(p->plan);
+    p->plan = NULL;
+    if (rb < 0) return -1;
+    snprintf(p->job->state, sizeof p->job->state, "running");
+    p->job->rolling_to = -1;
+    if (lz_job_write(p->dir, p->job) < 0) {
+        lz_err("cannot write %s/%s: %s", p->dir, LZ_JOBFILE, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 /* Every thread ID but the PID is free here (the restorer makes the threads). */
 static int thread_ids_free(const struct lz_image *img)
 {
@@ -195,11 +223,9 @@ int cmd_restart(int argc, char **argv)
         if (check_identity(&img, why, sizeof why) < 0) { lz_err("cannot restart from checkpoint %" PRIu64 ": %s", index, why); return 1; }
         /* small (pipe and socket buffers) */
         if (lz_check_chans(ckpt, &img, index, why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return 1; }
-        /* every frame the restorer will map: whole and unchanged, and read ahead */
-        if (lz_check_frames(ckpt, &img, inner, sizeof inner) < 0) {
-            lz_err("cannot restart: checkpoint %" PRIu64 " is damaged: %s; nothing was changed", index, inner);
-            return 1;
-        }
+        /* every frame: proven by the restorer itself before the rollback,
+         * while it fills the anonymous memory (wait_for_rollback), so that the
+         * data is read once, overlapped with expanding it */
     }
     struct fj_plan *plan = plan_rollback(dir, index, &job, o.force);
     if (!plan) return 1;
@@ -213,8 +239,6 @@ int cmd_restart(int argc, char **argv)
         }
     }
 
-    /* ---- phase 2: roll the files back, then restore */
-    lz_store_drop_spares(dir);
     /* indices are never reused, also of checkpoints the rollback drops and of
      * failed ones (their jrnl.N and packs/pack.N may remain) */
     uint64_t *v;
@@ -227,19 +251,30 @@ int cmd_restart(int argc, char **argv)
     if (pack >= next) next = pack + 1;
     if (job.next_index > next) next = job.next_index;
     if (*o.compress) snprintf(job.compress, sizeof job.compress, "%s", o.compress);
-    int rb = rollback_files(dir, index, &job, plan, next);
-    fj_plan_free(plan);
-    if (rb < 0) return 1;
-    snprintf(job.state, sizeof job.state, "running");
-    job.rolling_to = -1;
-    lz_job_write(dir, &job);
+    struct phase2 p2 = {dir, index, next, &job, plan};
 
+    /* ---- phase 2: roll the files back, then restore.  Several processes:
+     * their restorers reopen the files they share before they make their
+     * children, so they start after the rollback (their frames were checked
+     * by restart_tree_load).  One: its restorer starts now, fills the
+     * anonymous memory and proves every frame, and the supervisor rolls the
+     * files back when it says LOADED. */
+    if (several && roll_files_back(&p2) < 0) return 1;
     struct supervisor s;
     int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, next);
-    if (child_ctl < 0) return 1;
+    if (child_ctl < 0) { fj_plan_free(p2.plan); return 1; }
     s.restoring = 1;
     s.restore_index = index;
+    s.files_rolled = several;
     int ids_free;
+    if (!several) {
+        int rolled[2];
+        if (pipe2(rolled, O_CLOEXEC) < 0) { lz_err("cannot restart: pipe: %s; nothing was changed", strerror(errno)); return 1; }
+        s.rolled_read = rolled[0];
+        s.rolled_fd = rolled[1];
+        s.rollback = roll_files_back;
+        s.rollback_arg = &p2;
+    }
     if (several) {
         if (restart_tree_plan(&rt, child_ctl, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
         s.plan_fd = rt.plan_fd;
@@ -251,6 +286,7 @@ int cmd_restart(int argc, char **argv)
     }
     s.child = spawn_restorer(&s, child_ctl, img.proc->pid, ids_free, ckpt, index);
     close(child_ctl);
+    if (s.rolled_read >= 0) { close(s.rolled_read); s.rolled_read = -1; } /* the restorer's */
     if (several) {
         /* the restorers have them now */
         close(rt.plan_fd);
@@ -258,7 +294,12 @@ int cmd_restart(int argc, char **argv)
         s.plan_fd = -1;
     }
     restart_tree_free(&rt);
-    if (s.child < 0) { lz_err("cannot start the restorer: %s", strerror(errno)); return 1; }
+    if (s.child < 0) {
+        lz_err("cannot start the restorer: %s%s", strerror(errno), s.files_rolled ? "" : "; nothing was changed");
+        return 1;
+    }
     lz_image_free(&img);
-    return supervise(&s);
+    int code = supervise(&s);
+    fj_plan_free(p2.plan); /* not rolled back: the restorer failed or was killed first */
+    return code;
 }

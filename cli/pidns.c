@@ -67,9 +67,12 @@ static _Noreturn void exec_restorer(struct supervisor *s, int ctl, const char *c
     snprintf(cz, sizeof cz, "LAZARUS_COMPRESS=%s", compress);
     char plan[48];
     snprintf(plan, sizeof plan, LZ_PLAN_ENV "=%d", s->plan_fd);
-    char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", cz, NULL, NULL, NULL, NULL};
+    char rolled[48];
+    snprintf(rolled, sizeof rolled, LZ_ROLLED_ENV "=%d", s->rolled_read);
+    char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", cz, NULL, NULL, NULL, NULL, NULL};
     int ne = 2;
     if (s->plan_fd >= 0) env[ne++] = plan; /* a job of several processes: the restorers follow the plan */
+    if (s->rolled_read >= 0) { fcntl(s->rolled_read, F_SETFD, 0); env[ne++] = rolled; } /* one: it waits for the rollback */
     if (in_userns && keep_sys_admin() == 0) env[ne++] = "LAZARUS_DROP_CAPS=1";
     if (getenv("LAZARUS_TRACE")) env[ne++] = "LAZARUS_TRACE=1";
     /* no randomization: the restorer then sits just below the stack top */
@@ -114,6 +117,7 @@ pid_t spawn_restorer(struct supervisor *s, int child_ctl, pid_t want, int ids_fr
         close(sync[1]);
         close(status[0]);
         if (s->go_fd >= 0) close(s->go_fd); /* only the supervisor says go */
+        if (s->rolled_fd >= 0) close(s->rolled_fd); /* and that the files are rolled back */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         char c;
         if (read(sync[0], &c, 1) != 1) _exit(1);

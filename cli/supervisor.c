@@ -199,14 +199,28 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
             close(s->go_fd);
             s->go_fd = -1;
         }
+    } else if (!strncmp(msg, "LOADED", 6)) {
+        /* the restorer of one process has its anonymous memory in and every
+         * frame proven: phase 1 is over, the files are rolled back now */
+        if (!main_prog || !s->restoring || st->restore_failed || s->rolled_fd < 0) goto out;
+        if (s->rollback(s->rollback_arg) == 0) {
+            s->files_rolled = 1;
+            if (write(s->rolled_fd, "r", 1) != 1) lz_err("cannot let the restorer go on: %s", strerror(errno));
+        } else {
+            st->restore_failed = 1; /* the rollback said why */
+            if (!st->child_gone) kill(s->child, SIGKILL);
+        }
+        close(s->rolled_fd);
+        s->rolled_fd = -1;
     } else if (!strncmp(msg, "FAILED", 6)) {
         /* a restorer could not restore its process: the others go too, none
          * ran (those waiting for go see its pipe end) */
         if (s->restoring && !st->restore_failed) {
             st->restore_failed = 1;
-            if (msg[6] == ' ') lz_err("%s", msg + 7);
+            if (msg[6] == ' ') lz_err("%s%s", msg + 7, s->files_rolled ? "" : "; nothing was changed");
             if (!st->child_gone) kill(s->child, SIGKILL);
             if (s->go_fd >= 0) { close(s->go_fd); s->go_fd = -1; }
+            if (s->rolled_fd >= 0) { close(s->rolled_fd); s->rolled_fd = -1; }
         }
     } else if (!strncmp(msg, "API", 3)) {
         request(st, LZ_TRIG_API, -1);
@@ -421,7 +435,12 @@ int supervise(struct supervisor *s)
         /* the restorer failed (it said why) or was killed: nothing changed */
         code = st.have_status && WIFEXITED(st.status) && WEXITSTATUS(st.status) ? WEXITSTATUS(st.status) : 1;
         if (st.restore_failed) code = 1;
-        else if (!st.have_status || !WIFEXITED(st.status)) lz_err("restart of checkpoint %" PRIu64 " did not complete", s->restore_index);
+        else if (!st.have_status || !WIFEXITED(st.status))
+            lz_err("restart of checkpoint %" PRIu64 " did not complete%s", s->restore_index,
+                   s->files_rolled ? "" : "; nothing was changed");
+        /* refused in phase 1 (the restorer found damage before the rollback):
+         * the store stays as it was, its job file too */
+        if (!s->files_rolled) return code ? code : 1;
         snprintf(job.state, sizeof job.state, "stopped");
         lz_job_write(s->dir, &job);
         lz_store_drop_spares(s->dir);

@@ -3,6 +3,7 @@
  * already has the program's PID).  Any failure before the final jump prints
  * one line and exits 1; the image and the user's files are never written. */
 #include "restorer.h"
+#include "restart_plan.h"
 #include "lzsys.h"
 #include "util.h"
 #include "codec.h"
@@ -26,6 +27,7 @@ static struct restore_ctx ctx;
 static int tracing;
 static int compress_codec = -1, compress_level; /* read before the initial stack (environment) goes */
 static int drop_caps;
+static int rolled_fd = -1; /* LZ_ROLLED_ENV */
 static uint64_t trace_t0;
 
 /* LAZARUS_TRACE=1: time of each step on stderr (raw clock: the vDSO moves) */
@@ -77,16 +79,35 @@ static void unmap_initial_stack(void)
     free(maps);
 }
 
+/* The end of phase 1 of a restart of one process: the memory that depends
+ * on no file is in place and every frame is proven; `lazarus restart` rolls
+ * the files back only now, and lets us go on. */
+static void wait_for_rollback(void)
+{
+    if (rolled_fd < 0) return;
+    static const char loaded[] = "LOADED";
+    if (send(restore_report_fd, loaded, sizeof loaded - 1, MSG_NOSIGNAL) < 0) _exit(1);
+    char c;
+    ssize_t r;
+    while ((r = read(rolled_fd, &c, 1)) < 0 && errno == EINTR) {}
+    if (r != 1) _exit(1); /* refused or failed: `lazarus restart` said why */
+    close(rolled_fd);
+    restore_trace("files rolled back");
+}
+
 static _Noreturn void restore_on_own_stack(void *unused)
 {
     (void)unused;
     struct restore_ctx *rc = &ctx;
     unmap_initial_stack();
     restore_park_vdso(rc);
-    restore_map_regions(rc);
-    restore_trace("regions mapped");
-    restore_fill_memory(rc);
-    restore_trace("memory filled and verified");
+    restore_map_regions(rc, RESTORE_ANON);
+    restore_fill_memory(rc, RESTORE_ANON);
+    restore_trace("anonymous memory filled and verified, every frame checked");
+    wait_for_rollback();
+    restore_map_regions(rc, RESTORE_FILES);
+    restore_fill_memory(rc, RESTORE_FILES);
+    restore_trace("file mappings filled and verified");
     restore_finish_protections(rc);
     restore_descriptors(rc);
     restore_process_state(rc);
@@ -133,6 +154,8 @@ int main(int argc, char **argv)
     const char *cz = getenv("LAZARUS_COMPRESS");
     if (cz && *cz && lz_codec_parse(cz, &compress_codec, &compress_level, NULL, 0) < 0) compress_codec = -1;
     restore_trace("started");
+    const char *rolled = getenv(LZ_ROLLED_ENV);
+    if (rolled && *rolled) rolled_fd = atoi(rolled);
     sigset_t all;
     sigfillset(&all);
     sigprocmask(SIG_BLOCK, &all, NULL);
@@ -167,8 +190,11 @@ int main(int argc, char **argv)
         snprintf(cz, sizeof cz, "LAZARUS_COMPRESS=%s", getenv("LAZARUS_COMPRESS") ? getenv("LAZARUS_COMPRESS") : "");
         char plan[48];
         snprintf(plan, sizeof plan, "LAZARUS_PLAN_FD=%s", getenv("LAZARUS_PLAN_FD") ? getenv("LAZARUS_PLAN_FD") : "");
-        char *env[8] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, cz};
+        char rolled[48];
+        snprintf(rolled, sizeof rolled, LZ_ROLLED_ENV "=%d", rolled_fd);
+        char *env[10] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, cz};
         int ne = 3;
+        if (rolled_fd >= 0) env[ne++] = rolled;
         if (restore_in_tree()) { env[ne++] = plan; env[ne++] = "LAZARUS_TREE_DONE=1"; }
         if (drop_caps) env[ne++] = "LAZARUS_DROP_CAPS=1";
         if (tracing) env[ne++] = "LAZARUS_TRACE=1";

@@ -1,7 +1,14 @@
 /* The program's address space: regions mapped at their addresses around the
  * restorer, page data read straight into them by two threads (each checks
  * the checksums of its extents), then protections, then the vDSO block moved
- * to where the program expects it. */
+ * to where the program expects it.
+ *
+ * In two stages, around the file rollback (restore_main.c): first the
+ * anonymous regions, which hold the bulk of the data and depend on no file,
+ * filled while `lazarus restart` has changed nothing yet, and every frame the
+ * second stage will need checked; then, once the files are rolled back, the
+ * regions that map files (the job may have written, replaced or deleted
+ * them since the checkpoint) and their extents. */
 #include "restorer.h"
 #include "hash.h"
 #include "codec.h"
@@ -127,6 +134,13 @@ void restore_move_vdso(struct restore_ctx *rc)
 
 static int region_needs_write(const struct lz_region *r) { return r->nextents > 0; }
 
+/* A region that maps a file is mapped in the second stage, after the file
+ * rollback: the file may be one the job changed since the checkpoint. */
+static int region_stage(const struct lz_region *r)
+{
+    return r->kind == LZ_R_FILE_PRIVATE || r->kind == LZ_R_FILE_SHARED ? RESTORE_FILES : RESTORE_ANON;
+}
+
 /* How far below its start the main thread's stack is mapped ahead.  The
  * kernel keeps room below a stack for it to grow (its mmap base sits a stack
  * limit below it), but a restarted program's mmap base is the restorer's,
@@ -154,10 +168,11 @@ static uint64_t stack_room(const struct restore_ctx *rc, const struct lz_region 
     return lo < r->start ? r->start - lo : 0;
 }
 
-void restore_map_regions(struct restore_ctx *rc)
+void restore_map_regions(struct restore_ctx *rc, int stage)
 {
     for (size_t i = 0; i < rc->img.nregions; i++) {
         const struct lz_region *r = &rc->img.regions[i];
+        if (region_stage(r) != stage) continue;
         uint64_t len = r->end - r->start;
         int prot = (int)r->prot | (region_needs_write(r) ? PROT_READ | PROT_WRITE : 0);
         int flags = MAP_FIXED_NOREPLACE;
@@ -202,6 +217,10 @@ void restore_map_regions(struct restore_ctx *rc)
     }
 }
 
+/* An entry of the fill order: an extent, with CHECK_ONLY set when this stage
+ * only checks its frame (the first stage, for an extent of the second). */
+#define CHECK_ONLY 0x80000000u
+
 struct fill_job {
     struct restore_ctx *rc;
     const int *packfds;
@@ -209,6 +228,7 @@ struct fill_job {
     size_t first, last;     /* the run of `order` this worker fills */
     char *raw, *in, *work; /* a frame expanded, as stored, the decompressor's work area */
     long cached;           /* frame now in raw, -1 none */
+    long checked;          /* frame whose stored bytes were just checked, -1 none */
     char err[512];
 };
 
@@ -257,18 +277,35 @@ static int fill_extent(struct fill_job *j, const struct lz_extent *x)
     return 0;
 }
 
+/* The stored bytes of an extent's frame, checked without placing them: a
+ * frame of the second stage is proven before any file is rolled back (and
+ * read again, expanded and checked once more, after). */
+static int check_extent(struct fill_job *j, const struct lz_extent *x)
+{
+    if (x->frame == LZ_FRAME_ZERO || j->cached == (long)x->frame || j->checked == (long)x->frame) return 0;
+    const struct lz_frame *f = &j->rc->img.frames[x->frame];
+    if (lz_pread_all(j->packfds[f->pack], j->in, f->stored, (off_t)f->offset) < 0)
+        return damaged(j, x, errno == ENODATA ? "cannot be read: file is truncated" : "cannot be read");
+    if (lz_hash(j->in, f->stored) != f->sxxh3) return damaged(j, x, "fails its checksum");
+    j->checked = (long)x->frame;
+    return 0;
+}
+
 static void *fill_worker(void *arg)
 {
     struct fill_job *j = arg;
-    for (size_t e = j->first; e < j->last; e++)
-        if (fill_extent(j, &j->rc->img.extents[j->order[e]]) < 0) return NULL;
+    for (size_t e = j->first; e < j->last; e++) {
+        uint32_t k = j->order[e];
+        const struct lz_extent *x = &j->rc->img.extents[k & ~CHECK_ONLY];
+        if (((k & CHECK_ONLY) ? check_extent(j, x) : fill_extent(j, x)) < 0) return NULL;
+    }
     return NULL;
 }
 
 #define NWORKERS 2
 static char worker_stacks[NWORKERS][256 << 10] __attribute__((aligned(4096)));
 
-void restore_fill_memory(struct restore_ctx *rc)
+void restore_fill_memory(struct restore_ctx *rc, int stage)
 {
     const struct lz_image *img = &rc->img;
     int *fds = calloc(img->npacks + 1, sizeof *fds);
@@ -289,22 +326,34 @@ void restore_fill_memory(struct restore_ctx *rc)
      * many checkpoints, and in address order each frame was expanded again for
      * almost every extent (1 GiB after 4 increments: 5 s instead of 0.3 s) */
     size_t nf = img->nframes;
+    /* what this stage does with each extent: fills it, checks its frame
+     * (CHECK_ONLY), or leaves it (~0u) */
+    uint32_t *what = malloc((img->nextents + 1) * sizeof *what);
+    if (!what) restore_fail("out of memory");
+    memset(what, 0xff, (img->nextents + 1) * sizeof *what);
+    for (size_t i = 0; i < img->nregions; i++) {
+        const struct lz_region *r = &img->regions[i];
+        uint32_t w = region_stage(r) == stage ? 0 : stage == RESTORE_ANON ? CHECK_ONLY : ~0u;
+        for (uint32_t e = r->first_extent; e < r->first_extent + r->nextents; e++) what[e] = w;
+    }
     /* (calloc: the sort fills every slot, which gcc -fanalyzer cannot see) */
     uint32_t *order = calloc(img->nextents + 1, sizeof *order), *at = calloc(nf + 2, sizeof *at);
     if (!order || !at) restore_fail("out of memory");
+    size_t n = 0;
     for (size_t e = 0; e < img->nextents; e++) {
         uint32_t f = img->extents[e].frame;
-        at[(f == LZ_FRAME_ZERO ? nf : f) + 1]++;
+        if (what[e] != ~0u) { at[(f == LZ_FRAME_ZERO ? nf : f) + 1]++; n++; }
     }
     for (size_t k = 1; k <= nf + 1; k++) at[k] += at[k - 1];
     for (size_t e = 0; e < img->nextents; e++) {
         uint32_t f = img->extents[e].frame;
-        order[at[f == LZ_FRAME_ZERO ? nf : f]++] = (uint32_t)e;
+        if (what[e] != ~0u) order[at[f == LZ_FRAME_ZERO ? nf : f]++] = (uint32_t)e | what[e];
     }
     free(at);
+    free(what);
     /* split them into NWORKERS runs of about equal bytes, between frames */
     uint64_t total = 0, acc = 0;
-    for (size_t e = 0; e < img->nextents; e++) total += img->extents[e].length;
+    for (size_t e = 0; e < n; e++) total += img->extents[order[e] & ~CHECK_ONLY].length;
     struct fill_job jobs[NWORKERS];
     size_t e = 0;
     for (int w = 0; w < NWORKERS; w++) {
@@ -312,15 +361,15 @@ void restore_fill_memory(struct restore_ctx *rc)
         jobs[w].rc = rc;
         jobs[w].packfds = fds;
         jobs[w].order = order;
-        jobs[w].cached = -1;
+        jobs[w].cached = jobs[w].checked = -1;
         jobs[w].raw = malloc(LZ_FRAME_MAX);
         jobs[w].in = malloc(LZ_FRAME_MAX);
         jobs[w].work = malloc(lz_dctx_size());
         if (!jobs[w].raw || !jobs[w].in || !jobs[w].work) restore_fail("out of memory");
         jobs[w].first = e;
-        while (e < img->nextents && (w == NWORKERS - 1 || acc < total * (uint64_t)(w + 1) / NWORKERS ||
-                                     (e > 0 && img->extents[order[e]].frame == img->extents[order[e - 1]].frame)))
-            acc += img->extents[order[e++]].length;
+        while (e < n && (w == NWORKERS - 1 || acc < total * (uint64_t)(w + 1) / NWORKERS ||
+                         (e > 0 && img->extents[order[e] & ~CHECK_ONLY].frame == img->extents[order[e - 1] & ~CHECK_ONLY].frame)))
+            acc += img->extents[order[e++] & ~CHECK_ONLY].length;
         jobs[w].last = e;
     }
     pthread_t th[NWORKERS];

@@ -26,8 +26,11 @@ _Noreturn void restore_fail(const char *fmt, ...) __attribute__((format(printf, 
 
 int restore_check_layout(struct restore_ctx *rc, char *why, size_t whylen);
 void restore_park_vdso(struct restore_ctx *rc);
-void restore_map_regions(struct restore_ctx *rc);
-void restore_fill_memory(struct restore_ctx *rc);
+/* The two stages of the memory (restore_memory.c): the anonymous regions
+ * before the file rollback, the regions that map files after it. */
+enum { RESTORE_ANON, RESTORE_FILES };
+void restore_map_regions(struct restore_ctx *rc, int stage);
+void restore_fill_memory(struct restore_ctx *rc, int stage);
 void restore_finish_protections(struct restore_ctx *rc);
 void restore_move_vdso(struct restore_ctx *rc);
 int image_max_fd(const struct lz_image *img);

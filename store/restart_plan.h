@@ -20,6 +20,11 @@
 
 #define LZ_PLAN_MAGIC 0x4e4c504cu /* "LPLN" */
 #define LZ_PLAN_ENV "LAZARUS_PLAN_FD"
+/* A restart of one process: the restorer fills the anonymous memory while
+ * `lazarus restart` has changed nothing, says LOADED, and waits until a
+ * byte on this descriptor says the files are rolled back (end of file: the
+ * restart was refused or failed; it exits without a word). */
+#define LZ_ROLLED_ENV "LAZARUS_ROLLED_FD"
 
 enum lz_plan_flags {
     LZ_PP_SETSID = 1, /* led its own session */

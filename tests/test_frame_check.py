@@ -117,3 +117,103 @@ def test_intact_store_restarts(runner):
     assert find_program(proc.pid, "python3") is not None
     kill_program(proc, "python3")
     assert size > 0
+
+
+# A program whose memory maps files the job changes after the checkpoint: a
+# private mapping with 3 MiB of its 4 MiB rewritten in memory (stored as
+# extents of a file region; the rest reads as the file) and a shared one.
+MAPPER = r'''
+import hashlib, mmap, os, sys, time
+os.chdir(sys.argv[1])
+with open("data.bin", "wb") as f:
+    f.write(bytes(range(256)) * (4 << 12))
+with open("shared.bin", "wb") as f:
+    f.write(b"S" * (1 << 20))
+priv = mmap.mmap(os.open("data.bin", os.O_RDWR), 4 << 20, access=mmap.ACCESS_COPY)
+priv[0:3 << 20] = os.urandom(3 << 20)
+shm = mmap.mmap(os.open("shared.bin", os.O_RDWR), 1 << 20)
+shm[0:5] = b"hello"
+want = hashlib.sha256(priv[:]).digest(), hashlib.sha256(shm[:]).digest()
+print("ready", flush=True)
+while not os.path.exists("go"):
+    time.sleep(0.01)
+print("view", hashlib.sha256(priv[:]).digest() == want[0], hashlib.sha256(shm[:]).digest() == want[1], flush=True)
+with open("data.new", "wb") as f:  # after the checkpoint: data.bin replaced, shared.bin rewritten
+    f.write(b"N" * (4 << 20))
+os.rename("data.new", "data.bin")
+shm[:] = b"X" * (1 << 20)
+shm.flush()
+print("changed", flush=True)
+while True:
+    time.sleep(1)
+'''
+
+
+def _mapper_job(runner):
+    """A killed job whose files under its mappings changed after its one
+    checkpoint: (store, work, checkpoint index, original data.bin bytes)."""
+    prog = runner.base / "mapper.py"
+    prog.write_text(MAPPER)
+    os.chmod(prog, 0o644)
+    work = runner.mkdir("work")
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", prog, work)
+    proc.wait_for_output(r"^ready", timeout=60)
+    original = (work / "data.bin").read_bytes()
+    n = runner.checkpoint(store)
+    (work / "go").write_text("")
+    proc.wait_for_output(r"^changed", timeout=60)
+    assert "view True True" in proc.stdout, f"the program's own check failed before any restart\n{proc.stdout}"
+    kill_program(proc, "python3")
+    assert (work / "data.bin").read_bytes() == b"N" * (4 << 20)
+    return store, work, n, original
+
+
+def test_file_mappings_mapped_after_the_rollback(runner):
+    """The restorer fills the anonymous memory before the files are rolled
+    back, and maps files only after: data.bin replaced by a new file and
+    shared.bin rewritten after the checkpoint come back as they were, in the
+    files and in the program's mappings."""
+    store, work, n, original = _mapper_job(runner)
+    proc = runner.start_lz("restart", "-d", store)
+    proc.wait_for_output(r"^view", timeout=60)
+    assert "view True True" in proc.stdout, f"the program's mappings are not the checkpoint's\n{proc.stdout}\n{proc.stderr}"
+    proc.wait_for_output(r"^changed", timeout=60)  # and it replaced data.bin again
+    kill_program(proc, "python3")
+    # from outside: the rollback gave data.bin's old content back (before the program replaced it again)
+    assert b"N" * 16 in (work / "data.bin").read_bytes()[:16]
+
+
+def test_damaged_frame_of_a_file_mapping_refused_before_rollback(runner):
+    """A frame only a file mapping's extents use (filled after the rollback)
+    is proven before it: damaged, the restart refuses with one line and
+    changes nothing."""
+    store, work, n, _ = _mapper_job(runner)
+    m = lzformat.Manifest.load(ckpt_path(store, n) / "manifest")
+    ids, frames, extents = m.pack_ids(), m.frames, m.extents
+    users = {}  # frame -> is every extent using it in data.bin's mapping
+    for r in m.regions:
+        in_file = m.string(r.path).endswith("/data.bin")
+        for x in extents[r.first_extent:r.first_extent + r.nextents]:
+            if x.frame != lzformat.FRAME_ZERO:
+                users[x.frame] = users.get(x.frame, True) and in_file
+    mine = [k for k, only in users.items() if only]
+    assert mine, "no frame is used by data.bin's mapping alone"
+    f = frames[mine[0]]
+    pack = store / "packs" / f"pack.{ids[f.pack]:06d}"
+    with open(pack, "r+b") as p:
+        p.seek(f.offset + f.stored // 2)
+        c = p.read(1)
+        p.seek(f.offset + f.stored // 2)
+        p.write(bytes([c[0] ^ 0x01]))
+    files_before, store_before = snapshot(work), snapshot(store)
+    r = runner.lz("restart", "-d", store, timeout=120)
+    assert r.rc != 0, f"accepted\n{r}"
+    lines = r.stderr_lines()
+    assert len(lines) == 1 and pack.name in lines[0] and "nothing was changed" in lines[0], str(r)
+    deadline = time.monotonic() + 3
+    while children(os.getpid()) and time.monotonic() < deadline:
+        reap_orphans()
+        time.sleep(0.05)
+    assert snapshot(work) == files_before, f"the user's files were changed (rolled back)\n{r}"
+    assert snapshot(store) == store_before, f"`restart` changed DIR\n{r}"
