@@ -66,6 +66,7 @@ struct supervisor {
     int rolled_fd;       /* that pipe's write end, or -1 */
     int rolled_read;     /* its read end, for the restorer */
     int (*rollback)(void *arg);
+    void (*running)(void *arg); /* then, while the restorer goes on: the job file says so */
     void *rollback_arg;
     int files_rolled;    /* phase 2 began: a failure from now on changed files */
     uint64_t restore_index;

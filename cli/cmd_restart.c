@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char help[] =
@@ -32,6 +33,15 @@ static const char help[] =
     "  --compress SPEC\n"
     "            compression of the checkpoints from now on: none, lz4, zstd or\n"
     "            zstd:LEVEL (default: what the job had)\n";
+
+/* LAZARUS_TRACE=1: the time of each step of phase 1 on stderr (the
+ * restorer traces its own). */
+static uint64_t trace_t0;
+static void trace(const char *step)
+{
+    if (!getenv("LAZARUS_TRACE")) return;
+    fprintf(stderr, "lazarus: restart %8.3f ms %s\n", (double)(lz_now_ns(CLOCK_MONOTONIC) - trace_t0) / 1e6, step);
+}
 
 /* Phase 1 of the file rollback: the journals of every interval since N are
  * read and proven (journal_read.c), nothing outside the job changed what
@@ -128,14 +138,17 @@ static int roll_files_back(void *arg)
     int rb = rollback_files(p->dir, p->index, p->job, p->plan, p->next);
     fj_plan_free(p->plan);
     p->plan = NULL;
-    if (rb < 0) return -1;
+    return rb;
+}
+
+/* The job file says the job runs (not on the restart's critical path: the
+ * restorer goes on meanwhile; a rollback in progress was recorded already). */
+static void job_running(void *arg)
+{
+    struct phase2 *p = arg;
     snprintf(p->job->state, sizeof p->job->state, "running");
     p->job->rolling_to = -1;
-    if (lz_job_write(p->dir, p->job) < 0) {
-        lz_err("cannot write %s/%s: %s", p->dir, LZ_JOBFILE, strerror(errno));
-        return -1;
-    }
-    return 0;
+    if (lz_job_write(p->dir, p->job) < 0) lz_warn("cannot write %s/%s: %s", p->dir, LZ_JOBFILE, strerror(errno));
 }
 
 /* Every thread ID but the PID is free here (the restorer makes the threads). */
@@ -176,6 +189,7 @@ int cmd_restart(int argc, char **argv)
     if (first < argc) { lz_err("restart: unexpected argument '%s'", argv[first]); return 2; }
     char *dir = abs_dir(o.dir);
     char why[1200];
+    trace_t0 = lz_now_ns(CLOCK_MONOTONIC);
     if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
     /* root restarting an ordinary user's job is that user from here on */
     if (privilege_become_store_owner(dir, o.have_at, o.at, why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return 1; }
@@ -216,6 +230,7 @@ int cmd_restart(int argc, char **argv)
         return 1;
     }
     int several = rt.tree.nprocs > 1;
+    trace("job file, manifest and tree read");
     if (several) {
         /* every part is checked before any file is rolled back */
         if (restart_tree_load(&rt, ckpt, index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
@@ -227,8 +242,10 @@ int cmd_restart(int argc, char **argv)
          * while it fills the anonymous memory (wait_for_rollback), so that the
          * data is read once, overlapped with expanding it */
     }
+    trace("identity and channels checked");
     struct fj_plan *plan = plan_rollback(dir, index, &job, o.force);
     if (!plan) return 1;
+    trace("journals proven, outside changes looked for");
     for (size_t k = 0; k < (several ? rt.tree.nprocs : 1); k++) {
         const struct lz_image *im = several ? &rt.imgs[k] : &img;
         if (several && rt.tree.procs[k].state != LZ_TP_LIVE) continue;
@@ -251,6 +268,7 @@ int cmd_restart(int argc, char **argv)
     if (pack >= next) next = pack + 1;
     if (job.next_index > next) next = job.next_index;
     if (*o.compress) snprintf(job.compress, sizeof job.compress, "%s", o.compress);
+    trace("paths checked");
     struct phase2 p2 = {dir, index, next, &job, plan};
 
     /* ---- phase 2: roll the files back, then restore.  Several processes:
@@ -259,7 +277,10 @@ int cmd_restart(int argc, char **argv)
      * by restart_tree_load).  One: its restorer starts now, fills the
      * anonymous memory and proves every frame, and the supervisor rolls the
      * files back when it says LOADED. */
-    if (several && roll_files_back(&p2) < 0) return 1;
+    if (several) {
+        if (roll_files_back(&p2) < 0) return 1;
+        job_running(&p2);
+    }
     struct supervisor s;
     int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, next);
     if (child_ctl < 0) { fj_plan_free(p2.plan); return 1; }
@@ -273,6 +294,7 @@ int cmd_restart(int argc, char **argv)
         s.rolled_read = rolled[0];
         s.rolled_fd = rolled[1];
         s.rollback = roll_files_back;
+        s.running = job_running;
         s.rollback_arg = &p2;
     }
     if (several) {
@@ -284,6 +306,7 @@ int cmd_restart(int argc, char **argv)
     } else {
         ids_free = thread_ids_free(&img);
     }
+    trace("starting the restorer");
     s.child = spawn_restorer(&s, child_ctl, img.proc->pid, ids_free, ckpt, index);
     close(child_ctl);
     if (s.rolled_read >= 0) { close(s.rolled_read); s.rolled_read = -1; } /* the restorer's */

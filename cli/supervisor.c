@@ -206,6 +206,7 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
         if (s->rollback(s->rollback_arg) == 0) {
             s->files_rolled = 1;
             if (write(s->rolled_fd, "r", 1) != 1) lz_err("cannot let the restorer go on: %s", strerror(errno));
+            s->running(s->rollback_arg);
         } else {
             st->restore_failed = 1; /* the rollback said why */
             if (!st->child_gone) kill(s->child, SIGKILL);
