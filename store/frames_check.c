@@ -1,14 +1,19 @@
-/* Checking the frames of a part before a restart (frames_check.h).
+/* Checking the frames of a part before a restart of several processes
+ * (frames_check.h; cli/restart_tree.c).
  *
  * Phase 1 of `lazarus restart` must find a damaged, truncated or missing pack
- * before any file is rolled back, and cost little next to the restart itself.
- * So a frame is not expanded (the restorer does that, and checks the XXH3 of
- * the raw bytes once more): the XXH3-64 of its stored bytes, as written to the
- * pack (lz_frame.sxxh3), is checked, which for compressed frames is a
- * fraction of the data.  Every pack the manifest lists must be there with the
- * size it records, as the restorer requires; every frame some extent
- * references is read once, in pack and offset order.  Frames no extent
- * references are not read: `gc` may have punched holes where they were.
+ * before any file is rolled back.  A single process's restorer does that
+ * itself while it fills the anonymous memory, before the rollback
+ * (restorer/restore_main.c); the restorers of a job of several processes
+ * start only after the rollback (they reopen shared files before they make
+ * their children), so their frames are checked here first.  A frame is not
+ * expanded (the restorer does that, and checks the XXH3 of the raw bytes):
+ * the XXH3-64 of its stored bytes, as written to the pack (lz_frame.sxxh3), is
+ * checked, which for compressed frames is a fraction of the data.  Every pack
+ * the manifest lists must be there with the size it records, as the restorer
+ * requires; every frame some extent references is read once, in pack and
+ * offset order.  Frames no extent references are not read: `gc` may have
+ * punched holes where they were.
  *
  * Reading is what costs, so the frames are hashed straight from a read-only
  * mapping of each pack, by two threads (one per core of the machines this is
@@ -25,11 +30,7 @@
  * page cache with 4 KiB folios, which made the warm check 4 times slower.
  * What was read stays in the page cache, where the restorer finds it.  A pack
  * truncated while it is read raises SIGBUS, caught and reported.
- *
- * LAZARUS_NO_FRAME_CHECK=1 skips the check: a benchmark knob only
- * (bench/restart_check.py compares a restart with and without it), never a
- * way to restart a damaged store, which the restorer still refuses, but only
- * after the files were rolled back. */
+ */
 #include "frames_check.h"
 /* xxhash's AVX2 code, compiled for that target only and chosen at run time
  * (as xxhash's own xxh_x86dispatch.c does): this build's baseline is SSE2,
@@ -269,9 +270,6 @@ static int open_packs(const char *part_dir, const struct lz_image *img, const ui
 
 int lz_check_frames(const char *part_dir, const struct lz_image *img, char *why, size_t whylen)
 {
-    const char *knob = getenv("LAZARUS_NO_FRAME_CHECK");
-    if (knob && !strcmp(knob, "1")) return 0; /* benchmarks only (above) */
-
     /* the frames extents reference, each stored range once, in pack order */
     uint8_t *used = calloc(img->nframes ? img->nframes : 1, 1);
     uint32_t *order = malloc((img->nframes ? img->nframes : 1) * sizeof *order);
