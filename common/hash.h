@@ -9,4 +9,7 @@
 #include <stdint.h>
 
 static inline uint64_t lz_hash(const void *p, size_t n) { return XXH3_64bits(p, n); }
+/* The same value, with AVX2 where the CPU has it (hash_fast.c; not in the
+ * runtime, which hashes little). */
+uint64_t lz_hash_fast(const void *p, size_t n);
 #endif

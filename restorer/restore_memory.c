@@ -1,14 +1,9 @@
 /* The program's address space: regions mapped at their addresses around the
- * restorer, page data read straight into them by two threads (each checks
- * the checksums of its extents), then protections, then the vDSO block moved
- * to where the program expects it.
- *
- * In two stages, around the file rollback (restore_main.c): first the
- * anonymous regions, which hold the bulk of the data and depend on no file,
- * filled while `lazarus restart` has changed nothing yet, and every frame the
- * second stage will need checked; then, once the files are rolled back, the
- * regions that map files (the job may have written, replaced or deleted
- * them since the checkpoint) and their extents. */
+ * restorer (filled by restore_fill.c), then protections, then the vDSO block
+ * moved to where the program expects it.  In two stages, around the file
+ * rollback (restore_main.c): the anonymous regions first, the regions that
+ * map files after the rollback (the job may have written, replaced or
+ * deleted them since the checkpoint). */
 #include "restorer.h"
 #include "hash.h"
 #include "codec.h"
@@ -134,13 +129,6 @@ void restore_move_vdso(struct restore_ctx *rc)
 
 static int region_needs_write(const struct lz_region *r) { return r->nextents > 0; }
 
-/* A region that maps a file is mapped in the second stage, after the file
- * rollback: the file may be one the job changed since the checkpoint. */
-static int region_stage(const struct lz_region *r)
-{
-    return r->kind == LZ_R_FILE_PRIVATE || r->kind == LZ_R_FILE_SHARED ? RESTORE_FILES : RESTORE_ANON;
-}
-
 /* How far below its start the main thread's stack is mapped ahead.  The
  * kernel keeps room below a stack for it to grow (its mmap base sits a stack
  * limit below it), but a restarted program's mmap base is the restorer's,
@@ -172,7 +160,7 @@ void restore_map_regions(struct restore_ctx *rc, int stage)
 {
     for (size_t i = 0; i < rc->img.nregions; i++) {
         const struct lz_region *r = &rc->img.regions[i];
-        if (region_stage(r) != stage) continue;
+        if (restore_region_stage(r) != stage) continue;
         uint64_t len = r->end - r->start;
         int prot = (int)r->prot | (region_needs_write(r) ? PROT_READ | PROT_WRITE : 0);
         int flags = MAP_FIXED_NOREPLACE;
@@ -215,180 +203,6 @@ void restore_map_regions(struct restore_ctx *rc, int stage)
         for (size_t k = 0; k < sizeof adv / sizeof adv[0]; k += 2)
             if (r->flags & (uint32_t)adv[k]) madvise((void *)r->start, len, adv[k + 1]);
     }
-}
-
-/* An entry of the fill order: an extent, with CHECK_ONLY set when this stage
- * only checks its frame (the first stage, for an extent of the second). */
-#define CHECK_ONLY 0x80000000u
-
-struct fill_job {
-    struct restore_ctx *rc;
-    const int *packfds;
-    const uint32_t *order;  /* extent indices grouped by frame */
-    size_t first, last;     /* the run of `order` this worker fills */
-    char *raw, *in, *work; /* a frame expanded, as stored, the decompressor's work area */
-    long cached;           /* frame now in raw, -1 none */
-    long checked;          /* frame whose stored bytes were just checked, -1 none */
-    char err[512];
-};
-
-static int damaged(struct fill_job *j, const struct lz_extent *x, const char *what)
-{
-    const struct lz_image *img = &j->rc->img;
-    snprintf(j->err, sizeof j->err, "checkpoint %llu is damaged: page data at 0x%llx %s (%s/%s)",
-             (unsigned long long)j->rc->index, (unsigned long long)x->addr, what, j->rc->ckpt_dir,
-             lz_str(img, img->packs[img->frames[x->frame].pack].path));
-    return -1;
-}
-
-/* Extents from this size are faulted in with one madvise before they are filled. */
-#define POPULATE_MIN (64u << 10)
-
-/* Frames are expanded once and checked against their checksum before any
- * byte of them reaches the program's memory; extents come grouped by frame,
- * so each uses the frame just expanded. */
-static int fill_extent(struct fill_job *j, const struct lz_extent *x)
-{
-    const struct lz_image *img = &j->rc->img;
-    char *dst = (char *)x->addr;
-    if (x->length >= POPULATE_MIN) madvise(dst, x->length, MADV_POPULATE_WRITE); /* fault the range in one go */
-    if (x->frame == LZ_FRAME_ZERO) { memset(dst, 0, x->length); return 0; }
-    const struct lz_frame *f = &img->frames[x->frame];
-    int fd = j->packfds[f->pack];
-    if (f->codec == LZ_CODEC_NONE && x->skip == 0 && x->length == f->raw) {
-        /* a whole raw frame: straight into place */
-        if (lz_pread_all(fd, dst, f->raw, (off_t)f->offset) < 0)
-            return damaged(j, x, errno == ENODATA ? "cannot be read: file is truncated" : "cannot be read");
-        return lz_hash(dst, f->raw) == f->xxh3 ? 0 : damaged(j, x, "fails its checksum");
-    }
-    if (j->cached != (long)x->frame) {
-        j->cached = -1;
-        if (f->codec == LZ_CODEC_NONE) {
-            if (lz_pread_all(fd, j->raw, f->raw, (off_t)f->offset) < 0) return damaged(j, x, "cannot be read");
-        } else {
-            if (lz_pread_all(fd, j->in, f->stored, (off_t)f->offset) < 0) return damaged(j, x, "cannot be read");
-            if (lz_decompress((int)f->codec, j->in, f->stored, j->raw, f->raw, j->work, lz_dctx_size()) < 0)
-                return damaged(j, x, "does not decompress");
-        }
-        if (lz_hash(j->raw, f->raw) != f->xxh3) return damaged(j, x, "fails its checksum");
-        j->cached = (long)x->frame;
-    }
-    memcpy(dst, j->raw + x->skip, x->length);
-    return 0;
-}
-
-/* The stored bytes of an extent's frame, checked without placing them: a
- * frame of the second stage is proven before any file is rolled back (and
- * read again, expanded and checked once more, after). */
-static int check_extent(struct fill_job *j, const struct lz_extent *x)
-{
-    if (x->frame == LZ_FRAME_ZERO || j->cached == (long)x->frame || j->checked == (long)x->frame) return 0;
-    const struct lz_frame *f = &j->rc->img.frames[x->frame];
-    if (lz_pread_all(j->packfds[f->pack], j->in, f->stored, (off_t)f->offset) < 0)
-        return damaged(j, x, errno == ENODATA ? "cannot be read: file is truncated" : "cannot be read");
-    if (lz_hash(j->in, f->stored) != f->sxxh3) return damaged(j, x, "fails its checksum");
-    j->checked = (long)x->frame;
-    return 0;
-}
-
-static void *fill_worker(void *arg)
-{
-    struct fill_job *j = arg;
-    for (size_t e = j->first; e < j->last; e++) {
-        uint32_t k = j->order[e];
-        const struct lz_extent *x = &j->rc->img.extents[k & ~CHECK_ONLY];
-        if (((k & CHECK_ONLY) ? check_extent(j, x) : fill_extent(j, x)) < 0) return NULL;
-    }
-    return NULL;
-}
-
-#define NWORKERS 2
-static char worker_stacks[NWORKERS][256 << 10] __attribute__((aligned(4096)));
-
-void restore_fill_memory(struct restore_ctx *rc, int stage)
-{
-    const struct lz_image *img = &rc->img;
-    int *fds = calloc(img->npacks + 1, sizeof *fds);
-    if (!fds) restore_fail("out of memory");
-    for (size_t i = 0; i < img->npacks; i++) {
-        char path[LZ_PATH_MAX + 600];
-        snprintf(path, sizeof path, "%s/%s", rc->ckpt_dir, lz_str(img, img->packs[i].path));
-        fds[i] = open(path, O_RDONLY | O_CLOEXEC);
-        if (fds[i] < 0) restore_fail("checkpoint %llu is damaged: cannot open %s: %s", (unsigned long long)rc->index, path, strerror(errno));
-        posix_fadvise(fds[i], 0, 0, POSIX_FADV_WILLNEED); /* the disk reads ahead while we copy */
-        off_t sz = lseek(fds[i], 0, SEEK_END);
-        if (sz < 0 || (uint64_t)sz != img->packs[i].size)
-            restore_fail("checkpoint %llu is damaged: %s has %lld bytes, expected %llu", (unsigned long long)rc->index, path,
-                         (long long)sz, (unsigned long long)img->packs[i].size);
-    }
-    /* the extents grouped by frame, in address order within one (a counting
-     * sort): an incremental chain's extents alternate between the frames of
-     * many checkpoints, and in address order each frame was expanded again for
-     * almost every extent (1 GiB after 4 increments: 5 s instead of 0.3 s) */
-    size_t nf = img->nframes;
-    /* what this stage does with each extent: fills it, checks its frame
-     * (CHECK_ONLY), or leaves it (~0u) */
-    uint32_t *what = malloc((img->nextents + 1) * sizeof *what);
-    if (!what) restore_fail("out of memory");
-    memset(what, 0xff, (img->nextents + 1) * sizeof *what);
-    for (size_t i = 0; i < img->nregions; i++) {
-        const struct lz_region *r = &img->regions[i];
-        uint32_t w = region_stage(r) == stage ? 0 : stage == RESTORE_ANON ? CHECK_ONLY : ~0u;
-        for (uint32_t e = r->first_extent; e < r->first_extent + r->nextents; e++) what[e] = w;
-    }
-    /* (calloc: the sort fills every slot, which gcc -fanalyzer cannot see) */
-    uint32_t *order = calloc(img->nextents + 1, sizeof *order), *at = calloc(nf + 2, sizeof *at);
-    if (!order || !at) restore_fail("out of memory");
-    size_t n = 0;
-    for (size_t e = 0; e < img->nextents; e++) {
-        uint32_t f = img->extents[e].frame;
-        if (what[e] != ~0u) { at[(f == LZ_FRAME_ZERO ? nf : f) + 1]++; n++; }
-    }
-    for (size_t k = 1; k <= nf + 1; k++) at[k] += at[k - 1];
-    for (size_t e = 0; e < img->nextents; e++) {
-        uint32_t f = img->extents[e].frame;
-        if (what[e] != ~0u) order[at[f == LZ_FRAME_ZERO ? nf : f]++] = (uint32_t)e | what[e];
-    }
-    free(at);
-    free(what);
-    /* split them into NWORKERS runs of about equal bytes, between frames */
-    uint64_t total = 0, acc = 0;
-    for (size_t e = 0; e < n; e++) total += img->extents[order[e] & ~CHECK_ONLY].length;
-    struct fill_job jobs[NWORKERS];
-    size_t e = 0;
-    for (int w = 0; w < NWORKERS; w++) {
-        memset(&jobs[w], 0, sizeof jobs[w]);
-        jobs[w].rc = rc;
-        jobs[w].packfds = fds;
-        jobs[w].order = order;
-        jobs[w].cached = jobs[w].checked = -1;
-        jobs[w].raw = malloc(LZ_FRAME_MAX);
-        jobs[w].in = malloc(LZ_FRAME_MAX);
-        jobs[w].work = malloc(lz_dctx_size());
-        if (!jobs[w].raw || !jobs[w].in || !jobs[w].work) restore_fail("out of memory");
-        jobs[w].first = e;
-        while (e < n && (w == NWORKERS - 1 || acc < total * (uint64_t)(w + 1) / NWORKERS ||
-                         (e > 0 && img->extents[order[e] & ~CHECK_ONLY].frame == img->extents[order[e - 1] & ~CHECK_ONLY].frame)))
-            acc += img->extents[order[e++] & ~CHECK_ONLY].length;
-        jobs[w].last = e;
-    }
-    pthread_t th[NWORKERS];
-    int started[NWORKERS] = {0};
-    for (int w = 1; w < NWORKERS; w++) {
-        pthread_attr_t at;
-        pthread_attr_init(&at);
-        pthread_attr_setstack(&at, worker_stacks[w], sizeof worker_stacks[w]);
-        started[w] = pthread_create(&th[w], &at, fill_worker, &jobs[w]) == 0;
-        pthread_attr_destroy(&at);
-        if (!started[w]) fill_worker(&jobs[w]);
-    }
-    fill_worker(&jobs[0]);
-    for (int w = 1; w < NWORKERS; w++) if (started[w]) pthread_join(th[w], NULL);
-    for (int w = 0; w < NWORKERS; w++) if (jobs[w].err[0]) restore_fail("%s", jobs[w].err);
-    for (int w = 0; w < NWORKERS; w++) { free(jobs[w].raw); free(jobs[w].in); free(jobs[w].work); }
-    for (size_t i = 0; i < img->npacks; i++) close(fds[i]);
-    free(fds);
-    free(order);
 }
 
 void restore_finish_protections(struct restore_ctx *rc)

@@ -29,7 +29,14 @@ void restore_park_vdso(struct restore_ctx *rc);
 /* The two stages of the memory (restore_memory.c): the anonymous regions
  * before the file rollback, the regions that map files after it. */
 enum { RESTORE_ANON, RESTORE_FILES };
+/* A region that maps a file is mapped in the second stage, after the file
+ * rollback: the file may be one the job changed since the checkpoint. */
+static inline int restore_region_stage(const struct lz_region *r)
+{
+    return r->kind == LZ_R_FILE_PRIVATE || r->kind == LZ_R_FILE_SHARED ? RESTORE_FILES : RESTORE_ANON;
+}
 void restore_map_regions(struct restore_ctx *rc, int stage);
+/* restore_fill.c */
 void restore_fill_memory(struct restore_ctx *rc, int stage);
 void restore_finish_protections(struct restore_ctx *rc);
 void restore_move_vdso(struct restore_ctx *rc);

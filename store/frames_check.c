@@ -32,18 +32,6 @@
  * truncated while it is read raises SIGBUS, caught and reported.
  */
 #include "frames_check.h"
-/* xxhash's AVX2 code, compiled for that target only and chosen at run time
- * (as xxhash's own xxh_x86dispatch.c does): this build's baseline is SSE2,
- * which hashes a cached buffer about 4 times slower than AVX2 here (on a 1 GiB
- * pack, where the memory's speed counts too, the check takes a fifth less).
- * The same XXH3-64 as lz_hash(), the writer's: any difference would fail
- * every restart.  Internal names of xxhash 0.8.1; other versions use
- * lz_hash() alone. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define XXH_DISPATCH_AVX2 1
-#define XXH_TARGET_AVX2 __attribute__((__target__("avx2")))
-#endif
 #include "hash.h"
 #include "util.h"
 #include <errno.h>
@@ -125,18 +113,6 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
     raise(sig);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && XXH_VERSION_NUMBER == 801
-__attribute__((__target__("avx2"))) static uint64_t hash_avx2(const void *p, size_t n)
-{
-    if (n <= XXH3_MIDSIZE_MAX) return XXH3_64bits(p, n);
-    return XXH3_hashLong_64b_internal(p, n, XXH3_kSecret, sizeof XXH3_kSecret, XXH3_accumulate_512_avx2,
-                                      XXH3_scrambleAcc_avx2);
-}
-static int have_avx2(void) { return __builtin_cpu_supports("avx2"); }
-#else
-static uint64_t hash_avx2(const void *p, size_t n) { return lz_hash(p, n); }
-static int have_avx2(void) { return 0; }
-#endif
 
 static int frame_cmp(const void *a, const void *b, void *frames)
 {
@@ -171,7 +147,6 @@ static void *check_worker(void *arg)
     struct worker *w = arg;
     struct check *ck = w->ck;
     const struct lz_image *img = ck->img;
-    uint64_t (*hash)(const void *, size_t) = have_avx2() ? hash_avx2 : lz_hash;
     sigjmp_buf jb;
     if (sigsetjmp(jb, 1)) {
         bus_jmp = NULL;
@@ -182,7 +157,7 @@ static void *check_worker(void *arg)
     for (size_t k = w->first; k < w->last && !__atomic_load_n(&ck->stop, __ATOMIC_RELAXED); k++) {
         const struct lz_frame *f = &img->frames[ck->order[k]];
         w->at = k;
-        if (hash(ck->maps[f->pack].data + f->offset, f->stored) != f->sxxh3) {
+        if (lz_hash_fast(ck->maps[f->pack].data + f->offset, f->stored) != f->sxxh3) {
             frame_fail(w, k, "fails its checksum");
             break;
         }

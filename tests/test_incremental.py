@@ -701,3 +701,21 @@ def test_restart_at_drops_later_checkpoints(runner, incr_heap):
     job = restart(runner, store)
     assert job.cmd("digest") == states[1], "a plain restart after `restart --at 1` went elsewhere"
     job.kill()
+
+
+@pytest.mark.parametrize("compress", ["none", "lz4"])
+def test_chain_of_overlapping_rewrites(runner, incr_heap, compress):
+    """The restorer places a frame whole where its extents still sit and then
+    fills what later frames replaced (restorer/restore_fill.c): contiguous
+    rewrites straddling the frames of earlier checkpoints, rewrites of
+    rewrites, scattered pages, dropped pages and a rewrite of everything,
+    restarted from every checkpoint of the chain, exactly."""
+    store = runner.base / "store"
+    job = start(runner, store, [incr_heap, 16, 1], "-i", "0", "-k", "10", "--compress", compress)
+    states = {}
+    take(job, runner, store, states)
+    for command in ("fill 0 100 700", "fill 0 37 1000 7", "fill 0 50 300", "dontneed 0 400 64",
+                    "fill 0 0 4096", "fill 0 383 3", "fill 0 1 1023 5"):
+        take(job, runner, store, states, command)
+    job.kill()
+    assert len(check_restarts(runner, store, states)) == 8
