@@ -414,6 +414,7 @@ int supervise(struct supervisor *s)
         job.next_index = s->next_index;
         snprintf(job.excludes, sizeof job.excludes, "%s", s->excludes);
         snprintf(job.compress, sizeof job.compress, "%s", s->compress);
+        job.job_stdio = s->job_stdio;
     }
     job.id[0] = s->job_id[0];
     job.id[1] = s->job_id[1];
