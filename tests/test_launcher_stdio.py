@@ -14,6 +14,10 @@ to the inherited stdout, a child exec'd by sh, stdout dup'ed to descriptor 7.
 Also: a deleted old out, stdout and stderr one description (`2>&1`), stdout
 reopened by name (the job's own file), `restart` with its stdout or stderr
 closed, and `run --job-stdio` (the files are the job's: rolled back).
+The restarted program makes its checkpoint fail at step FAIL again: from a
+child (the fork and exec shapes) that asks through the C API before the main
+program is back, the request waits for it and must stay a C API request (its
+caller waited forever once in two runs when it did not).
 """
 from __future__ import annotations
 
