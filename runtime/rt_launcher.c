@@ -93,11 +93,13 @@ void rt_launcher_start(int cfd)
             unsigned long long dev = strtoull(e + 1, &e, 10);
             if (*e != ':') break;
             unsigned long long ino = strtoull(e + 1, &e, 10);
-            struct stat st = {0};
-            /* a regular file is the launcher's only where this process has it (its parent checked the description) */
+            struct stat st;
+            /* one it does not have (closed before the exec) it cannot get back;
+             * a regular file is the launcher's only if it is still that file
+             * (the parent checked the description) */
             int have = fd >= 0 && lz_sc2(SYS_fstat, fd, &st) == 0;
             int regular = have && S_ISREG(st.st_mode);
-            if (!regular || ((uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino)) {
+            if (have && (!regular || ((uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino))) {
                 st.st_dev = (dev_t)dev;
                 st.st_ino = (ino_t)ino;
                 add((int)fd, &st, regular && fd < LZ_LAUNCHER_FDS);
@@ -133,6 +135,12 @@ void rt_launcher_env(char *buf, size_t len)
 
 void rt_launcher_restarted(const struct lz_resume *r)
 {
+    /* a terminal the program put on 0/1/2 itself was the restarter's too */
+    for (int k = 0; k < LZ_LAUNCHER_FDS; k++) {
+        int known = 0;
+        for (int i = 0; i < rt.ninherited; i++) known |= rt.inherited[i].fd == k;
+        if (!known && r->launcher_ref[k] >= 0 && rt.ninherited < RT_MAX_INHERITED) rt.inherited[rt.ninherited++].fd = k;
+    }
     for (int i = 0; i < rt.ninherited; i++) {
         struct stat st;
         int k = rt.inherited[i].fd;
