@@ -35,6 +35,7 @@ struct cli_opts {
     char excludes[4096];   /* --exclude DIR..., absolute, '\n'-separated */
     int force;
     char compress[32];     /* --compress SPEC, checked with lz_codec_parse ("" = not given) */
+    int job_stdio;         /* run --job-stdio */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* "1.2 GiB" */
@@ -75,6 +76,7 @@ struct supervisor {
     int durability;
     char excludes[4096];
     char compress[32];   /* the job's --compress, "" = the runtime's default */
+    int job_stdio;       /* run --job-stdio: the launcher's regular files on 0/1/2 are the job's */
     uint64_t job_id[2];  /* DIR/job `id`: written into every tree, passed to the runtime */
 };
 /* Fills `s` for the job in `dir` (shown to the user as `shown`), opens the

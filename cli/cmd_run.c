@@ -1,4 +1,4 @@
-/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...] */
+/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--] PROGRAM [ARG...] */
 #include "cli.h"
 #include "store_admin.h"
 #include "util.h"
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...]\n"
+    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--] PROGRAM [ARG...]\n"
     "Run PROGRAM (an unmodified, dynamically linked program) under Lazarus and stay\n"
     "in the foreground as its supervisor; exit with its status (128+signal if killed).\n\n"
     "  -d DIR      checkpoint store (default ./lazarus.ckpt); refused if it holds an\n"
@@ -28,7 +28,13 @@ static const char help[] =
     "              (SIGKILL, OOM killer, time limit); machine: also after the loss of\n"
     "              the machine (the undo reaches the disk before each change)\n"
     "  --exclude DIR  changes under DIR are not tracked nor rolled back (repeatable;\n"
-    "              /proc, /sys, /dev and the store itself never are)\n";
+    "              /proc, /sys, /dev and the store itself never are)\n"
+    "  --job-stdio the regular files given as stdin, stdout and stderr (`> out 2> err`)\n"
+    "              are the job's: rolled back with it, and a restart writes on in them.\n"
+    "              Default: they are the launcher's, like a terminal: never rolled back\n"
+    "              (Lazarus' own lines stay; what the program wrote after the newest\n"
+    "              checkpoint is written again after a restart, so it can appear twice),\n"
+    "              and a restarted program writes to what `lazarus restart` was given\n";
 
 pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 {
@@ -56,6 +62,8 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     setenv("LAZARUS_DURABILITY", s->durability ? "machine" : "process", 1);
     setenv("LAZARUS_EXCLUDE", s->excludes, 1);
     setenv("LAZARUS_COMPRESS", s->compress, 1);
+    if (s->job_stdio) setenv("LAZARUS_JOB_STDIO", "1", 1);
+    else unsetenv("LAZARUS_JOB_STDIO");
     char id[33];
     lz_job_id_text(id, s->job_id);
     setenv("LAZARUS_JOB", id, 1);
@@ -67,7 +75,7 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxc", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcS", help, &o);
     if (first < 0) return 2;
     if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
     char why[1024];
@@ -109,6 +117,7 @@ int cmd_run(int argc, char **argv)
     job.rolling_to = -1;
     snprintf(job.excludes, sizeof job.excludes, "%s", o.excludes);
     snprintf(job.compress, sizeof job.compress, "%s", o.compress);
+    job.job_stdio = o.job_stdio;
     snprintf(job.state, sizeof job.state, "running");
     lz_job_new_id(job.id);
     if (lz_job_write(dir, &job) < 0) { lz_err("cannot write %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }

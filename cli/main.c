@@ -2,6 +2,7 @@
 #include "codec.h"
 #include "util.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -13,7 +14,7 @@ static const char usage[] =
     "usage: lazarus COMMAND [OPTIONS]\n"
     "Checkpoint and restart a Linux program.\n\n"
     "  run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--durability process|machine] [--exclude DIR]...\n"
-    "      [--] PROGRAM [ARG...]\n"
+    "      [--job-stdio] [--] PROGRAM [ARG...]\n"
     "                           run PROGRAM under Lazarus\n"
     "  checkpoint [-d DIR]      checkpoint the running job now; prints its index once durable\n"
     "  restart [-d DIR] [--at N] [--force] [--compress SPEC]\n"
@@ -39,7 +40,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"dir", required_argument, 0, 'd'}, {"at", required_argument, 0, 'a'}, {"interval", required_argument, 0, 'i'},
         {"keep", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
         {"durability", required_argument, 0, 'D'}, {"exclude", required_argument, 0, 'x'}, {"force", no_argument, 0, 'f'},
-        {"compress", required_argument, 0, 'c'}, {0, 0, 0, 0}};
+        {"compress", required_argument, 0, 'c'}, {"job-stdio", no_argument, 0, 'S'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -82,6 +83,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             continue;
         }
         if (c == 'f') { o->force = 1; continue; }
+        if (c == 'S') { o->job_stdio = 1; continue; }
         if (c == 'c') {
             char err[256];
             int codec, level;
@@ -141,8 +143,21 @@ const char *install_path(const char *rel)
     return b;
 }
 
+/* 0, 1 and 2 open, on /dev/null if closed: else the first files this opens
+ * (the store's) would take their numbers, be written to as stdout and
+ * stderr, and be handed to the program as the launcher's. */
+static void stdio_open(void)
+{
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int n = open("/dev/null", O_RDWR);
+            if (n >= 0 && n != fd) close(n); /* cannot happen: the lowest free number is fd */
+        }
+}
+
 int main(int argc, char **argv)
 {
+    stdio_open();
     if (argc < 2) { fputs(usage, stderr); return 2; }
     const char *c = argv[1];
     if (!strcmp(c, "--help") || !strcmp(c, "-h") || !strcmp(c, "help")) { fputs(usage, stdout); return 0; }

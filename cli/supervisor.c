@@ -117,7 +117,9 @@ static void request(struct sv_state *st, uint32_t trigger, int client)
         /* taken as soon as the restored program is back */
         if (client >= 0 && st->nclients < MAX_CLIENTS) st->clients[st->nclients++] = client;
         else if (client >= 0) sv_reply(client, "ERR too many waiting clients");
-        st->deferred = 1;
+        /* a restored child may ask through the C API before the main program
+         * says RESTORED: its caller waits for a checkpoint of that trigger */
+        st->deferred = trigger == LZ_TRIG_API || st->deferred == 2 ? 2 : 1;
         return;
     }
     if (st->unckpt[0] && !st->child_gone) {
@@ -183,8 +185,9 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
         s->restoring = 0;
         if (st->restore_msg_shown) lz_err("restarted from checkpoint %" PRIu64, s->restore_index);
         if (st->deferred) {
+            uint32_t trigger = st->deferred == 2 ? LZ_TRIG_API : LZ_TRIG_REQUEST;
             st->deferred = 0;
-            request(st, LZ_TRIG_REQUEST, -1); /* for the clients already waiting */
+            request(st, trigger, -1); /* for the clients (and C API callers) already waiting */
         }
     } else if (!strncmp(msg, "READY", 5)) {
         /* a restorer of a job of several processes is about to jump back:
@@ -429,6 +432,7 @@ int supervise(struct supervisor *s)
         job.next_index = s->next_index;
         snprintf(job.excludes, sizeof job.excludes, "%s", s->excludes);
         snprintf(job.compress, sizeof job.compress, "%s", s->compress);
+        job.job_stdio = s->job_stdio;
     }
     job.id[0] = s->job_id[0];
     job.id[1] = s->job_id[1];

@@ -59,7 +59,7 @@ struct sv_state {
     int pending[MAX_CLIENTS]; /* connected, request not read yet */
     int npending;
     int api_queued;
-    int deferred; /* a checkpoint was asked for while the restart was restoring */
+    int deferred; /* a checkpoint was asked for while the restart was restoring (2: through the C API) */
     int have_status, status;
     int child_gone, child_status;
     uint64_t restore_started_ns;

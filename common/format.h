@@ -262,7 +262,8 @@ enum lz_fd_kind {
     LZ_FD_FILE = 1,   /* regular file by path */
     LZ_FD_DIR = 2,    /* directory by path */
     LZ_FD_DEV = 3,    /* /dev/null, /dev/zero, /dev/urandom, /dev/random */
-    LZ_FD_STDIO = 4,  /* 0/1/2 terminal or pipe: reattached to the restarter's */
+    LZ_FD_STDIO = 4,  /* the launcher's (0/1/2 terminal, pipe or regular file, a jobserver
+                       * pipe...): re-attached to the restarter's descriptor `launcher` names */
     LZ_FD_DUP = 5,    /* same open file description as fd `dup_of` */
     LZ_FD_CTL = 6,    /* the runtime's control socket */
     LZ_FD_GHOST = 7,  /* a deleted (or O_TMPFILE) regular file still open: its content is
@@ -283,9 +284,14 @@ struct lz_fd {
     int64_t offset;
     uint64_t ino, dev, size;
     int64_t mtime_ns;
-    uint32_t mode, pad;
+    uint32_t mode;
+    uint32_t launcher; /* STDIO: 1 + the launcher's descriptor this is (a program may dup its
+                        * stdout elsewhere), at most LZ_LAUNCHER_FDS; 0: its own number */
     uint64_t xxh3;    /* GHOST: XXH3-64 of its content file, checked before it is used */
 };
+/* The launcher's descriptors that may be regular files (0, 1, 2): a process
+ * can have them at other numbers, and keeps a reference to each (lz_resume). */
+#define LZ_LAUNCHER_FDS 3
 
 /* A pipe, or one socket of a local pair, with what is in flight in it: the
  * bytes a read would return next, read at the checkpoint without consuming
@@ -370,7 +376,9 @@ struct lz_resume {
                                   /proc/PID/exe once the restorer is unmapped */
     int32_t codec, level;      /* `restart --compress`, codec -1 = keep the program's */
     int32_t main_pid;          /* the job's main program (this one if equal to its PID) */
-    int32_t pad;
+    int32_t launcher_ref[LZ_LAUNCHER_FDS]; /* a close-on-exec copy of the restarter's 0/1/2 where
+                                  it is a regular file the program now has, else -1: how the
+                                  runtime tells that description from the same file opened anew */
     uint8_t stdio[LZ_STDIO_FDS / 8]; /* bitmap of descriptors 0..LZ_STDIO_FDS-1 that are the restarter's now
                                   (LZ_FD_STDIO records): the launcher's, for the runtime */
     char dir[LZ_PATH_MAX];     /* store directory (absolute) */

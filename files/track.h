@@ -40,6 +40,11 @@ extern struct fj_global fj;
  * may recycle the store's spares), not another process of the job. */
 int fj_setup(const char *store, int machine, const char *excludes, int main_process, const uint64_t job[2]);
 
+/* Set by the runtime: 1 when fd (a regular file of that identity) is one of
+ * the launcher's descriptors (the job's stdout redirected to a file):
+ * nothing written through it is ever recorded. */
+extern int (*fj_launchers)(int fd, uint64_t dev, uint64_t ino, uint32_t mode);
+
 /* Fast test for write(): nothing to record for this descriptor. */
 static inline int fj_pass_write(int fd)
 {

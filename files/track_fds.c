@@ -145,6 +145,8 @@ long trk_save_range(struct interval *v, struct fj_ino *e, int fd, int readable, 
 
 /* ---------------------------------------------------------------- descriptors */
 
+int (*fj_launchers)(int fd, uint64_t dev, uint64_t ino, uint32_t mode);
+
 /* Looks at a descriptor once per interval: what writes through it need. */
 long trk_classify(struct interval *v, int fd, struct fj_fdent *ent, struct fj_ino **out)
 {
@@ -159,6 +161,7 @@ long trk_classify(struct interval *v, int fd, struct fj_fdent *ent, struct fj_in
     char lp[40], path[LZ_PATH_MAX];
     long n = 0;
     if (r == 0 && S_ISREG(st.st_mode) && !fj_is_own_fd(fd)) {
+        if (fj_launchers && fj_launchers(fd, st.st_dev, st.st_ino, st.st_mode)) { *ent = e; return 0; } /* not the job's */
         trk_fdpath(fd, lp);
         n = lz_sc4(SYS_readlinkat, AT_FDCWD, lp, path, sizeof path - 1);
     }

@@ -1,5 +1,6 @@
 /* Descriptors at their old numbers: files and directories reopened by path
- * at their offsets, 0/1/2 terminals and pipes taken from `lazarus restart`,
+ * at their offsets, the launcher's (0/1/2 terminals, pipes and files...)
+ * taken from `lazarus restart`,
  * pipes and socket pairs the program made rebuilt with their data
  * (restore_pipes.c), shared descriptions re-shared with dup, the control
  * socket re-attached. */
@@ -56,18 +57,27 @@ static int reopen_ghost(struct restore_ctx *rc, const struct lz_fd *f, const cha
     return src;
 }
 
+/* The launcher's descriptor a LZ_FD_STDIO record takes the restarter's of. */
+static int launcher_fd(const struct lz_fd *f)
+{
+    return f->launcher ? (int)f->launcher - 1 : f->fd;
+}
+
 void restore_descriptors(struct restore_ctx *rc)
 {
     const struct lz_image *img = &rc->img;
     int maxfd = image_max_fd(img);
     /* park what we hold above every number the program uses */
     int base = maxfd + 16;
-    /* what `lazarus restart` hands us for descriptors taken from the launcher */
+    /* what `lazarus restart` hands us for descriptors taken from the launcher,
+     * by the launcher's number (the program may hold its stdout at another) */
     int *stdio = calloc((size_t)maxfd + 1, sizeof *stdio);
     if (!stdio) restore_fail("out of memory");
     for (int i = 0; i <= maxfd; i++) stdio[i] = -1;
-    for (size_t i = 0; i < img->nfds; i++)
-        if (img->fds[i].kind == LZ_FD_STDIO) stdio[img->fds[i].fd] = fcntl(img->fds[i].fd, F_DUPFD_CLOEXEC, base);
+    for (size_t i = 0; i < img->nfds; i++) {
+        int from = launcher_fd(&img->fds[i]);
+        if (img->fds[i].kind == LZ_FD_STDIO && stdio[from] < 0) stdio[from] = fcntl(from, F_DUPFD_CLOEXEC, base);
+    }
     int ctl = fcntl(rc->ctl_fd, F_DUPFD_CLOEXEC, base);
     if (ctl < 0) restore_fail("lost the control socket: %s", strerror(errno));
     if (rc->ctl_fd != ctl) close(rc->ctl_fd);
@@ -94,7 +104,7 @@ void restore_descriptors(struct restore_ctx *rc)
                 opened = 1;
                 break;
             case LZ_FD_STDIO:
-                src = stdio[f->fd];
+                src = stdio[launcher_fd(f)];
                 if (src < 0) { src = open("/dev/null", O_RDWR | O_CLOEXEC); opened = 1; }
                 break;
             case LZ_FD_GHOST:
@@ -118,12 +128,25 @@ void restore_descriptors(struct restore_ctx *rc)
             if ((f->kind == LZ_FD_FILE || f->kind == LZ_FD_GHOST) && lseek(f->fd, f->offset, SEEK_SET) < 0)
                 restore_fail("cannot restore the offset of descriptor %d (%s): %s", f->fd, path, strerror(errno));
         }
-    free(stdio);
     free(chan);
     free(shared);
     /* Close every descriptor the program did not have. */
     char *keep = calloc((size_t)base + 64, 1);
+    if (!keep) restore_fail("out of memory");
     for (size_t i = 0; i < img->nfds; i++) keep[img->fds[i].fd] = 1;
+    /* but for the runtime's copy of each of the restarter's regular files the
+     * program has now (rt_launcher.c): it tells that description from the same
+     * file opened anew */
+    for (int k = 0; k < LZ_LAUNCHER_FDS; k++) {
+        struct stat st;
+        int ref = stdio[k];
+        rc->launcher_ref[k] = -1;
+        if (ref >= 0 && ref < base + 64 && fstat(ref, &st) == 0 && S_ISREG(st.st_mode)) {
+            keep[ref] = 1;
+            rc->launcher_ref[k] = ref;
+        }
+    }
+    free(stdio);
     /* in rounds: a job's restorers may inherit many objects (restore_tree.c) */
     for (int full = 1; full;) {
         DIR *d = opendir("/proc/self/fd");

@@ -125,6 +125,7 @@ static _Noreturn void restore_on_own_stack(void *unused)
         if (f->kind == LZ_FD_CTL) res.ctl_fd = f->fd;
         if (f->kind == LZ_FD_STDIO && f->fd >= 0 && f->fd < LZ_STDIO_FDS) res.stdio[f->fd / 8] |= (uint8_t)(1u << (f->fd % 8));
     }
+    for (int k = 0; k < LZ_LAUNCHER_FDS; k++) res.launcher_ref[k] = rc->launcher_ref[k];
     snprintf(res.dir, sizeof res.dir, "%s", rc->store_dir);
     res.exe_fd = restore_exe_fd(rc);
     res.codec = compress_codec;

@@ -19,6 +19,7 @@ struct restore_ctx {
     struct lz_image img;
     struct own_range own[8]; /* the restorer's mappings (not the vDSO) */
     int nown;
+    int launcher_ref[LZ_LAUNCHER_FDS]; /* restore_descriptors: for lz_resume */
 };
 
 void restore_trace(const char *step);

@@ -29,6 +29,7 @@
  * RT_DIRTY_FD_BASE or above; the channel when the program dup2()s onto it,
  * and the writer's report pipe in the writer, at RT_HIGH_FD or above. */
 #define RT_DIRTY_FD_BASE 980
+#define RT_LAUNCHER_FD_BASE 990 /* references to the launcher's regular files (rt_launcher.c) */
 #define RT_HIGH_FD 1000
 /* Descriptors inherited from the launcher (rt_state.inherited) kept at most. */
 #define RT_MAX_INHERITED 64
@@ -56,9 +57,12 @@ struct rt_state {
     /* lazarus_checkpoint() from the C API */
     volatile int api_done, api_result, api_waiting;
     volatile uint64_t api_index;
-    /* descriptors the program inherited from its launcher (a jobserver pipe,
-     * say): re-attached at restart like 0/1/2 */
-    struct { int fd; uint64_t dev, ino; } inherited[RT_MAX_INHERITED];
+    /* descriptors the program inherited from its launcher (its stdin, stdout
+     * and stderr, a jobserver pipe): re-attached at restart to the
+     * restarter's (rt_launcher.c).  ref: for a regular file, a close-on-exec
+     * copy of it, which tells its open file description (kcmp) from the same
+     * file opened anew by name; -1 otherwise */
+    struct { int fd, ref; uint64_t dev, ino; } inherited[RT_MAX_INHERITED];
     int ninherited;
     int codec, level;      /* compression of new frames (--compress) */
     int nofork;            /* LAZARUS_NO_FORK=1: write checkpoints in the pause (benchmarks) */
@@ -239,12 +243,21 @@ static inline int rt_is_main(void) { return rt.main_pid == rt.pid; } /* in its w
 
 /* Saves the job's variables for the programs it execs (rt_exec.c). */
 void rt_exec_remember_env(void);
-/* After a restart: the launcher's descriptors (rt.inherited) are the restarter's
- * files now; their identities and LAZARUS_INHERITED for children follow. */
-void rt_exec_refresh_inherited(const uint8_t *restarters);
-/* LAZARUS_INHERITED ("fd:dev:ino,...") from rt.inherited, for the programs
- * this process starts (the main program's list, made at its start). */
-void rt_exec_publish_inherited(void);
+
+/* The launcher's descriptors (rt_launcher.c).  At the runtime's start: the
+ * main program's from its own descriptors (LAZARUS_JOB_STDIO=1: regular files
+ * are the job's), any other program's from LAZARUS_INHERITED. */
+void rt_launcher_start(int ctl_fd);
+/* The launcher's descriptor number that fd (of that identity and st_mode)
+ * is, or -1: the job's own. */
+int rt_launcher_of(int fd, uint64_t dev, uint64_t ino, uint32_t mode);
+/* 1: one of the runtime's references (never the program's). */
+int rt_launcher_is_ref(int fd);
+/* "LAZARUS_INHERITED=fd:dev:ino,..." for a program this process starts now
+ * (those it still holds at their numbers) into buf. */
+void rt_launcher_env(char *buf, size_t len);
+/* After a restart: the restarter's descriptors are the launcher's now. */
+void rt_launcher_restarted(const struct lz_resume *r);
 /* A variable of the environment the process started with (rt_init.c). */
 const char *rt_env(const char *name);
 

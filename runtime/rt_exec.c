@@ -76,40 +76,10 @@ static const char *const job_names[] = {"LAZARUS_DIR", "LAZARUS_CTL_FD", "LAZARU
 #define NJOB (sizeof job_names / sizeof job_names[0])
 static char *job_vars[NJOB];
 
-/* LAZARUS_INHERITED is rewritten after a restart (the restarter's
- * descriptors are other files): it lives here, not in the heap. */
-static char inherited_var[RT_MAX_INHERITED * 48 + 32];
-
-void rt_exec_publish_inherited(void)
-{
-    size_t len = (size_t)rt_fmt(inherited_var, sizeof inherited_var, "LAZARUS_INHERITED=");
-    for (int i = 0; i < rt.ninherited; i++)
-        len += (size_t)rt_fmt(inherited_var + len, sizeof inherited_var - len, "%s%d:%llu:%llu", i ? "," : "",
-                              rt.inherited[i].fd, (unsigned long long)rt.inherited[i].dev,
-                              (unsigned long long)rt.inherited[i].ino);
-    for (size_t i = 0; i < NJOB; i++)
-        if (!strcmp(job_names[i], "LAZARUS_INHERITED")) job_vars[i] = inherited_var;
-}
-
-void rt_exec_refresh_inherited(const uint8_t *restarters)
-{
-    for (int i = 0; i < rt.ninherited; i++) {
-        struct stat st;
-        int fd = rt.inherited[i].fd;
-        /* only where the restorer put the restarter's (this process may have
-         * put its own pipe on 0/1/2 since it started) */
-        if (fd >= 0 && fd < LZ_STDIO_FDS && (restarters[fd / 8] & (1u << (fd % 8))) && lz_sc2(SYS_fstat, fd, &st) == 0) {
-            rt.inherited[i].dev = st.st_dev;
-            rt.inherited[i].ino = st.st_ino;
-        }
-    }
-    rt_exec_publish_inherited();
-}
-
 void rt_exec_remember_env(void)
 {
     for (size_t i = 0; i < NJOB; i++) {
-        if (!strcmp(job_names[i], "LAZARUS_INHERITED") && inherited_var[0]) { job_vars[i] = inherited_var; continue; }
+        if (!strcmp(job_names[i], "LAZARUS_INHERITED")) continue; /* made at each exec (rt_launcher_env) */
         const char *v = rt_env(job_names[i]);
         if (!v) continue;
         size_t n = strlen(job_names[i]), m = strlen(v);
@@ -132,7 +102,7 @@ static int is_job_var(const char *e)
  * else the caller preloads).  In `out` (cap entries) and `buf`; envp itself
  * when not in a job or when it does not fit (the exec still happens). */
 #define ENV_MAX 4096
-struct job_env { char *v[ENV_MAX]; char chan[48], parent[48], preload[LZ_PATH_MAX]; };
+struct job_env { char *v[ENV_MAX]; char chan[48], parent[48], preload[LZ_PATH_MAX], inherited[RT_MAX_INHERITED * 48 + 32]; };
 
 static char *const *with_job(char *const envp[], struct job_env *je)
 {
@@ -157,6 +127,9 @@ static char *const *with_job(char *const envp[], struct job_env *je)
             je->v[n++] = job_vars[i];
         }
     }
+    /* the launcher's descriptors it has (always set: without it a program takes its own 0/1/2 for them) */
+    rt_launcher_env(je->inherited, sizeof je->inherited);
+    je->v[n++] = je->inherited;
     /* whose channel the new program inherits: a child makes its own (rt_job.c) */
     snprintf(je->chan, sizeof je->chan, "LAZARUS_CHAN_PID=%d", rt.chan_pid);
     je->v[n++] = je->chan;

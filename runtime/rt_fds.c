@@ -1,7 +1,7 @@
 /* The descriptor table: regular files and directories by path, identity,
- * offset and flags; 0/1/2 terminals, pipes and sockets are re-attached to the
- * restarter's; a few character devices are reopened; pipes and socket pairs
- * the program made are rt_pipes.c's.  Anything else makes the checkpoint
+ * offset and flags; the launcher's descriptors (rt_launcher.c) and 0/1/2
+ * terminals are re-attached to the restarter's; a few character devices are
+ * reopened; pipes and socket pairs the program made are rt_pipes.c's.  Anything else makes the checkpoint
  * fail with a message naming the descriptor. */
 #include "rt.h"
 #include "rt_dirty.h"
@@ -35,7 +35,15 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
     if (fd == rt.ctl_fd) { out->kind = LZ_FD_CTL; return 0; }
     if (fj_is_own_fd(fd)) return 1; /* the file journal's: reopened by the runtime */
     if (rt_dirty_owns_fd(fd)) return 1; /* the dirty tracker's: opened anew after a restart */
+    if (rt_launcher_is_ref(fd)) return 1; /* the runtime's copy of a launcher's file: made anew after a restart */
     int deleted = n > LZ_DELETED_LEN && !strcmp(path + n - LZ_DELETED_LEN, LZ_DELETED_SUFFIX);
+    int from = rt_launcher_of(fd, st.st_dev, st.st_ino, st.st_mode);
+    if (from >= 0 && S_ISREG(st.st_mode)) {
+        /* the launcher's stdout (`> run.out`), here or dup'ed: the restarter's after a restart */
+        out->kind = LZ_FD_STDIO;
+        out->launcher = from != fd ? (uint32_t)from + 1 : 0;
+        return 0;
+    }
     if (path[0] == '/' && !deleted && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
         out->kind = S_ISREG(st.st_mode) ? LZ_FD_FILE : LZ_FD_DIR;
         out->path = strings_add(&ck->strings, path);
@@ -50,11 +58,10 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
                 out->path = strings_add(&ck->strings, path);
                 return 0;
             }
-    for (int i = 0; i < rt.ninherited; i++)
-        if (rt.inherited[i].fd == fd && rt.inherited[i].dev == st.st_dev && rt.inherited[i].ino == st.st_ino) {
-            out->kind = LZ_FD_STDIO; /* the launcher's: re-attached to the restarter's */
-            return 0;
-        }
+    if (from >= 0) {
+        out->kind = LZ_FD_STDIO; /* the launcher's: re-attached to the restarter's */
+        return 0;
+    }
     /* a terminal is the restarter's too; a pipe on 0/1/2 that is not the
      * launcher's is the job's own (`a | b`) */
     if (fd <= 2 && S_ISCHR(st.st_mode)) {

@@ -181,42 +181,6 @@ static void rt_files_start(int main_process)
     if (!rt.active) pthread_atfork(rt_atfork_prepare, rt_atfork_parent, rt_atfork_child); /* a member's rt_init registers it */
 }
 
-/* Descriptors the job's main program got from its launcher (its stdin,
- * stdout and stderr when not regular files, a make jobserver pipe) are
- * re-attached at restart to the restarter's.  Its children inherit the
- * list ("fd:dev:ino,..." in LAZARUS_INHERITED) instead of taking what they
- * were started with for the launcher's: a pipe between two of them is not. */
-static void note_inherited(int cfd)
-{
-    const char *inh = rt_env("LAZARUS_INHERITED");
-    if (inh) {
-        for (const char *p = inh; *p && rt.ninherited < RT_MAX_INHERITED;) {
-            char *e;
-            long fd = strtol(p, &e, 10);
-            if (*e != ':') break;
-            unsigned long long dev = strtoull(e + 1, &e, 10);
-            if (*e != ':') break;
-            unsigned long long ino = strtoull(e + 1, &e, 10);
-            rt.inherited[rt.ninherited].fd = (int)fd;
-            rt.inherited[rt.ninherited].dev = dev;
-            rt.inherited[rt.ninherited].ino = ino;
-            rt.ninherited++;
-            p = *e == ',' ? e + 1 : e;
-        }
-        return;
-    }
-    for (int fd = 0; fd < LZ_STDIO_FDS && rt.ninherited < RT_MAX_INHERITED; fd++) {
-        struct stat st;
-        if (fd != cfd && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
-            rt.inherited[rt.ninherited].fd = fd;
-            rt.inherited[rt.ninherited].dev = st.st_dev;
-            rt.inherited[rt.ninherited].ino = st.st_ino;
-            rt.ninherited++;
-        }
-    }
-    rt_exec_publish_inherited();
-}
-
 /* In every process of a job: the supervisor started the main program with
  * LAZARUS_PID (its PID), LAZARUS_DIR and the control socket's number; its
  * children and the programs they exec inherit them (rt_exec.c). */
@@ -236,7 +200,7 @@ __attribute__((constructor)) static void rt_init(void)
     rt.chan_pid = chan ? atoi(chan) : rt.main_pid;
     rt.active = 1;
     rt.pid = getpid();
-    note_inherited(cfd);
+    rt_launcher_start(cfd);
     rt_exec_remember_env();
     rt_files_start(rt_is_main());
     const char *cz = rt_env("LAZARUS_COMPRESS");

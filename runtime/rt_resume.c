@@ -31,7 +31,7 @@ void rt_resume(struct rt_ckpt *unused)
     rt.main_pid = r->main_pid;
     rt.chan_pid = r->main_pid; /* every process got the restarter's channel: the others make their own */
     rt_own_channel();
-    rt_exec_refresh_inherited(r->stdio); /* the launcher's descriptors are the restarter's now */
+    rt_launcher_restarted(r); /* the launcher's descriptors are the restarter's now */
     if (r->codec >= 0) { rt.codec = r->codec; rt.level = r->level; }
     if (rt.api_waiting) {
         rt.api_index = r->index;

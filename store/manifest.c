@@ -77,7 +77,9 @@ static int check_fds(struct lz_image *img, char *why, size_t whylen)
     }
     for (size_t i = 0; i < img->nfds; i++) {
         const struct lz_fd *f = &img->fds[i];
-        if (!str_ok(img, f->path) || f->fd < 0 || find_fd(img, f->fd) != f) FAIL("manifest descriptor table is malformed");
+        if (!str_ok(img, f->path) || f->fd < 0 || find_fd(img, f->fd) != f ||
+            (f->launcher && (f->kind != LZ_FD_STDIO || f->launcher > LZ_LAUNCHER_FDS)))
+            FAIL("manifest descriptor table is malformed");
         if (f->kind == LZ_FD_DUP) {
             const struct lz_fd *o = find_fd(img, f->dup_of);
             if (!o || o->kind == LZ_FD_DUP) FAIL("manifest descriptor table is malformed");

@@ -26,6 +26,8 @@ struct lz_job {
     int64_t rolling_to;  /* a file rollback to this checkpoint is under way, -1 = none */
     uint64_t next_index; /* no checkpoint index below it may be given again */
     char compress[32];   /* --compress: "none", "lz4", "zstd", "zstd:LEVEL" ("" = default) */
+    int job_stdio;       /* `stdio=job` (run --job-stdio): regular files on the main program's
+                          * 0/1/2 are the job's; `stdio=launcher` (default): the launcher's */
     /* the last checkpoint that failed (shown by `list` while no later one succeeded) */
     uint64_t failed_index;
     int64_t failed_ns;   /* CLOCK_REALTIME */

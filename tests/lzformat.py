@@ -182,7 +182,7 @@ FRAME = _L("lz_frame", 40, "I pack, I codec, Q offset, I stored, I raw, Q xxh3, 
 PACK = _L("lz_pack", 24, "I path, I pad, Q size, Q id")
 FD = _L("lz_fd", 80,
         "i fd, I kind, i dup_of, I path, I flags, I fdflags, q offset, Q ino, Q dev, Q size, "
-        "q mtime_ns, I mode, I pad, Q xxh3")
+        "q mtime_ns, I mode, I launcher, Q xxh3")
 THREAD = _L("lz_thread", 216,
             "i tid, I flags, 16s comm, Q fs_base, Q gs_base, Q rseq_addr, I rseq_len, I rseq_sig, "
             "Q robust_list, Q robust_len, Q tid_address, Q altstack_sp, Q altstack_size, "

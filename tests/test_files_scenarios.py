@@ -1182,16 +1182,17 @@ def test_dup_descriptors(runner, fsprogs):
 # Standard output redirected by the shell
 # ==========================================================================
 def test_stdout_redirected_to_file(runner, fsprogs):
-    """`lazarus run ... > out`: fd 1 is a file the job writes; restarts roll
-    it back to the checkpoint's length, so after each restart and re-run every
-    line is in it exactly once."""
+    """`lazarus run --job-stdio ... > out`: fd 1 is a file the job writes;
+    restarts roll it back to the checkpoint's length, so after each restart and
+    re-run every line is in it exactly once (without --job-stdio it is the
+    launcher's: test_launcher_stdio.py)."""
     lines = lambda a, b: "".join(f"line {i}\n" for i in range(a, b))  # noqa: E731
     steps = [S("print", data=lines(1, 6)), CK, S("print", data=lines(6, 11)), CK,
              S("print", data=lines(11, 16))]
     job = Job(runner, fsprogs, {}, steps, report_fd=2)
     out = job.work / "out"
     # the shell opens `out` (O_TRUNC) as the runner's identity and execs lazarus
-    cmd = (f"exec {LAZARUS} run -d {job.store} -i 0 -k {KEEP} -- {PY} -B "
+    cmd = (f"exec {LAZARUS} run -d {job.store} -i 0 -k {KEEP} --job-stdio -- {PY} -B "
            f"{fsprogs.driver} {job.scen} > {out}")
     proc = runner.start(["sh", "-c", cmd])
     rc = proc.wait(timeout=240)
