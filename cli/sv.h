@@ -66,7 +66,6 @@ struct sv_state {
     int restore_msg_shown;
     size_t nready;      /* restart of several processes: restorers that said READY */
     int restore_failed; /* one said FAILED: all were killed */
-    uint64_t beat_ns;
     char unckpt[600];     /* the main program exec'd one Lazarus cannot checkpoint: why ("" = none) */
 };
 
@@ -90,4 +89,11 @@ void job_ckpt_writer(struct sv_state *st, struct part *p);
 void job_ckpt_tick(struct sv_state *st);
 /* The program ended with a checkpoint under way: its writers still finish. */
 void job_ckpt_end(struct sv_state *st);
+
+/* sv_life.c: the heartbeat on DIR/lock (every 250 ms, from a thread), and
+ * the end of the job's other processes when its main program was killed:
+ * ended, and waited for (if it finished, they go on, outside the job). */
+void sv_beat_start(int lock_fd);
+void sv_beat_stop(void);
+void sv_end_members(struct sv_state *st, int finished);
 #endif
