@@ -5,6 +5,7 @@
 #define LZ_SV_H
 #include "cli.h"
 #include "tree.h"
+#include "progress.h"
 #include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -30,6 +31,10 @@ struct part {
     size_t wlen;
     uint64_t pause, stored, threads;
     char comm[16];
+    /* waits for it that adapt to load (job_ckpt.c): for its BEGIN, and for
+     * the runtime to appear in a process that runs without it */
+    struct lz_patience begin_wait, runtime_wait;
+    uint64_t runtime_cpu0; /* its CPU time when first seen without the runtime */
     /* sockets whose other end it says another process holds (PEER): checked
      * against every process's descriptors while all are stopped */
     struct { int fd; uint64_t ino; } peers[32];
@@ -51,7 +56,7 @@ struct sv_state {
     char fail_why[1024];
     uint64_t index;
     uint32_t trigger;
-    uint64_t requested_ns, last_signal_ns, noruntime_ns;
+    uint64_t requested_ns, last_signal_ns;
     struct part *parts;
     size_t nparts, parts_cap;
     int clients[MAX_CLIENTS]; /* waiting for the checkpoint in progress */
