@@ -20,6 +20,7 @@
  * checkpoint's end in job_commit.c. */
 #include "job_ckpt.h"
 #include "util.h"
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -31,9 +32,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BEGIN_TIMEOUT_NS (10ull * 1000000000ull)
+/* How long a process gets to begin a checkpoint (BEGIN), and a process
+ * seen without the runtime to map it (it may be between exec and the
+ * runtime's start): the first on an idle machine, up to the second while it
+ * makes progress (common/progress.h). */
+#define BEGIN_BASE_NS (10ull * 1000000000ull)
+#define BEGIN_CAP_NS (120ull * 1000000000ull)
+#define NORUNTIME_BASE_NS (200ull * 1000000ull)
+#define NORUNTIME_CAP_NS (10ull * 1000000000ull)
+/* The dynamic loader maps the runtime within its first milliseconds of CPU
+ * time: a process that ran this long (clock ticks) without it has none. */
+#define NORUNTIME_CPU_TICKS 5
 #define RESIGNAL_NS (100ull * 1000000ull)
-#define NORUNTIME_GRACE_NS (200ull * 1000000ull)
 
 /* LAZARUS_TRACE=1: the coordination's steps as the supervisor sees them, on
  * stderr, in ms since it began signalling the job (the runtime prints each
@@ -71,6 +81,24 @@ void jc_fail(struct sv_state *st, const struct part *p, const char *fmt, ...)
         if (!st->parts[i].zombie) sv_tell(st, st->parts[i].pid, "ABORT %" PRIu64, st->index);
 }
 
+/* Every thread of pid blocks the checkpoint signal: it cannot answer. */
+static int blocks_everywhere(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", pid);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    struct dirent *e;
+    int all = 1, any = 0;
+    while (all && (e = readdir(d)))
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9') {
+            any = 1;
+            all = lz_task_blocks(pid, atoi(e->d_name), LZ_SIGCKPT);
+        }
+    closedir(d);
+    return any && all;
+}
+
 int job_ckpt_start(struct sv_state *st, uint32_t trigger, char *why, size_t whylen)
 {
     struct supervisor *s = st->s;
@@ -93,7 +121,6 @@ int job_ckpt_start(struct sv_state *st, uint32_t trigger, char *why, size_t whyl
     st->go_sent = st->resumed = st->failed = 0;
     st->fail_why[0] = 0;
     st->requested_ns = st->last_signal_ns = lz_now_ns(CLOCK_MONOTONIC);
-    st->noruntime_ns = 0;
     lz_tree_free(&st->tree);
     st->have_tree = 0;
     return 0;
@@ -189,20 +216,33 @@ void job_ckpt_tick(struct sv_state *st)
             if (state == 'Z') { p->zombie = 1; continue; }
             waiting = 1;
             if (p->begun) continue;
-            if (now - st->requested_ns > BEGIN_TIMEOUT_NS) {
+            if (!p->begin_wait.t0) lz_patience_start(&p->begin_wait, now, BEGIN_BASE_NS, BEGIN_CAP_NS);
+            int blocks = now - p->begin_wait.t0 >= BEGIN_BASE_NS && blocks_everywhere(p->pid);
+            if (!lz_patience_more(&p->begin_wait, now, p->pid, 0, blocks)) {
+                char how[100];
+                if (blocks) snprintf(how, sizeof how, "it blocks the signal");
+                else lz_patience_why(&p->begin_wait, now, how, sizeof how);
+                double waited = (double)(now - p->begin_wait.t0) / 1e9;
                 if (jc_is_main(st, p) && st->nparts == 1) {
                     st->fail_why[0] = 0;
-                    jc_fail(st, NULL, "the program did not respond to the checkpoint request within 10 s "
-                                   "(it may block the signal, or run without the Lazarus runtime)");
+                    jc_fail(st, NULL, "the program did not answer the checkpoint request: waited %.1f s for it to begin (%s; "
+                                   "does it run without the Lazarus runtime?)", waited, how);
                 } else {
-                    jc_fail(st, p, "did not respond to the checkpoint request within 10 s (it may block the signal)");
+                    jc_fail(st, p, "did not answer the checkpoint request: waited %.1f s for it to begin (%s)", waited, how);
                 }
                 return;
             }
             if (!jc_runs_runtime(p->pid)) {
-                /* a moment's grace: it may be between exec and the runtime's start */
-                if (!st->noruntime_ns) st->noruntime_ns = now;
-                else if (now - st->noruntime_ns > NORUNTIME_GRACE_NS) {
+                /* grace: it may be between exec and the runtime's start */
+                char state;
+                uint64_t cpu = 0;
+                int looked = lz_task_look(p->pid, 0, &state, &cpu) == 0;
+                if (!p->runtime_wait.t0) {
+                    lz_patience_start(&p->runtime_wait, now, NORUNTIME_BASE_NS, NORUNTIME_CAP_NS);
+                    p->runtime_cpu0 = cpu;
+                }
+                int ran = looked && cpu - p->runtime_cpu0 >= NORUNTIME_CPU_TICKS;
+                if (!lz_patience_more(&p->runtime_wait, now, p->pid, 0, ran)) {
                     char exe[LZ_PATH_MAX], lp[64];
                     snprintf(lp, sizeof lp, "/proc/%d/exe", p->pid);
                     ssize_t k = readlink(lp, exe, sizeof exe - 1);

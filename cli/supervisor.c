@@ -28,9 +28,7 @@
  * (its phases, signals again), rarely otherwise. */
 #define TICK_BUSY_MS 20
 #define TICK_IDLE_MS 250
-/* The heartbeat on the lock file, and how long a restore runs before a
- * person at the terminal is told about it. */
-#define BEAT_NS 1000000000ull
+/* How long a restore runs before a person at the terminal is told about it. */
 #define RESTORE_MSG_NS 1000000000ull
 
 static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGALRM};
@@ -305,6 +303,9 @@ int supervise(struct supervisor *s)
         timerfd_settime(tfd, 0, &its, NULL);
     }
     int program_done = 0, code = 0;
+    /* if we die with the job, `restart` knows from the lock file's time
+     * since when changes to its files are someone else's (sv_life.c) */
+    sv_beat_start(s->lock_fd);
     struct pollfd *pf = NULL;
     size_t pf_cap = 0;
     while (!program_done) {
@@ -331,9 +332,6 @@ int supervise(struct supervisor *s)
         int r = poll(pf, (nfds_t)n, st.in_progress ? TICK_BUSY_MS : TICK_IDLE_MS);
         if (r < 0 && errno != EINTR) { lz_err("supervisor: poll: %s", strerror(errno)); break; }
         uint64_t now = lz_now_ns(CLOCK_MONOTONIC);
-        /* heartbeat: if we die with the job, `restart` knows from the lock
-         * file's time since when changes to its files are someone else's */
-        if (now - st.beat_ns > BEAT_NS) { futimens(s->lock_fd, NULL); st.beat_ns = now; }
         /* progress for a person watching; scripts get only results and errors */
         if (s->restoring && !st.restore_msg_shown && now - st.restore_started_ns > RESTORE_MSG_NS && isatty(2)) {
             lz_err("restoring checkpoint %" PRIu64 "...", s->restore_index);
@@ -417,6 +415,9 @@ int supervise(struct supervisor *s)
     free(pf);
     /* a checkpoint being written when the program ended still commits or not */
     job_ckpt_end(&st);
+    /* the job's other processes go on outside it, or end with it */
+    sv_end_members(&st, !s->restoring && st.have_status && WIFEXITED(st.status));
+    sv_beat_stop();
     sv_finish_clients(&st, "ERR the program ended before the checkpoint was complete");
     for (int i = 0; i < st.npending; i++) close(st.pending[i]);
     char sock[LZ_PATH_MAX + 16];

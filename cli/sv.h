@@ -5,6 +5,7 @@
 #define LZ_SV_H
 #include "cli.h"
 #include "tree.h"
+#include "progress.h"
 #include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -30,6 +31,10 @@ struct part {
     size_t wlen;
     uint64_t pause, stored, threads;
     char comm[16];
+    /* waits for it that adapt to load (job_ckpt.c): for its BEGIN, and for
+     * the runtime to appear in a process that runs without it */
+    struct lz_patience begin_wait, runtime_wait;
+    uint64_t runtime_cpu0; /* its CPU time when first seen without the runtime */
     /* sockets whose other end it says another process holds (PEER): checked
      * against every process's descriptors while all are stopped */
     struct { int fd; uint64_t ino; } peers[32];
@@ -51,7 +56,7 @@ struct sv_state {
     char fail_why[1024];
     uint64_t index;
     uint32_t trigger;
-    uint64_t requested_ns, last_signal_ns, noruntime_ns;
+    uint64_t requested_ns, last_signal_ns;
     struct part *parts;
     size_t nparts, parts_cap;
     int clients[MAX_CLIENTS]; /* waiting for the checkpoint in progress */
@@ -66,7 +71,6 @@ struct sv_state {
     int restore_msg_shown;
     size_t nready;      /* restart of several processes: restorers that said READY */
     int restore_failed; /* one said FAILED: all were killed */
-    uint64_t beat_ns;
     char unckpt[600];     /* the main program exec'd one Lazarus cannot checkpoint: why ("" = none) */
 };
 
@@ -90,4 +94,11 @@ void job_ckpt_writer(struct sv_state *st, struct part *p);
 void job_ckpt_tick(struct sv_state *st);
 /* The program ended with a checkpoint under way: its writers still finish. */
 void job_ckpt_end(struct sv_state *st);
+
+/* sv_life.c: the heartbeat on DIR/lock (every 250 ms, from a thread), and
+ * the end of the job's other processes when its main program was killed:
+ * ended, and waited for (if it finished, they go on, outside the job). */
+void sv_beat_start(int lock_fd);
+void sv_beat_stop(void);
+void sv_end_members(struct sv_state *st, int finished);
 #endif

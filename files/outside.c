@@ -6,8 +6,10 @@
  *
  * Only the job changes the job's files while it runs, and it records every
  * change first: so a change found after the stop (ctime, or birth time, past
- * the instant DIR/job says it stopped; the supervisor waits for the coarse
- * clock to pass it) is someone else's.  What cannot be seen that way is a
+ * the last instant the job could have made it, however it died: the instant
+ * DIR/job says it stopped -- the supervisor waits for the coarse clock to
+ * pass it -- or DIR/lock's date plus a second, its last sign of life when
+ * its supervisor died first: lz_job_stop_ns) is someone else's.  What cannot be seen that way is a
  * file that is not there any more: the job never makes an inode it recorded
  * unreachable without linking it into files.keep first (a rename away, an
  * unlink, a replacement), so an inode of an INODE record that is neither

@@ -28,8 +28,14 @@
 #include <unistd.h>
 
 /* Joining a process group fails (EPERM) until its leader has made it: tried
- * again every millisecond, 2 s in all. */
-#define JOIN_PGID_TRIES 2000
+ * again every millisecond, for 2 s, and on while the restart makes progress
+ * towards it -- more of the job's processes appear (each restorer makes its
+ * children, slowly on a loaded machine), or the leader exists and has not
+ * made its group yet -- up to a minute.  No progress for a second past the
+ * 2 s ends it (the leader is in another session, say). */
+#define JOIN_BASE_NS (2ull * 1000000000ull)
+#define JOIN_CAP_NS (60ull * 1000000000ull)
+#define JOIN_QUIET_NS (1000ull * 1000000ull)
 
 static struct {
     struct lz_plan_header h;
@@ -78,13 +84,28 @@ static void group_setup(const struct lz_plan_proc *p)
     if ((p->flags & LZ_PP_GROUP) && setpgid(0, 0) < 0)
         lz_warn("process %d: cannot make its process group again: %s", p->pid, strerror(errno));
     if (!p->join_pgid) return;
-    for (int tries = 0;; tries++) {
+    uint64_t t0 = lz_now_ns(CLOCK_MONOTONIC), moved = t0, now = t0, looked = 0;
+    uint32_t made = 0;
+    int e;
+    for (;;) {
         if (setpgid(0, p->join_pgid) == 0) return;
-        if (errno != EPERM || tries == JOIN_PGID_TRIES) break;
+        if ((e = errno) != EPERM) break;
+        now = lz_now_ns(CLOCK_MONOTONIC);
+        if (now - looked >= 50000000ull) { /* (PIDs as this namespace sees them: no /proc here) */
+            looked = now;
+            uint32_t n = 0;
+            for (uint32_t k = 0; k < plan.h.nprocs; k++) n += kill(plan.procs[k].pid, 0) == 0 || errno == EPERM;
+            pid_t g = getpgid(p->join_pgid);
+            if (n != made || (g >= 0 && g != p->join_pgid)) moved = now;
+            made = n;
+        }
+        if (now - t0 >= JOIN_CAP_NS || (now - t0 >= JOIN_BASE_NS && now - moved >= JOIN_QUIET_NS)) break;
         struct timespec ms = {0, 1000000};
         nanosleep(&ms, NULL);
     }
-    lz_warn("process %d: cannot join process group %d again: %s", p->pid, p->join_pgid, strerror(errno));
+    lz_warn("process %d: cannot join process group %d again: %s (waited %.1f s for its leader to make it; "
+            "%u of the job's %u processes made, %s)", p->pid, p->join_pgid, strerror(e), (double)(now - t0) / 1e9, made,
+            plan.h.nprocs, now - t0 >= JOIN_CAP_NS ? "the longest wait" : "no progress for a second");
 }
 
 /* At exactly `at`, inheritable. */

@@ -239,6 +239,12 @@ int rt_own_channel(void);
  * or when the supervisor is gone. */
 int rt_job_wait(uint64_t index, const char *word, long *arg);
 long rt_send_fd(int sock, int fd, const char *msg, size_t len);
+/* The supervisor's end of the channel closing ends this process (rt_watch.c):
+ * arms the channel (after it is made or moved), checks it now. */
+void rt_watch_arm(void);
+void rt_watch_check(void);
+/* The checkpoint signal came from the channel (a message, or its end). */
+int rt_watch_is_ours(const siginfo_t *si);
 static inline int rt_is_main(void) { return rt.main_pid == rt.pid; } /* in its writer too */
 
 /* Saves the job's variables for the programs it execs (rt_exec.c). */

@@ -142,7 +142,9 @@ void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc)
 {
     int saved_errno = errno;
     uint64_t v = (uint64_t)si->si_value.sival_ptr;
-    if (!rt.active || si->si_code != SI_QUEUE || v == 0) {
+    if (rt_watch_is_ours(si)) {
+        rt_watch_check(); /* a message (for rt_job_wait), or the supervisor is gone */
+    } else if (!rt.active || si->si_code != SI_QUEUE || v == 0) {
         rt_chain_program_signal(sig, si, uc);
     } else if (v & RT_STOP_VALUE) {
         if (si->si_pid != lz_sc0(SYS_getpid)) rt_chain_program_signal(sig, si, uc);
@@ -153,6 +155,7 @@ void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc)
         rt_self.ckpt_deferred = 1;
     } else {
         do_checkpoint(v >> 2, (uint32_t)(v & 3), uc);
+        rt_watch_check(); /* its end may have come while the signal was blocked here */
     }
     errno = saved_errno;
 }

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -25,8 +26,29 @@
 #endif
 
 /* The program sets its pause in the map once the job runs again (after
- * RESUME or ABORT); the writer waits for it at most this long. */
-#define RESUME_WAIT_NS (10ull * 1000000000ull)
+ * RESUME or ABORT).  The writer waits for that as long as the program lives
+ * (the supervisor decides when the job goes on, with timeouts of its own: a
+ * job of many processes on a loaded machine may take long), at most the
+ * first; without a pidfd to see it end, at most the second. */
+#define RESUME_CAP_NS (120ull * 1000000000ull)
+#define RESUME_BASE_NS (10ull * 1000000000ull)
+
+/* In the writer: 1 once the program runs again, 0 if it ended or the wait
+ * was too long (the writer goes on: only its pause is then unknown). */
+static int wait_resumed(long step_ns)
+{
+    long pfd = lz_sc2(SYS_pidfd_open, rt.pid, 0);
+    uint64_t t0 = rt_now_ns(CLOCK_MONOTONIC), cap = pfd >= 0 ? RESUME_CAP_NS : RESUME_BASE_NS;
+    int resumed;
+    while (!(resumed = rt_map_pause() != 0) && rt_now_ns(CLOCK_MONOTONIC) - t0 < cap) {
+        struct timespec w = {0, step_ns};
+        struct pollfd p = {(int)pfd, POLLIN, 0};
+        if (pfd < 0) lz_sc2(SYS_nanosleep, &w, 0);
+        else if (lz_sc5(SYS_ppoll, &p, 1, &w, 0, LZ_KSIGSET_SIZE) > 0) break; /* it ended */
+    }
+    if (pfd >= 0) lz_sc1(SYS_close, pfd);
+    return resumed;
+}
 
 int rt_result(struct rt_ckpt *ck, int rc, char *msg, size_t len)
 {
@@ -42,14 +64,7 @@ uint64_t rt_pause_ns(struct rt_ckpt *ck)
 {
     if (!ck->in_child) return rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* written in the pause: all of it is pause */
     /* the program tells its pause once the job runs again */
-    uint64_t t0 = rt_now_ns(CLOCK_MONOTONIC);
-    while (rt_now_ns(CLOCK_MONOTONIC) - t0 < RESUME_WAIT_NS) {
-        uint64_t p = rt_map_pause();
-        if (p) return p;
-        struct timespec ms = {0, 1000000};
-        lz_sc2(SYS_nanosleep, &ms, 0);
-    }
-    return 0;
+    return wait_resumed(1000000) ? rt_map_pause() : 0;
 }
 
 /* Memory the child would not get (MADV_DONTFORK) or would see as zeros
@@ -113,10 +128,7 @@ static void writer_main(struct rt_ckpt *ck, int out)
      * the heavy work (hashing, compressing, writing) starts once the job
      * runs again (the program sets its pause in the map after RESUME, or
      * after ABORT).  A process alone waits only for one round trip. */
-    for (uint64_t t = rt_now_ns(CLOCK_MONOTONIC); !rt_map_pause() && rt_now_ns(CLOCK_MONOTONIC) - t < RESUME_WAIT_NS;) {
-        struct timespec w = {0, 200000};
-        lz_sc2(SYS_nanosleep, &w, 0);
-    }
+    wait_resumed(200000);
     /* smaps and the tracking walk beside the writing, on a thread of our own */
     struct side *sd = arena_alloc(&ck->arena, sizeof *sd);
     char *stack = arena_alloc(&ck->arena, 64u << 10);

@@ -50,7 +50,7 @@ int rt_own_channel(void)
 {
     int pid = (int)lz_sc0(SYS_getpid);
     if (rt.ctl_fd < 0) return -1;
-    if (rt.chan_pid == pid) return 0;
+    if (rt.chan_pid == pid) { rt_watch_arm(); return 0; }
     int sv[2];
     if (lz_sc4(SYS_socketpair, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return -1;
     char msg[48];
@@ -62,6 +62,7 @@ int rt_own_channel(void)
     lz_sc1(SYS_close, sv[0]);
     if (r < 0) return -1;
     rt.chan_pid = pid;
+    rt_watch_arm();
     return 0;
 }
 

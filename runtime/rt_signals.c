@@ -122,6 +122,7 @@ static void move_ctl_away(int target)
     if (nfd < 0) return;
     lz_sc1(SYS_close, rt.ctl_fd);
     rt.ctl_fd = (int)nfd;
+    rt_watch_arm();
 }
 
 RT_API int dup2(int oldfd, int newfd)

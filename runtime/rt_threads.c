@@ -7,15 +7,18 @@
  * snapshot is taken once all have stopped, and they are let go after it.
  *
  * A thread inside a call that must not be cut in two (rt_enter) stops when
- * the call is done.  A thread that does not stop in time (it blocks SIGURG
- * with a raw system call, or sits in a file call that never returns) fails
- * that checkpoint with its name, never a partial one.
+ * the call is done.  A thread that does not stop in time fails that
+ * checkpoint with its name, never a partial one: in time is 10 s, or, for a
+ * thread still making progress (runnable on a busy machine, in a long call:
+ * common/progress.h), up to 2 minutes; one that blocks SIGURG with a raw
+ * system call, or sleeps in a file call that does not return, gets 10 s.
  *
  * After a restart the restorer recreates every thread with its TID and jumps
  * into lz_save_context()'s second return; each waits there until the
  * checkpointing thread has unmapped the restorer and rejoined the supervisor
  * (rt_threads_landed, rt_threads_go). */
 #include "rt.h"
+#include "progress.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -25,7 +28,8 @@
 
 __thread struct rt_self rt_self __attribute__((tls_model("initial-exec")));
 
-#define STOP_TIMEOUT_NS (10ull * 1000000000ull)
+#define STOP_BASE_NS (10ull * 1000000000ull)
+#define STOP_CAP_NS (120ull * 1000000000ull)
 
 static struct {
     volatile uint32_t stopping;  /* a round is under way: threads asked to stop join it */
@@ -275,7 +279,8 @@ int rt_threads_stop(struct rt_ckpt *ck)
     int32_t *tids = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *tids);
     int32_t *hosts = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *hosts);
     int32_t *asked_host = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *asked_host);
-    if (!ck->threads || !asked || !tids || !hosts || !asked_host) { rt_fmt(ck->err, sizeof ck->err, "out of scratch memory"); return -1; }
+    struct lz_patience *wait = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *wait);
+    if (!ck->threads || !asked || !tids || !hosts || !asked_host || !wait) { rt_fmt(ck->err, sizeof ck->err, "out of scratch memory"); return -1; }
     long pid = lz_sc0(SYS_getpid), self = lz_sc0(SYS_gettid);
     T.ck = ck;
     T.nslots = 1; /* slot 0: this thread, filled last (with the process's pending signals) */
@@ -284,7 +289,6 @@ int rt_threads_stop(struct rt_ckpt *ck)
     T.round++;
     __atomic_store_n(&T.stopping, 1, __ATOMIC_RELEASE);
     long nasked = 0, gone = 0, n;
-    uint64_t t0 = rt_now_ns(CLOCK_MONOTONIC);
     for (;;) {
         n = list_tasks(tids, hosts, LZ_MAX_THREADS);
         if (n < 0) { rt_fmt(ck->err, sizeof ck->err, "cannot list the program's threads (errno %ld)", -n); return give_up(); }
@@ -305,6 +309,7 @@ int rt_threads_stop(struct rt_ckpt *ck)
             long r = lz_sc4(SYS_rt_tgsigqueueinfo, pid, tids[i], LZ_SIGCKPT, &si);
             if (r == -ESRCH) continue; /* it just exited */
             if (r < 0) return fail_stop(ck, tids[i], hosts[i], "cannot be asked to stop for the checkpoint");
+            lz_patience_start(&wait[nasked], rt_now_ns(CLOCK_MONOTONIC), STOP_BASE_NS, STOP_CAP_NS);
             asked_host[nasked] = hosts[i];
             asked[nasked++] = tids[i];
         }
@@ -327,10 +332,24 @@ int rt_threads_stop(struct rt_ckpt *ck)
                     return fail_stop(ck, asked[j], asked_host[j], "(the main thread) has exited while other threads run on; such a program cannot be checkpointed yet");
                 if (st == 'X' || st == 'Z') gone++;
             }
-            if (rt_now_ns(CLOCK_MONOTONIC) - t0 > STOP_TIMEOUT_NS)
-                for (long j = 0; j < nasked; j++)
-                    if (!stopped_already(ck, asked[j]) && task_state(asked_host[j]) != 'X')
-                        return fail_stop(ck, asked[j], asked_host[j], "did not stop for the checkpoint within 10 s (it blocks SIGURG, or is inside a file call that has not returned)");
+            /* in time: while any thread not stopped yet makes progress */
+            uint64_t now = rt_now_ns(CLOCK_MONOTONIC);
+            long late = -1;
+            int more = 0;
+            for (long j = 0; j < nasked; j++) {
+                if (stopped_already(ck, asked[j]) || task_state(asked_host[j]) == 'X') continue;
+                int blocks = lz_task_blocks(0, asked_host[j], LZ_SIGCKPT);
+                if (lz_patience_more(&wait[j], now, 0, asked_host[j], blocks)) more = 1;
+                else if (late < 0) late = j;
+            }
+            if (late >= 0 && !more) {
+                char why[200], how[80];
+                if (lz_task_blocks(0, asked_host[late], LZ_SIGCKPT)) rt_fmt(how, sizeof how, "it blocks SIGURG");
+                else lz_patience_why(&wait[late], now, how, sizeof how);
+                rt_fmt(why, sizeof why, "did not stop for the checkpoint: waited %llu ms for it (%s)",
+                       (unsigned long long)((now - wait[late].t0) / 1000000), how);
+                return fail_stop(ck, asked[late], asked_host[late], why);
+            }
         }
     }
     uint32_t nrec = __atomic_load_n(&T.nslots, __ATOMIC_ACQUIRE);

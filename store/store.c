@@ -384,11 +384,14 @@ void lz_job_new_id(uint64_t id[2])
 
 int64_t lz_job_stop_ns(const char *dir, const struct lz_job *job)
 {
-    if (strcmp(job->state, "running") && job->stopped_ns) return job->stopped_ns;
     char lock[LZ_PATH_MAX + 32];
     struct stat st;
     snprintf(lock, sizeof lock, "%s/%s", dir, LZ_LOCKFILE);
-    return stat(lock, &st) == 0 ? (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec + 1000000000ll : INT64_MAX;
+    int64_t beat = stat(lock, &st) == 0 ? (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec : -1;
+    /* the supervisor's own record, exact, unless a process of the job (or a
+     * later supervisor of it that died) dated the lock after it */
+    if (strcmp(job->state, "running") && job->stopped_ns && beat <= job->stopped_ns) return job->stopped_ns;
+    return beat >= 0 ? beat + 1000000000ll : INT64_MAX;
 }
 
 /* The job file ends with "check=<XXH3-64 of every byte before this line>". */

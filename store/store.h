@@ -40,9 +40,12 @@ struct lz_job {
 int lz_job_read(const char *dir, struct lz_job *job);
 /* Writes DIR/job atomically (a new file renamed over it), with its checksum. */
 int lz_job_write(const char *dir, const struct lz_job *job);
-/* When the job stopped (CLOCK_REALTIME ns): what the supervisor recorded,
- * or, if it died with the job, its last heartbeat (the lock file's mtime)
- * plus a second; INT64_MAX if not known. */
+/* The last instant the job could have changed its files (CLOCK_REALTIME
+ * ns): when the supervisor recorded that it stopped; or, if it died first,
+ * the lock file's mtime -- its last heartbeat (every 250 ms), or when the
+ * last of the job's processes found it gone and ended itself
+ * (runtime/rt_watch.c), whichever is later -- plus a second for the
+ * scheduling between a change and that date; INT64_MAX if not known. */
 int64_t lz_job_stop_ns(const char *dir, const struct lz_job *job);
 /* A new, random job identity. */
 void lz_job_new_id(uint64_t id[2]);

@@ -515,7 +515,10 @@ TIERS = {
              "test_threads.py::test_raw_sigurg_block_fails_checkpoint",
              "test_pipes.py::test_killed_with_data_in_flight",
              "test_incremental.py::test_program_killed_while_checkpointing",
-             "test_store_integrity.py::test_damaged_store"],
+             "test_store_integrity.py::test_damaged_store",
+             "test_busy_machine.py::test_bash_pipelines", "test_busy_machine.py::test_make_j2",
+             "test_busy_machine.py::test_multiprocessing_pool", "test_busy_machine.py::test_main_program_killed_alone",
+             "test_busy_machine.py::test_thread_in_a_long_call_on_a_starved_cpu"],
     "integrity": ["test_store_integrity.py", "test_corrupt_image.py", "test_frame_check.py"],
 }
 

@@ -1,0 +1,292 @@
+"""Jobs killed on a busy machine (issue 16): as many CPU-bound processes as
+there are cores run beside the job (crashload.CpuLoad), and the job is
+killed at random instants in each of three orders (crashload.kill_job):
+all at once; the supervisor first and its processes 5-500 ms later, as a
+node or the OOM killer does; the processes first and the supervisor
+5-500 ms later.  `lazarus restart` after each kill, until the job finishes;
+no restart may refuse, and the job's files must be byte-identical to an
+uninterrupted run without Lazarus.
+
+Workloads (each run once without Lazarus for the reference):
+- `programs/busy_cp_cat.sh`: a shell loop of cp, `cat >>` from a streaming
+  awk, `cat a b > c` [root, user];
+- `programs/busy_perl.sh`: `perl -pi` over 200 files, renaming new files
+  over the old each round [root];
+- `programs/busy_dd.sh`: dd patching a 4 MiB image with conv=notrunc, some
+  rounds truncating it and dd'ing it back to size [root];
+- `programs/tree_pipeline.sh`: bash pipelines (awk | sort | uniq -c in the
+  background, a subshell pipeline, `>>`) [root];
+- `make -j2` of a tiny generated C project (slow) [root];
+- `programs/tree_mp_pool.py`: Python multiprocessing.Pool(2) (slow) [root].
+And the rules they rely on:
+- processes that outlive their supervisor by a second or two (a slow node;
+  `programs/busy_stream.sh`, a long pipeline appending to files): they end
+  themselves when they find it gone, and what they changed before is the
+  job's, not someone else's [root, user];
+- the main program killed alone (the OOM killer's choice): the job's other
+  processes end with it; a finished job's background process goes on
+  [root].
+
+LAZARUS_BUSY_KILLS=N kills each job N times in each order (default 1) for
+a longer random run; the instants come from LAZARUS_TEST_SEED."""
+import os
+import re
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import conftest
+import crashload
+from conftest import IS_ROOT, PROGRAMS_SRC, wait_new_checkpoint
+from test_tree_programs import assert_same_files, files_of, gen_project, own, plain_run
+
+KILLS_PER_ORDER = int(os.environ.get("LAZARUS_BUSY_KILLS", "1"))
+ORDERS = list(crashload.ORDERS) * KILLS_PER_ORDER
+PYTHON = "/usr/bin/python3"
+
+
+def need(*tools):
+    for t in tools:
+        if not shutil.which(t):
+            pytest.skip(f"{t} is not installed")
+
+
+def need_mode(mode):
+    if mode == "root" and not IS_ROOT:
+        pytest.skip("the root variant needs the test session to run as root")
+
+
+def check_output(cr, ref_out: str) -> None:
+    """Every line printed is a line of the uninterrupted run (lines after a
+    checkpoint come again after a restart), no restart started over, the
+    last line is the uninterrupted run's."""
+    info = cr.describe()
+    ref = set(ref_out.splitlines())
+    for i, s in enumerate(cr.segments):
+        for line in s[2].splitlines():
+            assert line in ref, f"segment {i} printed {line!r}, not in the uninterrupted run\n{info}"
+        if i > 0:
+            assert not re.search(r"^start ", s[2], re.M), f"segment {i} started the job over\n{info}"
+    assert cr.segments[-1][2].splitlines()[-1:] == ref_out.splitlines()[-1:], info
+
+
+def crash_against_plain_run(runner, rng, argv_for, orders=ORDERS, **kw):
+    """argv_for(DIR): the job's command line for its work directory DIR.
+    Once without Lazarus in ref/, then in work/ under `lazarus run -i 1`
+    beside a CpuLoad, killed in each of `orders` and restarted until done:
+    every file of work/ as in ref/, the output as the uninterrupted run's."""
+    ref, work = runner.mkdir("ref"), runner.mkdir("work")
+    ref_out = plain_run(argv_for(ref), runner.base)
+    assert re.search(r"^done \w+$", ref_out, re.M), ref_out[-500:]
+    with crashload.CpuLoad() as load:
+        cr = crashload.run_until_done(runner, runner.base / "store", argv_for(work), rng, orders, load=load, **kw)
+    info = cr.describe()
+    assert cr.kills == len(orders), f"the job finished after only {cr.kills} kills (make it longer)\n{info}"
+    assert_same_files(files_of(work), files_of(ref), info)
+    check_output(cr, ref_out)
+    return cr
+
+
+def script(runner, name: str) -> Path:
+    p = runner.base / name
+    shutil.copy(PROGRAMS_SRC / name, p)
+    os.chmod(p, 0o644)
+    return p
+
+
+# --------------------------------------------------------------------------
+# the workloads
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_cp_cat_loop(mode, runner, rng):
+    """A shell loop of cp and `cat >>` (a streaming awk into cat, cp over
+    existing copies, `cat a b > c`), killed in each order beside a CPU load
+    and restarted until done: files and output as uninterrupted."""
+    need_mode(mode)
+    s = script(runner, "busy_cp_cat.sh")
+    crash_against_plain_run(runner, rng, lambda d: ["bash", s, d, "16"])
+
+
+@pytest.mark.parametrize("mode", ["root"])
+def test_perl_in_place(mode, runner, rng):
+    """`perl -pi` over 200 files each round (a new file renamed over each
+    one), killed in each order beside a CPU load: files as uninterrupted."""
+    need_mode(mode)
+    need("perl")
+    s = script(runner, "busy_perl.sh")
+    crash_against_plain_run(runner, rng, lambda d: ["bash", s, d, "200", "30"])
+
+
+@pytest.mark.parametrize("mode", ["root"])
+def test_dd_patching(mode, runner, rng):
+    """dd patching a 4 MiB image in place (conv=notrunc, a dd fed by a
+    streaming awk), every 8th round truncating it and dd'ing it back to
+    size, killed in each order beside a CPU load: the image as
+    uninterrupted."""
+    need_mode(mode)
+    s = script(runner, "busy_dd.sh")
+    crash_against_plain_run(runner, rng, lambda d: ["bash", s, d, "36"])
+
+
+@pytest.mark.parametrize("mode", ["root"])
+def test_bash_pipelines(mode, runner, rng):
+    """bash pipelines (awk | sort | uniq -c > out.N in the background, a
+    subshell's awk | sort -n | md5sum, `>> log`), killed in each order
+    beside a CPU load: files and output as uninterrupted."""
+    need_mode(mode)
+    s = script(runner, "tree_pipeline.sh")
+    crash_against_plain_run(runner, rng, lambda d: ["bash", s, d, "40", "150000"])
+
+
+@pytest.mark.parametrize("mode", ["root"])
+def test_make_j2(mode, runner, rng):
+    """`make -j2` of a tiny generated C project (gcc -O2), killed in each
+    order beside a CPU load: objects, binary and result as an uninterrupted
+    build in the same directory."""
+    need_mode(mode)
+    need("make", "gcc")
+    proj = runner.mkdir("proj")
+    gen_project(proj, 8, 40)
+    own(runner, proj)
+    sources = {p.name for p in proj.iterdir()}
+    plain_run(["make", "-j2", "-C", proj], runner.base)
+    ref = files_of(proj)
+    for p in proj.iterdir():
+        if p.name not in sources:
+            p.unlink()
+    with crashload.CpuLoad() as load:
+        cr = crashload.run_until_done(runner, runner.base / "store", ["make", "-j2", "-C", proj], rng, ORDERS,
+                                      load=load)
+    assert cr.kills == len(ORDERS), f"the build finished after only {cr.kills} kills\n{cr.describe()}"
+    assert_same_files(files_of(proj), ref, cr.describe())
+
+
+@pytest.mark.parametrize("mode", ["root"])
+def test_multiprocessing_pool(mode, runner, rng):
+    """Python multiprocessing.Pool(2) (forked workers, POSIX semaphores)
+    writing task files, killed in each order beside a CPU load: files and
+    output as uninterrupted."""
+    need_mode(mode)
+    if not os.access(PYTHON, os.X_OK):
+        pytest.skip(f"{PYTHON} is not installed")
+    s = script(runner, "tree_mp_pool.py")
+    crash_against_plain_run(runner, rng, lambda d: [PYTHON, s, d, "18", "25000"])
+
+
+# --------------------------------------------------------------------------
+# the rules
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_processes_outlive_supervisor(mode, runner, rng):
+    """`programs/busy_stream.sh` (a long awk | tee -a | cat >> pipeline in
+    each round): the supervisor SIGKILLed, its processes left running 1-2 s
+    longer, twice: they end themselves as soon as they find it gone (none
+    is left when the second half of the kill comes), the restart takes what
+    they changed before for the job's own (no refusal), and the files end
+    as uninterrupted."""
+    need_mode(mode)
+    s = script(runner, "busy_stream.sh")
+    cr = crash_against_plain_run(runner, rng, lambda d: ["bash", s, d, "6", "15000"], orders=["sup-first"] * 2,
+                                 later=(1.0, 2.0))
+    for seg in cr.segments:
+        if seg[5]:
+            assert not seg[5]["alive_after_sup"], (
+                f"processes of the job still ran {seg[5]['later']:.1f} s after their supervisor died: "
+                f"{seg[5]['alive_after_sup']}\n{cr.describe()}")
+
+
+@pytest.mark.parametrize("mode", ["root"])
+def test_main_program_killed_alone(mode, runner, rng):
+    """Only the main program SIGKILLed (the OOM killer's choice) while its
+    children write: the supervisor ends the job's other processes (none is
+    left once it has exited), the restart refuses nothing, and the files end
+    as uninterrupted.  A job that finished, though, leaves a background
+    process of it running."""
+    need_mode(mode)
+    s = script(runner, "busy_cp_cat.sh")
+    ref, work = runner.mkdir("ref"), runner.mkdir("work")
+    ref_out = plain_run(["bash", s, ref, "12"], runner.base)
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "1", "--", "bash", s, work, "12")
+    with crashload.CpuLoad() as load:
+        for kind in ("run", "restart"):
+            assert wait_new_checkpoint(runner, store, -1 if kind == "run" else max(runner.indexes(store)), proc)
+            time.sleep(rng.uniform(0.2, 0.8))
+            main = conftest.find_program(proc.pid, "bash")  # the topmost bash: the program
+            assert main, f"no main program under the supervisor\n{proc.stderr}"
+            os.kill(main, signal.SIGKILL)
+            rc = proc.wait(timeout=60)
+            assert rc == 137, f"{kind}: exit {rc}\n{proc.stderr}"
+            left = crashload._orphans(set(load.pids))
+            crashload._stop_and_kill(left)
+            assert not left, f"{kind}: processes of the job outlived it: {left}"
+            proc = runner.start_lz("restart", "-d", store)
+        rc = proc.wait(timeout=300)
+    assert rc == 0 and "cannot restart" not in proc.stderr, proc.stderr
+    assert_same_files(files_of(work), files_of(ref), proc.stderr)
+    assert proc.stdout.splitlines()[-1:] == ref_out.splitlines()[-1:]
+    # a finished job: its background process is not the job's any more
+    bg = runner.base / "bg"
+    r = runner.lz("run", "-d", runner.base / "store2", "-i", "1", "--", "bash", "-c",
+                  f"(sleep 2; echo late > {bg}) & echo started", timeout=60)
+    assert r.rc == 0, str(r)
+    deadline = time.monotonic() + 20
+    while not bg.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert bg.exists() and bg.read_text() == "late\n", "the finished job's background process did not go on"
+
+
+# --------------------------------------------------------------------------
+# timeouts that adapt to load
+# --------------------------------------------------------------------------
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")  # cgroup v1: a thread can be moved alone (its TID into `tasks`)
+
+
+@pytest.mark.parametrize("mode", ["root"])
+def test_thread_in_a_long_call_on_a_starved_cpu(mode, runner, rng):
+    """`programs/slow_call.c`: a thread moved into a cgroup allowed 1 ms of
+    CPU per second sits 20-45 s in one pread() of 32 MiB (runnable, making
+    progress, as on an overloaded node) when `lazarus checkpoint` asks: the
+    checkpoint waits for it past the 10 s an idle machine gets (it used to
+    fail then) and succeeds; the program killed and restarted from it ends
+    as an uninterrupted run.  (A thread that blocks SIGURG still fails
+    after 10 s: test_threads.py.)"""
+    need_mode(mode)
+    if not (CPU_CGROUP / "cpu.cfs_quota_us").exists():
+        pytest.skip("no cgroup v1 cpu controller to starve a thread with")
+    prog = conftest._compile("slow_call", runner.base, ["-pthread"])
+    data = runner.base / "data"
+    data.write_bytes(rng.randbytes(32 << 20))
+    os.chmod(data, 0o644)
+    ref = plain_run([prog, "-", data, "1"], runner.base).splitlines()
+    cg = CPU_CGROUP / f"lazarus-test-{os.getpid()}"
+    cg.mkdir()
+    proc = None
+    try:
+        (cg / "cpu.cfs_period_us").write_text("1000000")
+        (cg / "cpu.cfs_quota_us").write_text("1000")
+        store = runner.base / "store"
+        proc = runner.start_lz("run", "-d", store, "-i", "0", "--", prog, cg / "tasks", data, "1")
+        proc.wait_for_output(r"^ready$", 60)
+        t0 = time.monotonic()
+        r = runner.lz("checkpoint", "-d", store, timeout=150)
+        dt = time.monotonic() - t0
+        assert r.rc == 0, f"the checkpoint failed after {dt:.1f} s\n{r}"
+        assert dt > 10, f"the read took only {dt:.1f} s: nothing waited past the idle machine's 10 s"
+        print(f"checkpoint after {dt:.1f} s")
+        conftest.kill_program(proc, "slow_call")
+        r = runner.lz("restart", "-d", store, timeout=120)
+        assert r.rc == 0, str(r)
+        assert r.stdout.splitlines() == ref[ref.index("ready") + 1:], f"{r}\n--- want\n{ref}"
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        for _ in range(100):
+            try:
+                cg.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
