@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import PROGRAMS_SRC, _compile, ckpt_path, kill_program, tmp_entries
+from conftest import PROGRAMS_SRC, _compile, ckpt_path, kill_program, kill_tree, tmp_entries, wait_gone
 
 DOWN = 3.0  # seconds the job stays killed: longer than the relative timer has left
 
@@ -194,3 +194,58 @@ def test_refused_clearly(kind, runner):
     runner.checkpoint(store)
     runner.touch(f2)
     assert proc.wait(timeout=60) == 0, proc.stderr
+
+
+TREE = """
+import os, select, sys, time
+def own(tag):
+    e = os.eventfd(0, os.EFD_NONBLOCK)
+    os.eventfd_write(e, tag)
+    ep = select.epoll()
+    ep.register(e, select.EPOLLIN)
+    return e, ep
+def check(e, ep, tag, who):
+    got = ep.poll(1)
+    if got != [(e, select.EPOLLIN)] or os.eventfd_read(e) != tag:
+        print("FAIL", who, got, flush=True)
+        os._exit(1)
+    print("ok", who, flush=True)
+pid = os.fork()
+if pid == 0:
+    e, ep = own(7)
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.02)
+    check(e, ep, 7, "child")
+    os._exit(0)
+e, ep = own(5)
+time.sleep(0.5)
+print("ready", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+check(e, ep, 5, "parent")
+_, st = os.waitpid(pid, 0)
+sys.exit(0 if st == 0 else 1)
+"""
+
+
+def test_tree_each_with_its_own(runner):
+    """A parent and its forked child, each with its own eventfd and epoll:
+    the job is checkpointed whole, killed whole, restarted, and each finds its
+    counter and its epoll's report."""
+    script = runner.base / "prog.py"
+    script.write_text(TREE)
+    os.chmod(script, 0o644)
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", script, trig)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    res = runner.lz("checkpoint", "-d", store)
+    assert res.rc == 0 and "2 processes" in res.stderr, str(res)
+    pids = kill_tree(proc.pid)
+    proc.wait(timeout=30)
+    wait_gone(pids)
+    proc = runner.start_lz("restart", "-d", store)
+    time.sleep(0.3)
+    runner.touch(trig)
+    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
+    assert sorted(proc.stdout.split("\n")[:-1]) == ["ok child", "ok parent"], proc.stdout
