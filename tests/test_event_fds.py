@@ -61,12 +61,14 @@ def _cycles(runner, argv, comm, cycles=2):
 def test_event_loop_restarts(runner, progs):
     """The C loop: both checks pass after each restart; the 3 s relative
     timer still had time left (the downtime was not counted) and the
-    absolute realtime timer counted the expirations of the downtime."""
+    absolute realtime timer counted the expirations of the downtime, the
+    one-shot absolute one due during the downtime fired once."""
     out = _cycles(runner, [progs["event_loop"], "2"], "event_loop")
     lefts = [float(x) for x in re.findall(r"^t1 left ([\d.]+)$", out, re.M)]
     assert len(lefts) == 2 and all(x > 0.5 for x in lefts), out
     ticks = [int(x) for x in re.findall(r"^t2 ticks (\d+)$", out, re.M)]
     assert ticks and ticks[0] >= 2, out
+    assert out.count("t4 fired") == 1, out
 
 
 def test_asyncio_loop_restarts(runner, progs):
@@ -86,23 +88,25 @@ def _checkpointed(runner, progs):
 def test_manifest_holds_the_state(runner, progs):
     """The manifest's event records are what the program made: the counter
     above 32 bits, the semaphore flag, the signal mask, the clocks and the
-    absolute flag, the unread tick, five watches with their data."""
+    absolute flag, the unread tick, five watches with their data and an
+    epoll watching the epoll."""
     store, proc, idx = _checkpointed(runner, progs)
     kill_program(proc, "event_loop")
     m = lzformat.Manifest.load(ckpt_path(store, idx) / "manifest")
     ev = m.events
     kinds = [e.kind for e in ev]
-    assert kinds.count(lzformat.EV_EVENTFD) == 2 and kinds.count(lzformat.EV_TIMERFD) == 3, ev
+    assert kinds.count(lzformat.EV_EVENTFD) == 2 and kinds.count(lzformat.EV_TIMERFD) == 4, ev
     efd = sorted((e for e in ev if e.kind == lzformat.EV_EVENTFD), key=lambda e: e.fd)
     assert (efd[0].count, efd[0].flags) == (123456789012, 0) and (efd[1].count, efd[1].flags) == (3, 1), efd
     sig = [e for e in ev if e.kind == lzformat.EV_SIGNALFD]
     assert len(sig) == 1 and sig[0].mask == (1 << 9) | (1 << 11), sig  # SIGUSR1 10, SIGUSR2 12
     tfd = sorted((e for e in ev if e.kind == lzformat.EV_TIMERFD), key=lambda e: e.fd)
-    assert [t.clockid for t in tfd] == [1, 0, 1] and tfd[1].flags & 1 and tfd[1].interval_ns == 10**9, tfd
-    assert tfd[2].count == 1 and tfd[2].value_ns == 0, tfd
+    assert [t.clockid for t in tfd] == [1, 0, 0, 1] and tfd[1].flags & 1 and tfd[1].interval_ns == 10**9, tfd
+    assert tfd[2].flags & 1 and tfd[2].interval_ns == 0 and tfd[2].value_ns > 10**18, tfd  # absolute, realtime
+    assert tfd[3].count == 1 and tfd[3].value_ns == 0, tfd
     assert 0 < tfd[0].value_ns <= 3 * 10**9, tfd
     watches = {e.data for e in ev if e.kind == lzformat.EV_WATCH}
-    assert watches == {0xA1, 0xB2, 0x51, 0x71, 0x50C}, ev
+    assert watches == {0xA1, 0xB2, 0x51, 0x71, 0x50C, 0xE2}, ev
     fds = {f.fd: f for f in m.fds}
     assert all(fds[e.fd].kind == lzformat.FD_EVENT for e in ev), m.fds
 

@@ -25,10 +25,12 @@
 #include <unistd.h>
 
 #define BIG 123456789012ull
-enum { D_A = 0xA1, D_B = 0xB2, D_SIG = 0x51, D_T1 = 0x71, D_SOCK = 0x50C };
+enum { D_A = 0xA1, D_B = 0xB2, D_SIG = 0x51, D_T1 = 0x71, D_SOCK = 0x50C, D_EP = 0xE2 };
 
-static int efa, efb, sfd, t1, t2, t3, ep, sp[2];
+static int efa, efb, sfd, t1, t2, t3, t4, ep, ep2, sp[2];
 static int64_t t2_start; /* CLOCK_REALTIME ns of t2's first expiry */
+static int64_t t4_at;    /* CLOCK_REALTIME ns of t4's only expiry */
+static int t4_seen;
 static uint64_t t2_read; /* its expirations read so far */
 
 #define FAIL(...) do { printf("FAIL " __VA_ARGS__); printf("\n"); fflush(stdout); exit(1); } while (0)
@@ -81,6 +83,10 @@ static void setup(void)
     t2_start = (now(CLOCK_REALTIME) / 1000000000ll + 2) * 1000000000ll;
     struct itimerspec its = {{1, 0}, {t2_start / 1000000000ll, 0}};
     if (timerfd_settime(t2, TFD_TIMER_ABSTIME, &its, NULL) < 0) FAIL("settime t2: %s", strerror(errno));
+    t4 = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK);
+    t4_at = t2_start + 500000000ll;
+    struct itimerspec once = {{0, 0}, {t4_at / 1000000000ll, t4_at % 1000000000ll}};
+    if (timerfd_settime(t4, TFD_TIMER_ABSTIME, &once, NULL) < 0) FAIL("settime t4: %s", strerror(errno));
     t3 = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
     arm_rel(t3, 0.01);
     socketpair(AF_UNIX, SOCK_STREAM, 0, sp);
@@ -92,6 +98,9 @@ static void setup(void)
         struct epoll_event e = {.events = w[i].ev, .data.u64 = w[i].data};
         if (epoll_ctl(ep, EPOLL_CTL_ADD, w[i].fd, &e) < 0) FAIL("epoll_ctl: %s", strerror(errno));
     }
+    ep2 = epoll_create1(0); /* an epoll watching the epoll */
+    struct epoll_event e2 = {.events = EPOLLIN, .data.u64 = D_EP};
+    if (epoll_ctl(ep2, EPOLL_CTL_ADD, ep, &e2) < 0) FAIL("epoll_ctl ep2: %s", strerror(errno));
     while (!readable(t3)) usleep(1000); /* expired, left unread */
 }
 
@@ -124,6 +133,9 @@ static void check(int cycle)
     printf("t1 left %.3f\n", left);
     unsigned set = ready_set(0);
     if (set != (1 | 2 | 16)) FAIL("epoll ready set %#x, want 0x13", set);
+    struct epoll_event outer[4];
+    int no = epoll_wait(ep2, outer, 4, 0);
+    if (no != 1 || outer[0].data.u64 != D_EP) FAIL("the outer epoll reported %d events", no);
     uint64_t a = rd64(efa);
     if (a != BIG) FAIL("eventfd count %llu", (unsigned long long)a);
     int fl = fcntl(efb, F_GETFL);
@@ -143,6 +155,16 @@ static void check(int cycle)
     if ((int64_t)t2_read < lo - 1 || (int64_t)t2_read > hi) FAIL("t2 counted %llu expirations, want %lld..%lld",
                                                                 (unsigned long long)t2_read, (long long)lo, (long long)hi);
     printf("t2 ticks %llu\n", (unsigned long long)t2_read);
+    /* t4, one-shot at an absolute time: fires once, even if that was while the job was down */
+    int64_t n2 = now(CLOCK_REALTIME);
+    int r4 = readable(t4);
+    if (!t4_seen && n2 >= t4_at + 50000000ll) {
+        if (!r4 || rd64(t4) != 1) FAIL("t4 did not fire once");
+        t4_seen = 1;
+        printf("t4 fired\n");
+    } else if ((t4_seen || n2 < t4_at - 50000000ll) && r4) {
+        FAIL("t4 fired %s", t4_seen ? "twice" : "early");
+    }
     /* a signal sent now reaches the signalfd */
     kill(getpid(), SIGUSR2);
     set = ready_set(1000);
