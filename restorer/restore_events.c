@@ -117,8 +117,11 @@ void restore_events_finish(const struct lz_image *img)
         const struct lz_event *e = &img->events[i];
         if (e->kind != LZ_EV_WATCH) continue;
         struct epoll_event ev = {.events = (uint32_t)e->mask, .data.u64 = e->data};
-        if (epoll_ctl(e->fd, EPOLL_CTL_ADD, e->target, &ev) < 0)
-            restore_fail("cannot make epoll descriptor %d watch descriptor %d again: %s", e->fd, e->target, strerror(errno));
+        if (epoll_ctl(e->fd, EPOLL_CTL_ADD, e->target, &ev) == 0) continue;
+        if (errno == EPERM) /* the restarter's file in its place (a regular file, /dev/null) */
+            restore_fail("epoll descriptor %d watched descriptor %d, which is now a file epoll cannot watch: restart "
+                         "with a terminal, pipe or socket there", e->fd, e->target);
+        restore_fail("cannot make epoll descriptor %d watch descriptor %d again: %s", e->fd, e->target, strerror(errno));
     }
     for (size_t i = 0; i < img->nevents; i++)
         if (img->events[i].kind == LZ_EV_TIMERFD) arm_timer(&img->events[i]);

@@ -3,9 +3,10 @@
  * (non-blocking) with 3, a signalfd for SIGUSR1/SIGUSR2, a relative
  * CLOCK_MONOTONIC timer (3 s, must keep its time left over a restart), an
  * absolute periodic CLOCK_REALTIME timer (every expiry since its start is
- * counted, downtime included), a one-shot timer that expired unread (its
- * tick kept), and an epoll watching them and one end of a socket pair, each
- * with its own data.  argv: CYCLES FILE_PREFIX; before check N it prints
+ * counted, downtime included), an absolute one-shot CLOCK_REALTIME timer
+ * (fires once, also when due while the job was down), a one-shot timer that
+ * expired unread (its tick kept), an epoll watching them and one end of a
+ * socket pair, each with its own data, and an epoll watching that epoll.  argv: CYCLES FILE_PREFIX; before check N it prints
  * "ready N" and waits for FILE_PREFIX.N.  Prints FAIL and exits 1 on a
  * mismatch, "done" at the end. */
 #include <errno.h>
