@@ -88,11 +88,12 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *f, char *buf, siz
     e->fd = f->fd;
     uint64_t v = 0;
     int bad = 0;
-    if (strstr(buf, "eventfd-count:")) {
+    const char *name = ck->strings.buf + f->path; /* anon_inode:[eventfd]... (rt_fds.c) */
+    if (!strcmp(name, "anon_inode:[eventfd]")) {
         e->kind = LZ_EV_EVENTFD;
         bad = field(buf, "eventfd-count:", 16, &e->count) < 0;
         if (field(buf, "eventfd-semaphore:", 10, &v) == 0 && v) e->flags |= LZ_EVF_SEMAPHORE;
-    } else if (strstr(buf, "clockid:")) {
+    } else if (!strcmp(name, "anon_inode:[timerfd]")) {
         e->kind = LZ_EV_TIMERFD;
         /* A periodic timer that expired is restarted only when next read or
          * queried: a query counts its overruns into the ticks and re-arms it
@@ -113,11 +114,11 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *f, char *buf, siz
         if (!bad && left > 0 && (e->flags & 1 /* TFD_TIMER_ABSTIME */))
             left += (int64_t)rt_now_ns(e->clockid);
         e->value_ns = left;
-    } else if (strstr(buf, "sigmask:")) {
+    } else if (!strcmp(name, "anon_inode:[signalfd]")) {
         e->kind = LZ_EV_SIGNALFD;
         bad = field(buf, "sigmask:", 16, &e->mask) < 0;
     } else {
-        /* an epoll descriptor: its fdinfo is the generic lines and its watches */
+        /* anon_inode:[eventpoll]: its fdinfo is the generic lines and its watches */
         e->kind = LZ_EV_EPOLL;
         ck->nevents++;
         return capture_watches(ck, f, buf, cap);
