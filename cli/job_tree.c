@@ -24,6 +24,20 @@ static int same_description(const struct fdent *a, const struct fdent *b)
     return syscall(SYS_kcmp, a->pid, b->pid, KCMP_FILE, a->fd, b->fd) == 0;
 }
 
+/* /proc/PID/fd/N names an eventfd, timerfd, signalfd or epoll (runtime/rt_events.c). */
+static int is_event_object(const char *fp)
+{
+    static const char *const names[] = {"anon_inode:[eventfd]", "anon_inode:[timerfd]", "anon_inode:[signalfd]",
+                                        "anon_inode:[eventpoll]"};
+    char link[64];
+    ssize_t n = readlink(fp, link, sizeof link - 1);
+    if (n <= 0) return 0;
+    link[n] = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(link, names[i])) return 1;
+    return 0;
+}
+
 static int fdent_cmp(const void *a, const void *b)
 {
     const struct fdent *x = a, *y = b;
@@ -49,10 +63,11 @@ static int find_shared(struct sv_state *st, struct lz_tree *t, char *why, size_t
             char fp[96];
             struct stat sb;
             snprintf(fp, sizeof fp, "/proc/%d/fd/%d", p->pid, fd);
-            /* anonymous inodes (no file type: eventfd, timerfd, signalfd, epoll) are
-             * restored per process: one shared between processes is refused below */
-            if (stat(fp, &sb) < 0 ||
-                !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode) || (sb.st_mode & S_IFMT) == 0))
+            /* eventfd, timerfd, signalfd and epoll objects (anonymous inodes, no file
+             * type) are restored per process: one shared between processes is refused below */
+            if (stat(fp, &sb) < 0) continue;
+            if ((sb.st_mode & S_IFMT) == 0 && !is_event_object(fp)) continue;
+            if (!(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode) || (sb.st_mode & S_IFMT) == 0))
                 continue;
             if (n == cap) {
                 cap = cap ? cap * 2 : 64;
