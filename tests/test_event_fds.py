@@ -31,25 +31,33 @@ def progs(programs):
     return {"event_loop": _compile("event_loop", programs.dir), "py_asyncio_loop": py}
 
 
-def _cycles(runner, argv, comm, cycles=2):
+def _cycles(runner, argv, comm, cycles=2, up=None):
     """Run argv (which prints `ready N` and waits for base/trig.N), and for
     each cycle: checkpoint a second after `ready N`, SIGKILL, stay down DOWN
-    seconds, restart, touch the trigger.  Returns all the output."""
+    seconds, restart, touch the trigger.  Returns all the output; `up`, if
+    given, gets per cycle the seconds from `ready N` to the first line the
+    check prints, the downtime taken off."""
     store = runner.base / "store"
     trig = runner.base / "trig"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv, trig)
     out = ""
     for c in range(1, cycles + 1):
         proc.wait_for_output(rf"^ready {c}$", timeout=60)
+        t_ready = time.monotonic()
         time.sleep(1.0)
         runner.checkpoint(store)
         kill_program(proc, comm)
         out += proc.stdout
         assert "FAIL" not in proc.stdout, out + proc.stderr
+        t_down = time.monotonic()
         time.sleep(DOWN)
         proc = runner.start_lz("restart", "-d", store)
+        t_up = time.monotonic()
         time.sleep(0.3)
         runner.touch(Path(f"{trig}.{c}"))
+        if up is not None:
+            proc.wait_for_output(r"^t5 ticks", timeout=60)
+            up.append(time.monotonic() - t_ready - (t_up - t_down))
         proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
         assert "FAIL" not in proc.stdout, out + proc.stdout + proc.stderr
     assert proc.wait(timeout=60) == 0, out + proc.stdout + proc.stderr
@@ -62,8 +70,13 @@ def test_event_loop_restarts(runner, progs):
     """The C loop: both checks pass after each restart; the 3 s relative
     timer still had time left (the downtime was not counted) and the
     absolute realtime timer counted the expirations of the downtime, the
-    one-shot absolute one due during the downtime fired once."""
-    out = _cycles(runner, [progs["event_loop"], "2"], "event_loop")
+    one-shot absolute one due during the downtime fired once, a relative
+    periodic one never read counted the time up, not the downtime."""
+    up = []
+    out = _cycles(runner, [progs["event_loop"], "2"], "event_loop", up=up)
+    # the 0.2 s periodic timer counted the time the job was up, not the downtime
+    t5 = [int(x) for x in re.findall(r"^t5 ticks (\d+)$", out, re.M)]
+    assert len(t5) == 2 and all(1 <= n <= u / 0.2 + 3 for n, u in zip(t5, up)), (t5, up, out)
     lefts = [float(x) for x in re.findall(r"^t1 left ([\d.]+)$", out, re.M)]
     assert len(lefts) == 2 and all(x > 0.5 for x in lefts), out
     ticks = [int(x) for x in re.findall(r"^t2 ticks (\d+)$", out, re.M)]
@@ -95,15 +108,16 @@ def test_manifest_holds_the_state(runner, progs):
     m = lzformat.Manifest.load(ckpt_path(store, idx) / "manifest")
     ev = m.events
     kinds = [e.kind for e in ev]
-    assert kinds.count(lzformat.EV_EVENTFD) == 2 and kinds.count(lzformat.EV_TIMERFD) == 4, ev
+    assert kinds.count(lzformat.EV_EVENTFD) == 2 and kinds.count(lzformat.EV_TIMERFD) == 5, ev
     efd = sorted((e for e in ev if e.kind == lzformat.EV_EVENTFD), key=lambda e: e.fd)
     assert (efd[0].count, efd[0].flags) == (123456789012, 0) and (efd[1].count, efd[1].flags) == (3, 1), efd
     sig = [e for e in ev if e.kind == lzformat.EV_SIGNALFD]
     assert len(sig) == 1 and sig[0].mask == (1 << 9) | (1 << 11), sig  # SIGUSR1 10, SIGUSR2 12
     tfd = sorted((e for e in ev if e.kind == lzformat.EV_TIMERFD), key=lambda e: e.fd)
-    assert [t.clockid for t in tfd] == [1, 0, 0, 1] and tfd[1].flags & 1 and tfd[1].interval_ns == 10**9, tfd
+    assert [t.clockid for t in tfd] == [1, 0, 0, 1, 1] and tfd[1].flags & 1 and tfd[1].interval_ns == 10**9, tfd
     assert tfd[2].flags & 1 and tfd[2].interval_ns == 0 and tfd[2].value_ns > 10**18, tfd  # absolute, realtime
     assert tfd[3].count == 1 and tfd[3].value_ns == 0, tfd
+    assert tfd[4].interval_ns == 2 * 10**8 and 0 < tfd[4].value_ns <= 2 * 10**8, tfd
     assert 0 < tfd[0].value_ns <= 3 * 10**9, tfd
     watches = {e.data for e in ev if e.kind == lzformat.EV_WATCH}
     assert watches == {0xA1, 0xB2, 0x51, 0x71, 0x50C, 0xE2}, ev

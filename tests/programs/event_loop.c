@@ -4,7 +4,8 @@
  * CLOCK_MONOTONIC timer (3 s, must keep its time left over a restart), an
  * absolute periodic CLOCK_REALTIME timer (every expiry since its start is
  * counted, downtime included), an absolute one-shot CLOCK_REALTIME timer
- * (fires once, also when due while the job was down), a one-shot timer that
+ * (fires once, also when due while the job was down), a relative periodic
+ * CLOCK_MONOTONIC timer never read (its expirations counted), a one-shot timer that
  * expired unread (its tick kept), an epoll watching them and one end of a
  * socket pair, each with its own data, and an epoll watching that epoll.  argv: CYCLES FILE_PREFIX; before check N it prints
  * "ready N" and waits for FILE_PREFIX.N.  Prints FAIL and exits 1 on a
@@ -28,7 +29,7 @@
 #define BIG 123456789012ull
 enum { D_A = 0xA1, D_B = 0xB2, D_SIG = 0x51, D_T1 = 0x71, D_SOCK = 0x50C, D_EP = 0xE2 };
 
-static int efa, efb, sfd, t1, t2, t3, t4, ep, ep2, sp[2];
+static int efa, efb, sfd, t1, t2, t3, t4, t5, ep, ep2, sp[2];
 static int64_t t2_start; /* CLOCK_REALTIME ns of t2's first expiry */
 static int64_t t4_at;    /* CLOCK_REALTIME ns of t4's only expiry */
 static int t4_seen;
@@ -43,10 +44,16 @@ static int64_t now(int clock)
     return ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
+static void arm_every(int t, double sec, double every)
+{
+    struct itimerspec its = {{(time_t)every, (long)((every - (time_t)every) * 1e9)},
+                             {(time_t)sec, (long)((sec - (time_t)sec) * 1e9)}};
+    if (timerfd_settime(t, 0, &its, NULL) < 0) FAIL("settime: %s", strerror(errno));
+}
+
 static void arm_rel(int t, double sec)
 {
-    struct itimerspec its = {{0, 0}, {(time_t)sec, (long)((sec - (time_t)sec) * 1e9)}};
-    if (timerfd_settime(t, 0, &its, NULL) < 0) FAIL("settime: %s", strerror(errno));
+    arm_every(t, sec, 0);
 }
 
 static int readable(int fd)
@@ -90,6 +97,8 @@ static void setup(void)
     if (timerfd_settime(t4, TFD_TIMER_ABSTIME, &once, NULL) < 0) FAIL("settime t4: %s", strerror(errno));
     t3 = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
     arm_rel(t3, 0.01);
+    t5 = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
+    arm_every(t5, 0.2, 0.2);
     socketpair(AF_UNIX, SOCK_STREAM, 0, sp);
     if (write(sp[1], "x", 1) != 1) FAIL("socket write");
     ep = epoll_create1(0);
@@ -126,6 +135,11 @@ static unsigned ready_set(int timeout_ms)
 
 static void check(int cycle)
 {
+    /* t5, every 0.2 s and never read: its expirations so far (the test
+     * compares them with the time the job was up), then it goes on */
+    uint64_t n5 = readable(t5) ? rd64(t5) : 0;
+    printf("t5 ticks %llu\n", (unsigned long long)n5);
+    if (n5 == 0) FAIL("t5 never fired");
     /* the timer of 3 s has time left: the downtime was not counted */
     struct itimerspec its;
     timerfd_gettime(t1, &its);
@@ -179,12 +193,14 @@ static void check(int cycle)
     double took = (now(CLOCK_MONOTONIC) - t) / 1e9;
     if (took > left + 0.5) FAIL("t1 fired after %.3f s, had %.3f left", took, left);
     if (rd64(t1) != 1) FAIL("t1 ticks");
+    if (!readable(t5)) FAIL("t5 stopped");
     printf("check %d ok\n", cycle);
     /* the same state again for the next cycle */
     wr64(efa, BIG);
     wr64(efb, 3);
     arm_rel(t1, 3.0);
     arm_rel(t3, 0.01);
+    arm_every(t5, 0.2, 0.2);
     while (!readable(t3)) usleep(1000);
 }
 
