@@ -17,11 +17,25 @@
 /* Open file descriptions two processes share (a log both append to, the
  * file a shell redirected for its children): kcmp tells, among descriptors of
  * the same file in different processes, which are one description. */
-struct fdent { pid_t pid; int inner, fd; uint64_t dev, ino; int group; };
+struct fdent { pid_t pid; int inner, fd; uint64_t dev, ino; int group; unsigned mode; };
 
 static int same_description(const struct fdent *a, const struct fdent *b)
 {
     return syscall(SYS_kcmp, a->pid, b->pid, KCMP_FILE, a->fd, b->fd) == 0;
+}
+
+/* /proc/PID/fd/N names an eventfd, timerfd, signalfd or epoll (runtime/rt_events.c). */
+static int is_event_object(const char *fp)
+{
+    static const char *const names[] = {"anon_inode:[eventfd]", "anon_inode:[timerfd]", "anon_inode:[signalfd]",
+                                        "anon_inode:[eventpoll]"};
+    char link[64];
+    ssize_t n = readlink(fp, link, sizeof link - 1);
+    if (n <= 0) return 0;
+    link[n] = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(link, names[i])) return 1;
+    return 0;
 }
 
 static int fdent_cmp(const void *a, const void *b)
@@ -32,7 +46,7 @@ static int fdent_cmp(const void *a, const void *b)
     return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
-static void find_shared(struct sv_state *st, struct lz_tree *t)
+static int find_shared(struct sv_state *st, struct lz_tree *t, char *why, size_t whylen)
 {
     struct fdent *v = NULL;
     size_t n = 0, cap = 0;
@@ -49,14 +63,19 @@ static void find_shared(struct sv_state *st, struct lz_tree *t)
             char fp[96];
             struct stat sb;
             snprintf(fp, sizeof fp, "/proc/%d/fd/%d", p->pid, fd);
-            if (stat(fp, &sb) < 0 || !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode))) continue;
+            /* eventfd, timerfd, signalfd and epoll objects (anonymous inodes, no file
+             * type) are restored per process: one shared between processes is refused below */
+            if (stat(fp, &sb) < 0) continue;
+            if ((sb.st_mode & S_IFMT) == 0 && !is_event_object(fp)) continue;
+            if (!(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode) || (sb.st_mode & S_IFMT) == 0))
+                continue;
             if (n == cap) {
                 cap = cap ? cap * 2 : 64;
                 struct fdent *nv = realloc(v, cap * sizeof *nv);
                 if (!nv) break;
                 v = nv;
             }
-            v[n++] = (struct fdent){p->pid, p->inner, fd, sb.st_dev, sb.st_ino, -1};
+            v[n++] = (struct fdent){p->pid, p->inner, fd, sb.st_dev, sb.st_ino, -1, sb.st_mode};
         }
         if (d) closedir(d);
     }
@@ -81,6 +100,15 @@ static void find_shared(struct sv_state *st, struct lz_tree *t)
         }
         a = b;
     }
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < n && v[i].group >= 0 && (v[i].mode & S_IFMT) == 0; k++)
+            if (v[k].group == v[i].group && v[k].pid != v[i].pid) {
+                snprintf(why, whylen, "descriptor %d of process %d (an eventfd, timerfd, signalfd or epoll) is shared with "
+                         "process %d of the job: such a descriptor shared between processes cannot be restored yet; "
+                         "close it in one of them", v[i].fd, v[i].inner, v[k].inner);
+                free(v);
+                return -1;
+            }
     size_t ns = 0;
     for (size_t i = 0; i < n; i++) ns += v[i].group >= 0;
     t->shared = calloc(ns ? ns : 1, sizeof *t->shared);
@@ -88,6 +116,7 @@ static void find_shared(struct sv_state *st, struct lz_tree *t)
     for (size_t i = 0; t->shared && i < n; i++)
         if (v[i].group >= 0) t->shared[t->nshared++] = (struct lz_tree_shared){v[i].group, v[i].inner, v[i].fd, 0};
     free(v);
+    return 0;
 }
 
 /* "NSpid:\t12\t3" -> 3 (the innermost namespace's number), or ours. */
@@ -184,6 +213,6 @@ int jc_build_tree(struct sv_state *st, struct lz_tree *t, char *why, size_t whyl
             if (i) snprintf(tp->dir, sizeof tp->dir, LZ_PROC_PREFIX "%d", tp->pid);
         }
     }
-    find_shared(st, t);
+    if (find_shared(st, t, why, whylen) < 0) return -1;
     return t->shared ? 0 : -1;
 }

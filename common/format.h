@@ -59,6 +59,7 @@ enum lz_section_type {
     LZ_SEC_THREADS = 9, /* struct lz_thread[], every thread, at least one */
     LZ_SEC_CHANS = 10,  /* struct lz_chan[]: pipes and local socket pairs the program made */
     LZ_SEC_GROUPS = 11, /* uint32_t[]: the supplementary groups (getgroups order), lz_proc.ngroups of them */
+    LZ_SEC_EVENTS = 12, /* struct lz_event[]: eventfd, timerfd, signalfd, epoll objects and epoll watches */
 };
 
 struct lz_header {
@@ -272,6 +273,9 @@ enum lz_fd_kind {
                        * `flags` its access mode and O_NONBLOCK */
     LZ_FD_SOCKET = 9, /* an end of an AF_UNIX socket pair the program made (both ends in the
                        * table): `ino` is this end's socket inode (its lz_chan) */
+    LZ_FD_EVENT = 10, /* an eventfd, timerfd, signalfd or epoll descriptor: made anew with the state
+                       * its lz_event (same fd) records; `flags` gives O_NONBLOCK.  (Added in
+                       * version 5 without a bump: an older build refuses it as an unknown kind.) */
 };
 
 struct lz_fd {
@@ -289,6 +293,35 @@ struct lz_fd {
                         * stdout elsewhere), at most LZ_LAUNCHER_FDS; 0: its own number */
     uint64_t xxh3;    /* GHOST: XXH3-64 of its content file, checked before it is used */
 };
+/* The state of an event-loop object (LZ_FD_EVENT), read from /proc/self/fdinfo
+ * in the pause, and each watch of an epoll descriptor.  The restorer makes
+ * every object when it places its descriptor, and once every descriptor is
+ * in place registers the watches and arms the timers (restorer/restore_events.c). */
+enum lz_event_kind {
+    LZ_EV_EVENTFD = 1,  /* count: the counter; flags: LZ_EVF_SEMAPHORE */
+    LZ_EV_TIMERFD = 2,  /* clockid; flags: the settime flags (TFD_TIMER_ABSTIME, ..._CANCEL_ON_SET);
+                         * value_ns: 0 = disarmed, else the time left (relative timer) or the
+                         * clock's absolute expiry (TFD_TIMER_ABSTIME); interval_ns; count: the
+                         * expirations not yet read */
+    LZ_EV_SIGNALFD = 3, /* mask: the signals it reads (bit n-1 = signal n) */
+    LZ_EV_EPOLL = 4,    /* the epoll object itself; its watches follow as LZ_EV_WATCH records */
+    LZ_EV_WATCH = 5,    /* fd: the epoll descriptor; target: the descriptor it watches, mask: the
+                         * events (EPOLLIN..., EPOLLET, EPOLLONESHOT...), data: epoll_data */
+};
+#define LZ_EVF_SEMAPHORE 0x1u
+struct lz_event {
+    int32_t fd;         /* its descriptor (kind LZ_FD_EVENT, not a dup) */
+    uint32_t kind;      /* enum lz_event_kind */
+    uint32_t flags;
+    int32_t clockid;    /* TIMERFD */
+    uint64_t count;
+    uint64_t mask;
+    int64_t value_ns, interval_ns;
+    int32_t target;     /* WATCH */
+    uint32_t pad;
+    uint64_t data;      /* WATCH */
+};
+
 /* The launcher's descriptors that may be regular files (0, 1, 2): a process
  * can have them at other numbers, and keeps a reference to each (lz_resume). */
 #define LZ_LAUNCHER_FDS 3
@@ -394,6 +427,7 @@ LZ_STATIC_ASSERT(sizeof(struct lz_pack) == 24, "lz_pack size");
 LZ_STATIC_ASSERT(sizeof(struct lz_fd) == 80, "lz_fd size");
 LZ_STATIC_ASSERT(sizeof(struct lz_thread) == 216, "lz_thread size");
 LZ_STATIC_ASSERT(sizeof(struct lz_chan) == 80, "lz_chan size");
+LZ_STATIC_ASSERT(sizeof(struct lz_event) == 64, "lz_event size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_header) == 48, "lz_tree_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_proc) == 72, "lz_tree_proc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_shared) == 16, "lz_tree_shared size");

@@ -2,8 +2,9 @@
  * at their offsets, the launcher's (0/1/2 terminals, pipes and files...)
  * taken from `lazarus restart`,
  * pipes and socket pairs the program made rebuilt with their data
- * (restore_pipes.c), shared descriptions re-shared with dup, the control
- * socket re-attached. */
+ * (restore_pipes.c), event-loop objects made anew with their state, epolls
+ * re-filled last (restore_events.c), shared descriptions re-shared with dup,
+ * the control socket re-attached. */
 #include "restorer.h"
 #include "hash.h"
 #include "util.h"
@@ -116,6 +117,10 @@ void restore_descriptors(struct restore_ctx *rc)
                 src = chan[i];
                 opened = 1;
                 break;
+            case LZ_FD_EVENT:
+                src = restore_event_open(img, f);
+                opened = 1;
+                break;
             case LZ_FD_DUP: src = f->dup_of; break;
             case LZ_FD_CTL: src = ctl; break;
             default: restore_fail("descriptor %d has an unknown kind in the image", f->fd);
@@ -130,6 +135,7 @@ void restore_descriptors(struct restore_ctx *rc)
         }
     free(chan);
     free(shared);
+    restore_events_finish(img); /* epoll watches and timers, now that every descriptor is in place */
     /* Close every descriptor the program did not have. */
     char *keep = calloc((size_t)base + 64, 1);
     if (!keep) restore_fail("out of memory");

@@ -47,6 +47,11 @@ void restore_descriptors(struct restore_ctx *rc);
  * descriptor record of a pipe or socket, an open file parked at >= base to
  * be moved to its number (-1 for the other records); malloc'ed. */
 int *restore_chans(struct restore_ctx *rc, int base);
+/* eventfd, timerfd, signalfd, epoll (restore_events.c): the object of
+ * LZ_FD_EVENT descriptor f, made anew (close-on-exec; the caller places it);
+ * then, with every descriptor in place, the epoll watches and the timers. */
+int restore_event_open(const struct lz_image *img, const struct lz_fd *f);
+void restore_events_finish(const struct lz_image *img);
 /* A pipe like c, holding data (freed), its ends parked at >= base in ends;
  * `what` names it in messages.  Then the process's descriptor records of
  * pipe ino take its ends r and w (closed if none does) or reopen them, each

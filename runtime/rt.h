@@ -123,6 +123,7 @@ struct rt_ckpt {
     struct lz_fd *fds; size_t nfds;
     struct lz_chan *chans; size_t nchans; /* pipes and socket pairs (rt_pipes.c) */
     char **chan_data;                /* per chan, its data in flight (chans[k].bytes) */
+    struct lz_event *events; size_t nevents; /* event-loop objects and epoll watches (rt_events.c) */
     struct rt_strings strings;
     struct rt_region_dirty *rdirty;  /* one per region */
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
@@ -166,6 +167,9 @@ int rt_capture_fds(struct rt_ckpt *ck);
  * writer stores the data beside the manifest.  0 or -1 (ck->err). */
 int rt_capture_chans(struct rt_ckpt *ck);
 int rt_store_chans(struct rt_ckpt *ck);
+/* The state of the eventfd, timerfd, signalfd and epoll descriptors (after
+ * the dups are known), from /proc/self/fdinfo.  0 or -1 (ck->err). */
+int rt_capture_events(struct rt_ckpt *ck);
 /* A new file of the checkpoint (O_EXCL, 0600), written and fsynced: 0 or -errno. */
 long rt_write_file(const char *path, const void *buf, size_t len);
 int rt_capture_regions(struct rt_ckpt *ck);

@@ -1,7 +1,8 @@
 /* The descriptor table: regular files and directories by path, identity,
  * offset and flags; the launcher's descriptors (rt_launcher.c) and 0/1/2
  * terminals are re-attached to the restarter's; a few character devices are
- * reopened; pipes and socket pairs the program made are rt_pipes.c's.  Anything else makes the checkpoint
+ * reopened; pipes and socket pairs the program made are rt_pipes.c's, eventfd, timerfd, signalfd
+ * and epoll descriptors rt_events.c's.  Anything else makes the checkpoint
  * fail with a message naming the descriptor. */
 #include "rt.h"
 #include "rt_dirty.h"
@@ -81,6 +82,15 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
     /* made by the program: known to be restorable once the dups are known (rt_pipes.c) */
     if (S_ISFIFO(st.st_mode) && !strncmp(path, "pipe:[", 6)) { out->kind = LZ_FD_PIPE; return 0; }
     if (S_ISSOCK(st.st_mode) && !strncmp(path, "socket:[", 8)) { out->kind = LZ_FD_SOCKET; return 0; }
+    /* event-loop objects: their state is rt_events.c's */
+    static const char *const events[] = {"anon_inode:[eventfd]", "anon_inode:[timerfd]", "anon_inode:[signalfd]",
+                                         "anon_inode:[eventpoll]", NULL};
+    for (int i = 0; events[i]; i++)
+        if (!strcmp(path, events[i])) {
+            out->kind = LZ_FD_EVENT;
+            out->path = strings_add(&ck->strings, path);
+            return 0;
+        }
     const char *what = deleted ? "a deleted file" : S_ISSOCK(st.st_mode) ? "a socket" : S_ISFIFO(st.st_mode) ? "a pipe"
                      : S_ISCHR(st.st_mode) ? "a character device" : "of a kind Lazarus cannot restore yet";
     rt_fmt(ck->err, sizeof ck->err, "descriptor %d (%s) is %s", fd, path, what);
@@ -125,5 +135,6 @@ int rt_capture_fds(struct rt_ckpt *ck)
                 break;
             }
         }
-    return rt_capture_chans(ck);
+    if (rt_capture_chans(ck) < 0) return -1;
+    return rt_capture_events(ck);
 }

@@ -52,6 +52,47 @@ static const struct lz_fd *find_fd(const struct lz_image *img, int32_t fd)
     return NULL;
 }
 
+/* The object record (not a watch) of descriptor fd, or NULL. */
+static const struct lz_event *find_event(const struct lz_image *img, int32_t fd)
+{
+    for (size_t i = 0; i < img->nevents; i++)
+        if (img->events[i].fd == fd && img->events[i].kind != LZ_EV_WATCH) return &img->events[i];
+    return NULL;
+}
+
+/* Event-loop objects: exactly one object record per LZ_FD_EVENT descriptor;
+ * every watch on an epoll of the table, naming a descriptor of the table once. */
+static int check_events(struct lz_image *img, char *why, size_t whylen)
+{
+    for (size_t i = 0; i < img->nevents; i++) {
+        const struct lz_event *e = &img->events[i];
+        const struct lz_fd *f = find_fd(img, e->fd);
+        int ok = f && f->kind == LZ_FD_EVENT && !e->pad;
+        switch (ok ? e->kind : 0) {
+        case LZ_EV_EVENTFD: ok = !(e->flags & ~LZ_EVF_SEMAPHORE) && e->count < UINT64_MAX; break;
+        case LZ_EV_TIMERFD:
+            ok = e->clockid >= 0 && e->clockid < 16 && !(e->flags & ~3u) && e->value_ns >= 0 && e->interval_ns >= 0;
+            break;
+        case LZ_EV_SIGNALFD: case LZ_EV_EPOLL: break;
+        case LZ_EV_WATCH: {
+            const struct lz_fd *t = find_fd(img, e->target);
+            const struct lz_event *ep = find_event(img, e->fd);
+            ok = t && t->kind != LZ_FD_CTL && ep && ep->kind == LZ_EV_EPOLL;
+            for (size_t j = 0; ok && j < i; j++)
+                ok = !(img->events[j].kind == LZ_EV_WATCH && img->events[j].fd == e->fd && img->events[j].target == e->target);
+            break;
+        }
+        default: ok = 0;
+        }
+        if (ok && e->kind != LZ_EV_WATCH) ok = find_event(img, e->fd) == e; /* one object per descriptor */
+        if (!ok) FAIL("manifest event descriptor record %zu is malformed", i);
+    }
+    for (size_t i = 0; i < img->nfds; i++)
+        if (img->fds[i].kind == LZ_FD_EVENT && !find_event(img, img->fds[i].fd))
+            FAIL("manifest descriptor %d is malformed", img->fds[i].fd);
+    return 0;
+}
+
 /* The descriptor table, and the pipes and socket pairs its descriptors
  * name: every record the restorer follows (dup_of, ino, peer) exists. */
 static int check_fds(struct lz_image *img, char *why, size_t whylen)
@@ -90,6 +131,7 @@ static int check_fds(struct lz_image *img, char *why, size_t whylen)
                 FAIL("manifest descriptor %d is malformed", f->fd);
         }
     }
+    if (check_events(img, why, whylen) < 0) return -1;
     /* a socket is one open file: exactly one descriptor opens it (others are dups) */
     for (size_t i = 0; i < img->nchans; i++) {
         const struct lz_chan *c = &img->chans[i];
@@ -214,6 +256,9 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
         case LZ_SEC_CHANS:
             if (n % sizeof(struct lz_chan)) FAIL("manifest pipe and socket list is malformed");
             img->chans = p; img->nchans = n / sizeof(struct lz_chan); break;
+        case LZ_SEC_EVENTS:
+            if (n % sizeof(struct lz_event)) FAIL("manifest event descriptor list is malformed");
+            img->events = p; img->nevents = n / sizeof(struct lz_event); break;
         case LZ_SEC_THREADS:
             if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
             img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;
