@@ -64,6 +64,8 @@ static int map_memory(void)
         trk_E.iv[i].wlen = LOG_WIN;
         trk_E.iv[i].touched = 0;
         trk_E.iv[i].mv = NULL; trk_E.iv[i].nmv = trk_E.iv[i].capmv = 0;
+        trk_E.iv[i].sm = NULL; trk_E.iv[i].sm_state = 0; trk_E.iv[i].sm_fd = -1;
+        trk_E.iv[i].pend_fd = -1;
     }
     fj.fdt = (struct fj_fdent *)(trk_engine_mem + 2 * ARENA_BYTES);
     trk_databuf = (char *)fj.fdt + (size_t)FJ_MAXFD * sizeof(struct fj_fdent);
@@ -73,6 +75,29 @@ static int map_memory(void)
 int fj_owns(uint64_t start, uint64_t end)
 {
     return trk_engine_mem && start >= (uint64_t)trk_engine_mem && end <= (uint64_t)trk_engine_mem + ENGINE_BYTES;
+}
+
+/* Runs of saved blocks at least this long are reflinked where the file
+ * system can (track_fds.c): a clone of a clean range costs 15-40 us here
+ * whatever its length, against 0.3 ms to copy 1 MiB, but a clone of a
+ * 4 KiB block costs more than its copy (and a clone of pages not yet
+ * written back waits for their writeback: bench/README.md).  Benchmarks
+ * set LAZARUS_CLONE_MIN (bytes, 0: never). */
+#define CLONE_MIN_DEFAULT FJ_DATA_MAX
+extern char **environ;
+static uint64_t clone_min_setting(void)
+{
+    static const char name[] = "LAZARUS_CLONE_MIN=";
+    for (char **e = environ; e && *e; e++) {
+        const char *s = *e;
+        size_t i = 0;
+        while (name[i] && s[i] == name[i]) i++;
+        if (name[i]) continue;
+        uint64_t x = 0;
+        for (s += i; *s >= '0' && *s <= '9'; s++) x = x * 10 + (uint64_t)(*s - '0');
+        return x;
+    }
+    return CLONE_MIN_DEFAULT;
 }
 
 int fj_setup(const char *store, int machine, const char *excludes, int main_process, const uint64_t job[2])
@@ -94,6 +119,7 @@ int fj_setup(const char *store, int machine, const char *excludes, int main_proc
         if (l && l < sizeof trk_E.excl[0]) { memcpy(trk_E.excl[trk_E.nexcl], p, l); trk_E.excl[trk_E.nexcl][l] = 0; trk_E.nexcl++; }
         p = *q ? q + 1 : q;
     }
+    trk_E.clone_min = clone_min_setting();
     if (map_memory() < 0) return -1;
     fj.gen = 1;
     return 0;
@@ -110,6 +136,9 @@ static void iv_close(struct interval *v, int trim)
     if (v->keep_fd >= 0) lz_sc1(SYS_close, v->keep_fd);
     if (v->data_fd >= 0) lz_sc1(SYS_close, v->data_fd);
     if (v->dir_fd >= 0) lz_sc1(SYS_close, v->dir_fd);
+    if (v->pend_fd >= 0) lz_sc1(SYS_close, v->pend_fd);
+    v->pend_fd = -1;
+    trk_sm_detach(v);
     for (uint32_t s = 0; s < v->ino_n; s++)
         if (v->inos[s].rfd >= 0) lz_sc1(SYS_close, v->inos[s].rfd);
     if (v->used) lz_sc3(SYS_madvise, v->arena, (v->used + 4095) & ~4095ull, MADV_DONTNEED);
@@ -177,15 +206,18 @@ static long open_interval_at(struct interval *v, long dfd, int spare, int adopt,
     v->index = index;
     v->nrec = 0;
     v->dir_fd = (int)dfd;
-    long r = lz_sc3(SYS_mkdirat, dfd, FJ_KEEP, 0700);
-    if (r < 0 && r != -EEXIST) return r;
+    long r;
+    /* files.keep/ and files.data are made when first needed (track_fds.c):
+     * most processes of a job record a few INODE and NAME records at most,
+     * and each inode made costs (ext4 looks for a free one) */
     v->keep_fd = (int)trk_own_fd(lz_sc4(SYS_openat, dfd, FJ_KEEP, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
-    if (v->keep_fd < 0) return v->keep_fd;
+    if (v->keep_fd < 0 && v->keep_fd != -ENOENT) return v->keep_fd;
     /* a spare keeps its size (cutting it would stall the program while the
      * kernel drops the pages): only what DATA records point at counts */
     int recycled = spare && adopt_spare((int)dfd);
-    v->data_fd = (int)trk_own_fd(lz_sc4(SYS_openat, dfd, FJ_DATAFILE, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
-    if (v->data_fd < 0) return v->data_fd;
+    /* read too: what a reflink put there is read back for its checksum */
+    v->data_fd = (int)trk_own_fd(lz_sc4(SYS_openat, dfd, FJ_DATAFILE, O_RDWR | O_CLOEXEC, 0));
+    if (v->data_fd < 0 && v->data_fd != -ENOENT) return v->data_fd;
     v->log_fd = (int)trk_own_fd(lz_sc4(SYS_openat, dfd, FJ_LOG, O_RDWR | O_CLOEXEC, 0));
     if (v->log_fd == -ENOENT && (r = new_log(v, dfd)) < 0) return r;
     if (v->log_fd < 0) return v->log_fd;
@@ -194,7 +226,7 @@ static long open_interval_at(struct interval *v, long dfd, int spare, int adopt,
     v->nrec = nrec_hint;
     v->log_off = trk_scan_log(v, v->log_fd, log_hint, &data_end);
     struct stat ds;
-    if (lz_sc2(SYS_fstat, v->data_fd, &ds) < 0) ds.st_size = 0;
+    if (v->data_fd < 0 || lz_sc2(SYS_fstat, v->data_fd, &ds) < 0) ds.st_size = 0;
     if (recycled) v->data_off = data_end;
     else if (adopt) v->data_off = data_end > data_hint ? data_end : data_hint;
     else v->data_off = ((uint64_t)ds.st_size + 4095) & ~4095ull;
@@ -206,6 +238,34 @@ static long open_interval_at(struct interval *v, long dfd, int spare, int adopt,
         trk_log_window(v);
     }
     return 0;
+}
+
+/* files.keep/ and files.data of the interval's journal, made the first
+ * time a record needs them (with machine durability, its entry synced
+ * before that record): the descriptor, or -errno. */
+long trk_keep_fd(struct interval *v)
+{
+    if (v->keep_fd >= 0) return v->keep_fd;
+    long r = trk_journal(v);
+    if (r < 0) return r;
+    r = lz_sc3(SYS_mkdirat, v->dir_fd, FJ_KEEP, 0700);
+    if (r < 0 && r != -EEXIST) return r;
+    if (r == 0 && trk_E.machine && (r = lz_sc1(SYS_fsync, v->dir_fd)) < 0) return r;
+    r = trk_own_fd(lz_sc4(SYS_openat, v->dir_fd, FJ_KEEP, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
+    if (r >= 0) v->keep_fd = (int)r;
+    return r;
+}
+
+long trk_data_fd(struct interval *v)
+{
+    if (v->data_fd >= 0) return v->data_fd;
+    long r = trk_journal(v);
+    if (r < 0) return r;
+    r = trk_own_fd(lz_sc4(SYS_openat, v->dir_fd, FJ_DATAFILE, O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (r < 0) return r;
+    v->data_fd = (int)r;
+    if (trk_E.machine && (r = lz_sc1(SYS_fsync, v->dir_fd)) < 0) return r;
+    return v->data_fd;
 }
 
 static long open_dir_at(long at, const char *name)
@@ -327,7 +387,11 @@ void fj_after_fork(void)
     struct interval *v = &trk_E.iv[trk_E.cur];
     iv_close(&trk_E.iv[!trk_E.cur], 0);
     if (!fj.live) { iv_close(v, 0); return; }
-    long pdir = v->dir_fd;
+    /* its journal will be proc.<pid>/ in the parent's journal directory (or
+     * where the parent's own would be, if it has none yet) */
+    long pdir = v->dir_fd >= 0 ? v->dir_fd : v->pend_fd;
+    if (v->dir_fd >= 0) trk_E.pend_owner = trk_E.ppid;
+    trk_E.pfd = (int)pdir;
     /* the parent's files are never written by the child: the window of its
      * log goes (it is a shared mapping), so do the child's copies of its fds */
     if (v->lwin) trk_win_drop(v->lwin, LOG_WIN);
@@ -338,6 +402,7 @@ void fj_after_fork(void)
     v->log_fd = v->keep_fd = v->data_fd = v->dir_fd = -1;
     v->log_off = v->data_off = 0;
     v->touched = 0;
+    v->nrec = 0;
     if (torn) {
         /* start from nothing: records again what the parent may have recorded */
         for (uint32_t i = 0; i < v->ino_n; i++)
@@ -348,16 +413,37 @@ void fj_after_fork(void)
         v->mv = NULL; v->nmv = v->capmv = 0;
         fj.gen += 2;
     }
-    long r = pdir >= 0 ? open_proc_dir(pdir, trk_E.pid) : -EBADF;
-    if (pdir >= 0) lz_sc1(SYS_close, pdir);
-    r = open_interval_at(v, r, 0, 0, 0, 0, 0, v->index);
-    if (r < 0) {
-        char why[128];
-        set_err(why, sizeof why, "cannot start its file journal", r);
-        warn_line(why, trk_E.pid, "; its file changes will not be rolled back\n");
+    /* made at its first record (trk_journal): a child that changes nothing
+     * (most of a shell's) costs no directory and no log */
+    v->pend_fd = (int)pdir;
+    if (pdir < 0) {
+        warn_line("cannot start its file journal: bad file descriptor", trk_E.pid, "; its file changes will not be rolled back\n");
         iv_close(v, 0);
         fj.live = 0;
     }
+}
+
+/* The journal of a process that has recorded nothing yet, made now:
+ * proc.<pid>/ in the directory pend_fd (its parent's journal's).  0, or
+ * -errno (the change that needed it is refused; the next one tries again). */
+long trk_journal(struct interval *v)
+{
+    if (v->log_fd >= 0) return 0;
+    if (v->pend_fd < 0 || v->dir_fd >= 0) return -EBADF;
+    long r = open_interval_at(v, open_proc_dir(v->pend_fd, trk_E.pid), 0, 0, 0, 0, 0, v->index);
+    if (r < 0) {
+        int fds[4] = {v->log_fd, v->keep_fd, v->data_fd, v->dir_fd};
+        for (int i = 0; i < 4; i++) if (fds[i] >= 0) lz_sc1(SYS_close, fds[i]);
+        if (v->lwin) trk_win_drop(v->lwin, LOG_WIN);
+        v->lwin = NULL;
+        v->log_fd = v->keep_fd = v->data_fd = v->dir_fd = -1;
+        v->log_off = v->data_off = 0;
+        v->nrec = 0;
+        return r;
+    }
+    lz_sc1(SYS_close, v->pend_fd);
+    v->pend_fd = -1;
+    return 0;
 }
 
 static long self_pid(void) { return lz_sc0(SYS_getpid); }
@@ -381,7 +467,9 @@ int fj_exec_prepare(char *envstr, size_t len)
     uint64_t saved;
     lock_quiet(&saved);
     struct interval *v = &trk_E.iv[trk_E.cur];
-    int fd = v->dir_fd, owner = trk_E.pid;
+    /* no journal of its own yet: the new image makes it where this one would */
+    int own = v->dir_fd >= 0;
+    int fd = own ? v->dir_fd : v->pend_fd, owner = own ? trk_E.pid : trk_E.pend_owner;
     uint64_t lo = v->log_off, dof = v->data_off, nrec = v->nrec, index = v->index;
     unlock_quiet(&saved);
     if (fd < 0) return -EBADF;
@@ -441,7 +529,7 @@ int fj_exec_prepare(char *envstr, size_t len)
 void fj_exec_failed(void)
 {
     if (!fj.fdt || !fj.live) return;
-    int fd = trk_E.iv[trk_E.cur].dir_fd;
+    int fd = trk_E.iv[trk_E.cur].dir_fd >= 0 ? trk_E.iv[trk_E.cur].dir_fd : trk_E.iv[trk_E.cur].pend_fd;
     if (fd >= 0) lz_sc3(SYS_fcntl, fd, F_SETFD, FD_CLOEXEC);
 }
 
@@ -484,10 +572,16 @@ int fj_adopt(const char *val, char *err, size_t errlen)
         /* exec: the same process, its journal goes on after its last record */
         r = open_interval_at(v, trk_own_fd((long)fd), 0, 1, lo, dof, nrec, index);
     } else {
-        /* a vfork or posix_spawn child: a journal of its own, inside its parent's */
-        long d = open_proc_dir((long)fd, self);
-        lz_sc1(SYS_close, fd);
-        r = open_interval_at(v, d, 0, 0, 0, 0, 0, index);
+        /* a vfork or posix_spawn child (or a child that recorded nothing
+         * before its exec): a journal of its own inside that directory, made
+         * at its first record; the descriptor keeps its number (it is the
+         * owner's, for /proc/<owner>/fd/<n> after a close_range) */
+        v->index = index;
+        v->pend_fd = (int)fd;
+        trk_E.pend_owner = (int)owner;
+        trk_E.ppid = (int)owner;
+        trk_E.pfd = (int)fd;
+        r = lz_sc3(SYS_fcntl, fd, F_SETFD, FD_CLOEXEC);
     }
     if (r == 0) r = trk_save_blind(v);
     if (r < 0) {
