@@ -149,8 +149,42 @@ static long clone_run(struct interval *v, struct fj_ino *e, long rfd, uint64_t o
     return r;
 }
 
+/* Saves blocks [b, run) of e: the bytes into files.data (a reflink, or a
+ * copy), then the record; the other processes skip them from then on (only
+ * then: with machine durability, once the record is on the disk). */
+static long save_run(struct interval *v, struct fj_ino *e, long rfd, uint64_t b, uint64_t run)
+{
+    uint64_t o = b * FJ_BLOCK, n = run * FJ_BLOCK > e->orig ? e->orig - o : (run - b) * FJ_BLOCK;
+    long r;
+    if ((r = trk_data_fd(v)) < 0) return r;
+    /* the bytes first, whole pages, then the record that points at them */
+    uint64_t padded = (n + 4095) & ~4095ull;
+    if (clone_run(v, e, rfd, o, n) < 0) {
+        if ((r = read_full(rfd, trk_databuf, n, o)) < 0) return r;
+        if (padded > n) memset(trk_databuf + n, 0, padded - n);
+        for (uint64_t w = 0; w < padded;) {
+            long k = lz_sc4(SYS_pwrite64, v->data_fd, trk_databuf + w, padded - w, v->data_off + w);
+            if (k == -EINTR) continue;
+            if (k <= 0) return k ? k : -EIO;
+            w += (uint64_t)k;
+        }
+    }
+    if (trk_E.machine && (r = lz_sc1(SYS_fdatasync, v->data_fd)) < 0) return r;
+    struct fj_data d = {e->dev, e->ino, o, v->data_off, n, XXH3_64bits(trk_databuf, n)};
+    v->data_off += padded;
+    if ((r = trk_jwrite(v, FJ_DATA, 0, &d, sizeof d, NULL, NULL, NULL, 0)) < 0) return r;
+    for (uint64_t i = b; i < run; i++) e->bits[i / 64] |= 1ull << (i % 64);
+    if (e->sm) {
+        if ((r = trk_jsync(v)) < 0) return r;
+        trk_sm_mark(v, e->sm, b, run);
+    }
+    return 0;
+}
+
 /* Saves the content at N of [off, off+len) not saved yet this interval, by
- * any process of the job. */
+ * any process of the job.  First the blocks no other process is saving
+ * (claimed run by run), then, for those another one claimed, its records
+ * are waited for (or, if it stalls, saved here too). */
 long trk_save_range(struct interval *v, struct fj_ino *e, int fd, int readable, uint64_t off, uint64_t len)
 {
     if (e->born || off >= e->orig) return 0;
@@ -159,44 +193,29 @@ long trk_save_range(struct interval *v, struct fj_ino *e, int fd, int readable, 
     uint64_t lim = sm && trk_sm_orig(sm) < e->orig ? trk_sm_orig(sm) : e->orig;
     if (off >= lim) return 0;
     uint64_t end = len > lim - off ? lim : off + len;
-    uint64_t b = off / FJ_BLOCK, bend = (end + FJ_BLOCK - 1) / FJ_BLOCK;
+    uint64_t bend = (end + FJ_BLOCK - 1) / FJ_BLOCK;
     long rfd = -1, r = 0;
-    int wrote = 0;
-    while (b < bend) {
-        if (saved(v, e, b)) { b++; continue; }
-        uint64_t run = b;
-        while (run < bend && !saved(v, e, run) && (run - b + 1) * FJ_BLOCK <= FJ_DATA_MAX) run++;
-        uint64_t o = b * FJ_BLOCK, n = run * FJ_BLOCK > e->orig ? e->orig - o : (run - b) * FJ_BLOCK;
-        if (rfd < 0) { rfd = read_handle(e, fd, readable); if (rfd < 0) return rfd; }
-        if ((r = trk_data_fd(v)) < 0) return r;
-        /* the bytes first, whole pages, then the record that points at them */
-        uint64_t padded = (n + 4095) & ~4095ull;
-        if (clone_run(v, e, rfd, o, n) < 0) {
-            if ((r = read_full(rfd, trk_databuf, n, o)) < 0) return r;
-            if (padded > n) memset(trk_databuf + n, 0, padded - n);
-            for (uint64_t w = 0; w < padded;) {
-                long k = lz_sc4(SYS_pwrite64, v->data_fd, trk_databuf + w, padded - w, v->data_off + w);
-                if (k == -EINTR) continue;
-                if (k <= 0) return k ? k : -EIO;
-                w += (uint64_t)k;
+    int wrote = 0, pending = 0;
+    for (int pass = 0; pass < 2 && (pass == 0 || pending); pass++) {
+        for (uint64_t b = off / FJ_BLOCK; b < bend;) {
+            if (saved(v, e, b)) { b++; continue; }
+            if (pass == 0 && sm && !trk_sm_claim(v, sm, b)) { pending = 1; b++; continue; }
+            if (pass == 1 && sm && trk_sm_wait(v, sm, b)) { e->bits[b / 64] |= 1ull << (b % 64); b++; continue; }
+            uint64_t run = b + 1;
+            while (run < bend && (run - b + 1) * FJ_BLOCK <= FJ_DATA_MAX && !saved(v, e, run) &&
+                   (pass == 1 || !sm || trk_sm_claim(v, sm, run)))
+                run++;
+            if (rfd < 0 && (rfd = read_handle(e, fd, readable)) < 0) r = rfd;
+            if (r == 0) r = save_run(v, e, rfd, b, run);
+            if (r < 0) {
+                if (sm && pass == 0) trk_sm_unclaim(v, sm, b, run);
+                return r;
             }
+            wrote = 1;
+            b = run;
         }
-        if (trk_E.machine && (r = lz_sc1(SYS_fdatasync, v->data_fd)) < 0) return r;
-        struct fj_data d = {e->dev, e->ino, o, v->data_off, n, XXH3_64bits(trk_databuf, n)};
-        v->data_off += padded;
-        r = trk_jwrite(v, FJ_DATA, 0, &d, sizeof d, NULL, NULL, NULL, 0);
-        if (r < 0) return r;
-        wrote = 1;
-        for (uint64_t i = b; i < run; i++) e->bits[i / 64] |= 1ull << (i % 64);
-        b = run;
     }
-    if (!wrote) return 0;
-    r = trk_jsync(v);
-    /* every block of the range is now in a committed record (this process's,
-     * or one the maps said was): the other processes skip them from now on
-     * (only now: with machine durability, once the records are on the disk) */
-    if (r == 0 && e->sm) trk_sm_mark(v, e->sm, off / FJ_BLOCK, bend);
-    return r;
+    return wrote && !sm ? trk_jsync(v) : 0;
 }
 
 /* ---------------------------------------------------------------- descriptors */

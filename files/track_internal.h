@@ -166,6 +166,9 @@ struct sm_ent *trk_sm_entry(struct interval *v, struct fj_ino *e);
 uint64_t trk_sm_orig(const struct sm_ent *x);
 int trk_sm_saved(struct interval *v, const struct sm_ent *x, uint64_t b);
 void trk_sm_mark(struct interval *v, struct sm_ent *x, uint64_t b0, uint64_t b1);
+int trk_sm_claim(struct interval *v, struct sm_ent *x, uint64_t b);
+void trk_sm_unclaim(struct interval *v, struct sm_ent *x, uint64_t b0, uint64_t b1);
+int trk_sm_wait(struct interval *v, struct sm_ent *x, uint64_t b);
 int trk_sm_inode_done(const struct sm_ent *x);
 void trk_sm_inode_mark(struct sm_ent *x);
 

@@ -38,6 +38,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define SM_MAGIC 0x3144455641534c5aull /* "LZSAVED1" */
 #define SM_READY 1u
@@ -165,8 +166,9 @@ struct sm_ent *trk_sm_entry(struct interval *v, struct fj_ino *e)
             if (st == SM_READY && x->dev == e->dev && x->ino == e->ino) return e->sm = x;
             continue;
         }
-        uint64_t nb = (e->orig + FJ_BLOCK - 1) / FJ_BLOCK, bytes = ((nb + 63) / 64) * 8, off = 0;
-        if (bytes) {
+        /* [progress counter | saved bits | claimed bits] */
+        uint64_t nb = (e->orig + FJ_BLOCK - 1) / FJ_BLOCK, bytes = 8 + 2 * ((nb + 63) / 64) * 8, off = 0;
+        if (nb) {
             bytes = (bytes + 63) & ~63ull;
             off = __atomic_fetch_add(&h->used, bytes, __ATOMIC_RELAXED) + SM_TABLE_END;
             /* its blocks allocated before anyone stores into them */
@@ -185,13 +187,16 @@ struct sm_ent *trk_sm_entry(struct interval *v, struct fj_ino *e)
 
 uint64_t trk_sm_orig(const struct sm_ent *x) { return x->orig; }
 
+static uint64_t *gen_of(struct interval *v, const struct sm_ent *x) { return (uint64_t *)(v->sm + x->bits); }
+static uint64_t *saved_of(struct interval *v, const struct sm_ent *x) { return gen_of(v, x) + 1; }
+static uint64_t *claims_of(struct interval *v, const struct sm_ent *x) { return saved_of(v, x) + (x->nblocks + 63) / 64; }
+
 /* Block b's content at N is in a committed record of some journal of the
  * interval. */
 int trk_sm_saved(struct interval *v, const struct sm_ent *x, uint64_t b)
 {
     if (b >= x->nblocks) return 0;
-    const uint64_t *w = (const uint64_t *)(v->sm + x->bits) + b / 64;
-    return (__atomic_load_n(w, __ATOMIC_ACQUIRE) >> (b % 64)) & 1;
+    return (__atomic_load_n(saved_of(v, x) + b / 64, __ATOMIC_ACQUIRE) >> (b % 64)) & 1;
 }
 
 /* Blocks [b0, b1) are: their records are committed (and synced, with
@@ -199,12 +204,60 @@ int trk_sm_saved(struct interval *v, const struct sm_ent *x, uint64_t b)
 void trk_sm_mark(struct interval *v, struct sm_ent *x, uint64_t b0, uint64_t b1)
 {
     if (b1 > x->nblocks) b1 = x->nblocks;
-    uint64_t *w = (uint64_t *)(v->sm + x->bits);
+    uint64_t *w = saved_of(v, x);
     for (uint64_t b = b0; b < b1;) {
         uint64_t hi = (b / 64 + 1) * 64 < b1 ? (b / 64 + 1) * 64 : b1;
         uint64_t m = (hi - b == 64 ? ~0ull : ((1ull << (hi - b)) - 1)) << (b % 64);
         __atomic_fetch_or(&w[b / 64], m, __ATOMIC_RELEASE);
         b = hi;
+    }
+    if (b0 < b1) __atomic_fetch_add(gen_of(v, x), 1, __ATOMIC_RELEASE);
+}
+
+/* Claims: a process about to save a block says so, so that another one
+ * that needs it at the same time waits for that record instead of saving
+ * it again (two dd writing one image at once each save all of it before
+ * they write, for their stdout).  A claim only ever makes a process wait:
+ * skipping a block needs its saved bit.  1: the block is ours to save (or
+ * beyond the map), 0: another process claimed it. */
+int trk_sm_claim(struct interval *v, struct sm_ent *x, uint64_t b)
+{
+    if (b >= x->nblocks) return 1;
+    uint64_t m = 1ull << (b % 64);
+    return !(__atomic_fetch_or(claims_of(v, x) + b / 64, m, __ATOMIC_ACQ_REL) & m);
+}
+
+/* A save that failed gives its claims back. */
+void trk_sm_unclaim(struct interval *v, struct sm_ent *x, uint64_t b0, uint64_t b1)
+{
+    for (uint64_t b = b0; b < b1 && b < x->nblocks; b++)
+        __atomic_fetch_and(claims_of(v, x) + b / 64, ~(1ull << (b % 64)), __ATOMIC_RELEASE);
+    __atomic_fetch_add(gen_of(v, x), 1, __ATOMIC_RELEASE);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Waits for block b, claimed by another process, to be saved: 1 once it is,
+ * 0 if its claim was given back or nothing was saved in the inode for
+ * SM_STALL_NS (its saver was killed, stopped, or starves): then the caller
+ * saves it itself (a later record, which loses). */
+#define SM_STALL_NS 100000000ull
+int trk_sm_wait(struct interval *v, struct sm_ent *x, uint64_t b)
+{
+    uint64_t g = __atomic_load_n(gen_of(v, x), __ATOMIC_ACQUIRE), since = now_ns();
+    for (;;) {
+        if (trk_sm_saved(v, x, b)) return 1;
+        if (!((__atomic_load_n(claims_of(v, x) + b / 64, __ATOMIC_ACQUIRE) >> (b % 64)) & 1)) return 0;
+        uint64_t g2 = __atomic_load_n(gen_of(v, x), __ATOMIC_ACQUIRE), t = now_ns();
+        if (g2 != g) { g = g2; since = t; }
+        else if (t - since > SM_STALL_NS) return 0;
+        struct timespec nap = {0, 20000};
+        lz_sc2(SYS_nanosleep, &nap, NULL);
     }
 }
 
