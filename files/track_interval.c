@@ -47,12 +47,23 @@ static void unlock_quiet(const uint64_t *saved)
 /* The engine's memory is left out of checkpoints (a restart starts a fresh
  * interval) and mapped anew after one. */
 
+/* A page of shared anonymous memory at each end: a mapping made next to the
+ * engine's (the checkpoint's scratch arena, say) can then never merge with
+ * one of its private parts into a mapping that is neither the engine's nor
+ * the program's (captured as the program's, then split when a window or
+ * the map of saved blocks is mapped anew in the pause). */
+#define GUARD 4096ul
+static char *engine_base;
+
 static int map_memory(void)
 {
-    long a = lz_sc6(SYS_mmap, 0, ENGINE_BYTES, PROT_READ | PROT_WRITE,
+    long a = lz_sc6(SYS_mmap, 0, ENGINE_BYTES + 2 * GUARD, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (a < 0 && a >= -LZ_MAX_ERRNO) return -1;
-    trk_engine_mem = (char *)a;
+    engine_base = (char *)a;
+    lz_sc6(SYS_mmap, a, GUARD, PROT_NONE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    lz_sc6(SYS_mmap, a + GUARD + (long)ENGINE_BYTES, GUARD, PROT_NONE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    trk_engine_mem = (char *)a + GUARD;
     for (int i = 0; i < 2; i++) {
         trk_E.iv[i].arena = trk_engine_mem + (size_t)i * ARENA_BYTES;
         trk_E.iv[i].used = 0;
@@ -74,7 +85,7 @@ static int map_memory(void)
 
 int fj_owns(uint64_t start, uint64_t end)
 {
-    return trk_engine_mem && start >= (uint64_t)trk_engine_mem && end <= (uint64_t)trk_engine_mem + ENGINE_BYTES;
+    return engine_base && start >= (uint64_t)engine_base && end <= (uint64_t)engine_base + ENGINE_BYTES + 2 * GUARD;
 }
 
 /* Runs of saved blocks at least this long are reflinked where the file

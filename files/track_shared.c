@@ -230,6 +230,7 @@ int trk_sm_claim(struct interval *v, struct sm_ent *x, uint64_t b)
 /* A save that failed gives its claims back. */
 void trk_sm_unclaim(struct interval *v, struct sm_ent *x, uint64_t b0, uint64_t b1)
 {
+    if (!x->nblocks) return; /* no bitmap (x->bits is 0) */
     for (uint64_t b = b0; b < b1 && b < x->nblocks; b++)
         __atomic_fetch_and(claims_of(v, x) + b / 64, ~(1ull << (b % 64)), __ATOMIC_RELEASE);
     __atomic_fetch_add(gen_of(v, x), 1, __ATOMIC_RELEASE);
