@@ -11,6 +11,8 @@
  *                     mkdir, rmdir, open and attribute hooks
  *   track_streams.c   glibc stdio internals, shared file mappings, what they
  *                     could change unseen (save_blind)
+ *   track_open.c      opening a journal, and making its pieces when first
+ *                     needed
  *   track_shared.c    the job's map of the blocks saved this interval, shared
  *                     by its processes
  *   track_interval.c  settings and the engine's memory, the interval's life
@@ -138,7 +140,13 @@ long trk_jsync(struct interval *v);
 void trk_seal_log(struct interval *v);
 uint64_t trk_scan_log(struct interval *v, int fd, uint64_t off, uint64_t *data_end);
 
-/* track_interval.c: the journal's files.keep/ and files.data, made when first needed */
+/* track_open.c: opening a journal; its files.keep/ and files.data, and a
+ * child's journal, made when first needed */
+long trk_open_interval_at(struct interval *v, long dfd, int spare, int adopt, uint64_t log_hint, uint64_t data_hint,
+                          uint64_t nrec_hint, uint64_t index);
+long trk_open_dir_at(long at, const char *name);
+void trk_proc_name(char *out, long pid);
+long trk_open_proc_dir(long at, long pid);
 long trk_journal(struct interval *v);
 long trk_keep_fd(struct interval *v);
 long trk_data_fd(struct interval *v);
