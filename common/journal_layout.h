@@ -6,8 +6,8 @@
  * A journal directory (ckpt.N/, jrnl.N/, or a process's proc.<pid>/ below
  * either) holds FJ_LOG, FJ_DATAFILE, FJ_KEEP/, while it is being emptied
  * FJ_RESET, and the journals of the job's other processes in
- * FJ_PROC_PREFIX<pid>/; the store directory itself holds FJ_ALIAS and, while
- * a rollback runs, FJ_REBUILD. */
+ * FJ_PROC_PREFIX<pid>/; the store directory itself holds FJ_ALIAS, while
+ * a rollback runs FJ_REBUILD, and while a job runs FJ_SAVED<N>. */
 #ifndef LZ_JOURNAL_LAYOUT_H
 #define LZ_JOURNAL_LAYOUT_H
 #include "format.h"
@@ -28,4 +28,8 @@
 /* The inodes a rollback rebuilds from the journals, kept while it runs so
  * that a rollback finished again rebuilds the same ones: DIR/files.rebuild. */
 #define FJ_REBUILD "files.rebuild"
+/* The blocks saved in interval N by any process of the job, DIR/files.saved.N:
+ * a cache the running job's processes share (files/track_shared.c), never
+ * read by a rollback; removed when a job starts, restarts or ends. */
+#define FJ_SAVED "files.saved."
 #endif

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <linux/fs.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -23,7 +24,9 @@ long trk_own_fd(long fd)
 int fj_is_own_fd(int fd)
 {
     for (int i = 0; i < 2; i++) {
-        if (trk_E.iv[i].log_fd == fd || trk_E.iv[i].keep_fd == fd || trk_E.iv[i].data_fd == fd || trk_E.iv[i].dir_fd == fd) return 1;
+        if (trk_E.iv[i].log_fd == fd || trk_E.iv[i].keep_fd == fd || trk_E.iv[i].data_fd == fd || trk_E.iv[i].dir_fd == fd ||
+            trk_E.iv[i].sm_fd == fd || trk_E.iv[i].pend_fd == fd)
+            return 1;
         for (uint32_t s = 0; s < trk_E.iv[i].ino_n; s++)
             if (trk_E.iv[i].inos[s].rfd == fd) return 1;
     }
@@ -67,19 +70,25 @@ long trk_first_touch(struct interval *v, int fd, const struct stat *st, struct f
         if (absent || trk_path_seen(v, lz_hash(atn, slen(atn)), 0)) {
             char name[40];
             fj_keep_name(name, st->st_dev, st->st_ino);
-            r = lz_sc5(SYS_linkat, AT_FDCWD, lp, v->keep_fd, name, AT_SYMLINK_FOLLOW);
+            r = trk_keep_fd(v);
+            if (r >= 0) r = lz_sc5(SYS_linkat, AT_FDCWD, lp, v->keep_fd, name, AT_SYMLINK_FOLLOW);
             /* no link possible: found by name, as best it can; a link made is
              * said in the record, so that its loss is found (journal_read.c) */
             if (r == 0 || r == -EEXIST) flags = FJ_INODE_KEPT;
         }
         if (!absent) memcpy(path, atn, slen(atn) + 1);
     }
-    struct fj_inode rec = {st->st_dev, st->st_ino, (uint64_t)st->st_size, st->st_mode, st->st_uid, st->st_gid, 0,
-                           ts_ns(&st->st_atim), ts_ns(&st->st_mtim)};
-    r = trk_jwrite(v, FJ_INODE, flags, &rec, sizeof rec, path, NULL, NULL, 0);
-    if (r == 0) r = trk_jsync(v);
-    if (r < 0) return r;
+    /* the size every process of the job measures its undo against (track_shared.c) */
     e->orig = (uint64_t)st->st_size;
+    struct sm_ent *sm = trk_sm_entry(v, e);
+    if (flags || !sm || !trk_sm_inode_done(sm)) {
+        struct fj_inode rec = {st->st_dev, st->st_ino, (uint64_t)st->st_size, st->st_mode, st->st_uid, st->st_gid, 0,
+                               ts_ns(&st->st_atim), ts_ns(&st->st_mtim)};
+        r = trk_jwrite(v, FJ_INODE, flags, &rec, sizeof rec, path, NULL, NULL, 0);
+        if (r == 0) r = trk_jsync(v);
+        if (r < 0) return r;
+        if (sm) trk_sm_inode_mark(sm);
+    }
     uint64_t nb = (e->orig + FJ_BLOCK - 1) / FJ_BLOCK;
     e->bits = iv_alloc(v, ((nb + 63) / 64 + 1) * 8);
     if (!e->bits) return -ENOMEM;
@@ -100,30 +109,58 @@ static long read_handle(struct fj_ino *e, int fd, int readable)
     return r;
 }
 
-/* Saves the content at N of [off, off+len) not saved yet this interval. */
-long trk_save_range(struct interval *v, struct fj_ino *e, int fd, int readable, uint64_t off, uint64_t len)
+/* Block b is saved this interval: by this process (its own tables), or by
+ * any process of the job (the shared map: its record is committed). */
+static int saved(struct interval *v, struct fj_ino *e, uint64_t b)
 {
-    if (e->born || off >= e->orig) return 0;
-    uint64_t end = len > e->orig - off ? e->orig : off + len;
-    uint64_t b = off / FJ_BLOCK, bend = (end + FJ_BLOCK - 1) / FJ_BLOCK;
-    long rfd = -1, r = 0;
-    int wrote = 0;
-    while (b < bend) {
-        if (e->bits[b / 64] & (1ull << (b % 64))) { b++; continue; }
-        uint64_t run = b;
-        while (run < bend && !(e->bits[run / 64] & (1ull << (run % 64))) && (run - b + 1) * FJ_BLOCK <= FJ_DATA_MAX) run++;
-        uint64_t o = b * FJ_BLOCK, n = run * FJ_BLOCK > e->orig ? e->orig - o : (run - b) * FJ_BLOCK;
-        if (rfd < 0) { rfd = read_handle(e, fd, readable); if (rfd < 0) return rfd; }
-        uint64_t got = 0;
-        while (got < n) {
-            long k = lz_sc4(SYS_pread64, rfd, trk_databuf + got, n - got, o + got);
-            if (k == -EINTR) continue;
-            if (k < 0) return k;
-            if (k == 0) { memset(trk_databuf + got, 0, n - got); got = n; break; } /* shrunk meanwhile */
-            got += (uint64_t)k;
-        }
-        /* the bytes first, whole pages, then the record that points at them */
-        uint64_t padded = (n + 4095) & ~4095ull;
+    if (e->bits[b / 64] & (1ull << (b % 64))) return 1;
+    if (!e->sm || !trk_sm_saved(v, e->sm, b)) return 0;
+    e->bits[b / 64] |= 1ull << (b % 64);
+    return 1;
+}
+
+static long read_full(long fd, char *buf, uint64_t n, uint64_t off)
+{
+    uint64_t got = 0;
+    while (got < n) {
+        long k = lz_sc4(SYS_pread64, fd, buf + got, n - got, off + got);
+        if (k == -EINTR) continue;
+        if (k < 0) return k;
+        if (k == 0) { memset(buf + got, 0, n - got); break; } /* shrunk meanwhile */
+        got += (uint64_t)k;
+    }
+    return 0;
+}
+
+/* The n bytes at o as a reflink into files.data (no second copy of them in
+ * the page cache or on the disk), read back for their checksum: the bytes
+ * the rollback will read are the ones hashed (another process of the job
+ * may write the range between a read of the file and the clone; its own
+ * record is then the earlier one, and ours must not look damaged).  0, or
+ * -errno: then they are copied. */
+static long clone_run(struct interval *v, struct fj_ino *e, long rfd, uint64_t o, uint64_t n)
+{
+    if (!trk_E.clone_min || n < trk_E.clone_min || e->noclone) return -EOPNOTSUPP;
+    struct file_clone_range cr = {rfd, o, n, v->data_off};
+    long r = lz_sc3(SYS_ioctl, v->data_fd, FICLONERANGE, &cr);
+    /* EINVAL: this range is not aligned to the file system's blocks */
+    if (r < 0 && r != -EINVAL && r != -EINTR) e->noclone = 1; /* no reflinks there (ext4), another file system... */
+    if (r == 0) r = read_full(v->data_fd, trk_databuf, n, v->data_off);
+    return r;
+}
+
+/* Saves blocks [b, run) of e: the bytes into files.data (a reflink, or a
+ * copy), then the record; the other processes skip them from then on (only
+ * then: with machine durability, once the record is on the disk). */
+static long save_run(struct interval *v, struct fj_ino *e, long rfd, uint64_t b, uint64_t run)
+{
+    uint64_t o = b * FJ_BLOCK, n = run * FJ_BLOCK > e->orig ? e->orig - o : (run - b) * FJ_BLOCK;
+    long r;
+    if ((r = trk_data_fd(v)) < 0) return r;
+    /* the bytes first, whole pages, then the record that points at them */
+    uint64_t padded = (n + 4095) & ~4095ull;
+    if (clone_run(v, e, rfd, o, n) < 0) {
+        if ((r = read_full(rfd, trk_databuf, n, o)) < 0) return r;
         if (padded > n) memset(trk_databuf + n, 0, padded - n);
         for (uint64_t w = 0; w < padded;) {
             long k = lz_sc4(SYS_pwrite64, v->data_fd, trk_databuf + w, padded - w, v->data_off + w);
@@ -131,16 +168,54 @@ long trk_save_range(struct interval *v, struct fj_ino *e, int fd, int readable, 
             if (k <= 0) return k ? k : -EIO;
             w += (uint64_t)k;
         }
-        if (trk_E.machine && (r = lz_sc1(SYS_fdatasync, v->data_fd)) < 0) return r;
-        struct fj_data d = {e->dev, e->ino, o, v->data_off, n, XXH3_64bits(trk_databuf, n)};
-        v->data_off += padded;
-        r = trk_jwrite(v, FJ_DATA, 0, &d, sizeof d, NULL, NULL, NULL, 0);
-        if (r < 0) return r;
-        wrote = 1;
-        for (uint64_t i = b; i < run; i++) e->bits[i / 64] |= 1ull << (i % 64);
-        b = run;
     }
-    return wrote ? trk_jsync(v) : 0;
+    if (trk_E.machine && (r = lz_sc1(SYS_fdatasync, v->data_fd)) < 0) return r;
+    struct fj_data d = {e->dev, e->ino, o, v->data_off, n, XXH3_64bits(trk_databuf, n)};
+    v->data_off += padded;
+    if ((r = trk_jwrite(v, FJ_DATA, 0, &d, sizeof d, NULL, NULL, NULL, 0)) < 0) return r;
+    for (uint64_t i = b; i < run; i++) e->bits[i / 64] |= 1ull << (i % 64);
+    if (e->sm) {
+        if ((r = trk_jsync(v)) < 0) return r;
+        trk_sm_mark(v, e->sm, b, run);
+    }
+    return 0;
+}
+
+/* Saves the content at N of [off, off+len) not saved yet this interval, by
+ * any process of the job.  First the blocks no other process is saving
+ * (claimed run by run), then, for those another one claimed, its records
+ * are waited for (or, if it stalls, saved here too). */
+long trk_save_range(struct interval *v, struct fj_ino *e, int fd, int readable, uint64_t off, uint64_t len)
+{
+    if (e->born || off >= e->orig) return 0;
+    /* past either size no undo is needed (track_shared.c) */
+    struct sm_ent *sm = trk_sm_entry(v, e);
+    uint64_t lim = sm && trk_sm_orig(sm) < e->orig ? trk_sm_orig(sm) : e->orig;
+    if (off >= lim) return 0;
+    uint64_t end = len > lim - off ? lim : off + len;
+    uint64_t bend = (end + FJ_BLOCK - 1) / FJ_BLOCK;
+    long rfd = -1, r = 0;
+    int wrote = 0, pending = 0;
+    for (int pass = 0; pass < 2 && (pass == 0 || pending); pass++) {
+        for (uint64_t b = off / FJ_BLOCK; b < bend;) {
+            if (saved(v, e, b)) { b++; continue; }
+            if (pass == 0 && sm && !trk_sm_claim(v, sm, b)) { pending = 1; b++; continue; }
+            if (pass == 1 && sm && trk_sm_wait(v, sm, b)) { e->bits[b / 64] |= 1ull << (b % 64); b++; continue; }
+            uint64_t run = b + 1;
+            while (run < bend && (run - b + 1) * FJ_BLOCK <= FJ_DATA_MAX && !saved(v, e, run) &&
+                   (pass == 1 || !sm || trk_sm_claim(v, sm, run)))
+                run++;
+            if (rfd < 0 && (rfd = read_handle(e, fd, readable)) < 0) r = rfd;
+            if (r == 0) r = save_run(v, e, rfd, b, run);
+            if (r < 0) {
+                if (sm && pass == 0) trk_sm_unclaim(v, sm, b, run);
+                return r;
+            }
+            wrote = 1;
+            b = run;
+        }
+    }
+    return wrote && !sm ? trk_jsync(v) : 0;
 }
 
 /* ---------------------------------------------------------------- descriptors */

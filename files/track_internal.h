@@ -11,6 +11,10 @@
  *                     mkdir, rmdir, open and attribute hooks
  *   track_streams.c   glibc stdio internals, shared file mappings, what they
  *                     could change unseen (save_blind)
+ *   track_open.c      opening a journal, and making its pieces when first
+ *                     needed
+ *   track_shared.c    the job's map of the blocks saved this interval, shared
+ *                     by its processes
  *   track_interval.c  settings and the engine's memory, the interval's life
  *                     cycle: prepare, commit, abort, fork, exec, adopt,
  *                     exit, restart; the messages
@@ -37,17 +41,26 @@
  * page fault and page_mkwrite per page, more than the write.) */
 #define LOG_WIN (8ull << 20)
 #define LOG_WIN_MIN (64ull << 10) /* first window of a journal not the program's: doubled as it fills */
-#define ENGINE_BYTES (2 * ARENA_BYTES + FDT_BYTES + 2 * LOG_WIN)
+/* The blocks saved this interval by any process of the job (track_shared.c):
+ * a sparse shared file per interval, mapped here. */
+#define SM_BYTES (128ull << 20)
+#define SM_SLOTS (1u << 16)      /* inodes in it (more: each process saves what its own tables say) */
+#define ENGINE_BYTES (2 * ARENA_BYTES + FDT_BYTES + 2 * LOG_WIN + 2 * SM_BYTES)
 #define OWN_FD_BASE 960          /* the engine's descriptors live up here */
 #define MAX_EXCL 64
 #define MAX_INOS (1u << 20)      /* inodes changed in one interval */
 
+struct sm_ent; /* track_shared.c */
+
 struct fj_ino {
     uint64_t dev, ino;
-    uint64_t orig;     /* size at the start of the interval */
+    uint64_t orig;     /* size at this process's first change of it in the interval */
     uint64_t *bits;    /* blocks below `orig` whose content is saved */
+    struct sm_ent *sm; /* its entry in the job's map of saved blocks, or NULL */
     int32_t rfd;       /* a read-only handle, or -1 */
     uint8_t born, used;
+    uint8_t sm_tried;  /* sm looked for */
+    uint8_t noclone;   /* a reflink of it failed: copy */
 };
 
 /* What one interval knows; two of them alternate so a checkpoint can prepare
@@ -65,6 +78,10 @@ struct interval {
     char *lwin;                      /* the log window (NULL: records go with pwritev) */
     uint64_t lbase, wlen;            /* file offset of its first byte, its length */
     int touched;       /* anything recorded (for machine durability) */
+    char *sm;          /* the job's map of saved blocks of this interval (track_shared.c), or NULL */
+    int sm_state;      /* 0 not tried, 1 mapped, -1 not to be had */
+    int sm_fd;
+    int pend_fd;       /* no journal yet (dir_fd < 0): the directory its proc.<pid>/ goes in */
     /* directories moved or made this interval: a path below `cur` was
      * `orig` + the rest at N (NULL: nothing there existed at N) */
     struct moved { char *cur, *orig; uint64_t dev, ino; } *mv;
@@ -85,7 +102,10 @@ struct trk_engine {
     int main;          /* the job's program: its journal is the directory's top one, files.data may be a spare */
     int pid;           /* the process whose journal iv[] holds (a vfork child shares this memory) */
     int ppid, pfd;     /* a forked child's parent (its pid, its journal directory's descriptor), or 0 */
+    int pend_owner;    /* the process whose journal directory pend_fd is */
     uint64_t job[2];   /* the job's identity, in every BEGIN record */
+    uint64_t sm_prev;  /* the main program: the interval whose map it used last (removed with the next) */
+    uint64_t clone_min; /* save runs of at least this many bytes as a reflink where the file system can (0: never) */
 };
 extern struct trk_engine trk_E;
 
@@ -120,6 +140,17 @@ long trk_jsync(struct interval *v);
 void trk_seal_log(struct interval *v);
 uint64_t trk_scan_log(struct interval *v, int fd, uint64_t off, uint64_t *data_end);
 
+/* track_open.c: opening a journal; its files.keep/ and files.data, and a
+ * child's journal, made when first needed */
+long trk_open_interval_at(struct interval *v, long dfd, int spare, int adopt, uint64_t log_hint, uint64_t data_hint,
+                          uint64_t nrec_hint, uint64_t index);
+long trk_open_dir_at(long at, const char *name);
+void trk_proc_name(char *out, long pid);
+long trk_open_proc_dir(long at, long pid);
+long trk_journal(struct interval *v);
+long trk_keep_fd(struct interval *v);
+long trk_data_fd(struct interval *v);
+
 /* track_tables.c */
 int trk_path_seen(struct interval *v, uint64_t h, int add);
 struct fj_ino *trk_ino_find(struct interval *v, uint64_t dev, uint64_t ino, int add);
@@ -135,6 +166,19 @@ long trk_open_for_path(int dirfd, const char *path, int nofollow);
 /* track_names.c */
 int trk_excluded(const char *abs);
 int trk_path_at_n(struct interval *v, const char *abs, char *out);
+
+/* track_shared.c */
+char *trk_sm_area(struct interval *v);
+void trk_sm_detach(struct interval *v);
+struct sm_ent *trk_sm_entry(struct interval *v, struct fj_ino *e);
+uint64_t trk_sm_orig(const struct sm_ent *x);
+int trk_sm_saved(struct interval *v, const struct sm_ent *x, uint64_t b);
+void trk_sm_mark(struct interval *v, struct sm_ent *x, uint64_t b0, uint64_t b1);
+int trk_sm_claim(struct interval *v, struct sm_ent *x, uint64_t b);
+void trk_sm_unclaim(struct interval *v, struct sm_ent *x, uint64_t b0, uint64_t b1);
+int trk_sm_wait(struct interval *v, struct sm_ent *x, uint64_t b);
+int trk_sm_inode_done(const struct sm_ent *x);
+void trk_sm_inode_mark(struct sm_ent *x);
 
 /* track_streams.c */
 long trk_save_blind(struct interval *v);

@@ -47,12 +47,23 @@ static void unlock_quiet(const uint64_t *saved)
 /* The engine's memory is left out of checkpoints (a restart starts a fresh
  * interval) and mapped anew after one. */
 
+/* A page of shared anonymous memory at each end: a mapping made next to the
+ * engine's (the checkpoint's scratch arena, say) can then never merge with
+ * one of its private parts into a mapping that is neither the engine's nor
+ * the program's (captured as the program's, then split when a window or
+ * the map of saved blocks is mapped anew in the pause). */
+#define GUARD 4096ul
+static char *engine_base;
+
 static int map_memory(void)
 {
-    long a = lz_sc6(SYS_mmap, 0, ENGINE_BYTES, PROT_READ | PROT_WRITE,
+    long a = lz_sc6(SYS_mmap, 0, ENGINE_BYTES + 2 * GUARD, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (a < 0 && a >= -LZ_MAX_ERRNO) return -1;
-    trk_engine_mem = (char *)a;
+    engine_base = (char *)a;
+    lz_sc6(SYS_mmap, a, GUARD, PROT_NONE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    lz_sc6(SYS_mmap, a + GUARD + (long)ENGINE_BYTES, GUARD, PROT_NONE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    trk_engine_mem = (char *)a + GUARD;
     for (int i = 0; i < 2; i++) {
         trk_E.iv[i].arena = trk_engine_mem + (size_t)i * ARENA_BYTES;
         trk_E.iv[i].used = 0;
@@ -64,6 +75,8 @@ static int map_memory(void)
         trk_E.iv[i].wlen = LOG_WIN;
         trk_E.iv[i].touched = 0;
         trk_E.iv[i].mv = NULL; trk_E.iv[i].nmv = trk_E.iv[i].capmv = 0;
+        trk_E.iv[i].sm = NULL; trk_E.iv[i].sm_state = 0; trk_E.iv[i].sm_fd = -1;
+        trk_E.iv[i].pend_fd = -1;
     }
     fj.fdt = (struct fj_fdent *)(trk_engine_mem + 2 * ARENA_BYTES);
     trk_databuf = (char *)fj.fdt + (size_t)FJ_MAXFD * sizeof(struct fj_fdent);
@@ -72,7 +85,30 @@ static int map_memory(void)
 
 int fj_owns(uint64_t start, uint64_t end)
 {
-    return trk_engine_mem && start >= (uint64_t)trk_engine_mem && end <= (uint64_t)trk_engine_mem + ENGINE_BYTES;
+    return engine_base && start >= (uint64_t)engine_base && end <= (uint64_t)engine_base + ENGINE_BYTES + 2 * GUARD;
+}
+
+/* Runs of saved blocks at least this long are reflinked where the file
+ * system can (track_fds.c): a clone of a clean range costs 15-40 us here
+ * whatever its length, against 0.3 ms to copy 1 MiB, but a clone of a
+ * 4 KiB block costs more than its copy (and a clone of pages not yet
+ * written back waits for their writeback: bench/README.md).  Benchmarks
+ * set LAZARUS_CLONE_MIN (bytes, 0: never). */
+#define CLONE_MIN_DEFAULT FJ_DATA_MAX
+extern char **environ;
+static uint64_t clone_min_setting(void)
+{
+    static const char name[] = "LAZARUS_CLONE_MIN=";
+    for (char **e = environ; e && *e; e++) {
+        const char *s = *e;
+        size_t i = 0;
+        while (name[i] && s[i] == name[i]) i++;
+        if (name[i]) continue;
+        uint64_t x = 0;
+        for (s += i; *s >= '0' && *s <= '9'; s++) x = x * 10 + (uint64_t)(*s - '0');
+        return x;
+    }
+    return CLONE_MIN_DEFAULT;
 }
 
 int fj_setup(const char *store, int machine, const char *excludes, int main_process, const uint64_t job[2])
@@ -94,6 +130,7 @@ int fj_setup(const char *store, int machine, const char *excludes, int main_proc
         if (l && l < sizeof trk_E.excl[0]) { memcpy(trk_E.excl[trk_E.nexcl], p, l); trk_E.excl[trk_E.nexcl][l] = 0; trk_E.nexcl++; }
         p = *q ? q + 1 : q;
     }
+    trk_E.clone_min = clone_min_setting();
     if (map_memory() < 0) return -1;
     fj.gen = 1;
     return 0;
@@ -110,6 +147,9 @@ static void iv_close(struct interval *v, int trim)
     if (v->keep_fd >= 0) lz_sc1(SYS_close, v->keep_fd);
     if (v->data_fd >= 0) lz_sc1(SYS_close, v->data_fd);
     if (v->dir_fd >= 0) lz_sc1(SYS_close, v->dir_fd);
+    if (v->pend_fd >= 0) lz_sc1(SYS_close, v->pend_fd);
+    v->pend_fd = -1;
+    trk_sm_detach(v);
     for (uint32_t s = 0; s < v->ino_n; s++)
         if (v->inos[s].rfd >= 0) lz_sc1(SYS_close, v->inos[s].rfd);
     if (v->used) lz_sc3(SYS_madvise, v->arena, (v->used + 4095) & ~4095ull, MADV_DONTNEED);
@@ -127,113 +167,6 @@ static void iv_close(struct interval *v, int trim)
 static void iv_reset(struct interval *v) { iv_close(v, 1); }
 
 /* ---------------------------------------------------------------- intervals */
-
-/* A spare left by a dropped checkpoint becomes this interval's files.data:
- * overwriting its pages costs what a native overwrite does, while a new file
- * costs a fresh page per saved page (and the supervisor freeing them later). */
-static int adopt_spare(int dfd)
-{
-    char sp[LZ_PATH_MAX + 32];
-    size_t l = trk_E.store_len;
-    memcpy(sp, trk_E.store, l);
-    for (int i = 0; i < LZ_SPARES; i++) {
-        const size_t pl = sizeof("/" LZ_SPARE_PREFIX) - 1;
-        memcpy(sp + l, "/" LZ_SPARE_PREFIX, pl);
-        sp[l + pl] = (char)('0' + i);
-        sp[l + pl + 1] = 0;
-        if (lz_sc5(SYS_renameat2, AT_FDCWD, sp, dfd, FJ_DATAFILE, RENAME_NOREPLACE) == 0) return 1;
-    }
-    return 0;
-}
-
-/* Opens the journal in the directory dfd (taken over: closed with the
- * interval).  spare: files.data may be a spare of the store (the program's
- * own top-level journal only).  An existing log is continued after its last
- * valid record (from log_hint on); adopt: the journal of this process before
- * an exec, whose files.data may be a spare: continued after the bytes its
- * records use (at least data_hint), else after its end. */
-/* A new log appears with its BEGIN record in it (written to files.log.new,
- * then renamed): whenever the process is killed, a files.log says whose it
- * is, and a log without its BEGIN is damage (journal_read.c). */
-static long new_log(struct interval *v, long dfd)
-{
-    static const char tmp[] = FJ_LOG ".new";
-    long fd = trk_own_fd(lz_sc4(SYS_openat, dfd, tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    if (fd < 0) return fd;
-    v->log_fd = (int)fd;
-    v->lwin = NULL; /* the record and a zero header after it, with pwritev */
-    v->log_off = 0;
-    struct fj_begin b = {{trk_E.job[0], trk_E.job[1]}, v->index, trk_E.pid, 0};
-    long r = trk_jwrite(v, FJ_BEGIN, 0, &b, sizeof b, NULL, NULL, NULL, 0);
-    if (r == 0 && trk_E.machine) r = lz_sc1(SYS_fsync, fd);
-    if (r == 0) r = lz_sc4(SYS_renameat, dfd, tmp, dfd, FJ_LOG);
-    return r;
-}
-
-static long open_interval_at(struct interval *v, long dfd, int spare, int adopt, uint64_t log_hint, uint64_t data_hint,
-                             uint64_t nrec_hint, uint64_t index)
-{
-    if (dfd < 0) return dfd;
-    v->index = index;
-    v->nrec = 0;
-    v->dir_fd = (int)dfd;
-    long r = lz_sc3(SYS_mkdirat, dfd, FJ_KEEP, 0700);
-    if (r < 0 && r != -EEXIST) return r;
-    v->keep_fd = (int)trk_own_fd(lz_sc4(SYS_openat, dfd, FJ_KEEP, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
-    if (v->keep_fd < 0) return v->keep_fd;
-    /* a spare keeps its size (cutting it would stall the program while the
-     * kernel drops the pages): only what DATA records point at counts */
-    int recycled = spare && adopt_spare((int)dfd);
-    v->data_fd = (int)trk_own_fd(lz_sc4(SYS_openat, dfd, FJ_DATAFILE, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
-    if (v->data_fd < 0) return v->data_fd;
-    v->log_fd = (int)trk_own_fd(lz_sc4(SYS_openat, dfd, FJ_LOG, O_RDWR | O_CLOEXEC, 0));
-    if (v->log_fd == -ENOENT && (r = new_log(v, dfd)) < 0) return r;
-    if (v->log_fd < 0) return v->log_fd;
-    uint64_t data_end = 0;
-    /* records before log_hint were counted by the image before an exec (nrec_hint) */
-    v->nrec = nrec_hint;
-    v->log_off = trk_scan_log(v, v->log_fd, log_hint, &data_end);
-    struct stat ds;
-    if (lz_sc2(SYS_fstat, v->data_fd, &ds) < 0) ds.st_size = 0;
-    if (recycled) v->data_off = data_end;
-    else if (adopt) v->data_off = data_end > data_hint ? data_end : data_hint;
-    else v->data_off = ((uint64_t)ds.st_size + 4095) & ~4095ull;
-    v->wlen = trk_E.main ? LOG_WIN : LOG_WIN_MIN;
-    if (trk_E.machine && (r = lz_sc1(SYS_fsync, dfd)) < 0) return r; /* its entries, before any record counts */
-    if (!trk_E.machine) {
-        /* machine durability syncs each record: no window */
-        v->lwin = trk_win_area(v);
-        trk_log_window(v);
-    }
-    return 0;
-}
-
-static long open_dir_at(long at, const char *name)
-{
-    return trk_own_fd(lz_sc4(SYS_openat, at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
-}
-
-/* "proc.<pid>" */
-static void proc_name(char *out, long pid)
-{
-    memcpy(out, FJ_PROC_PREFIX, sizeof FJ_PROC_PREFIX);
-    size_t i = sizeof FJ_PROC_PREFIX - 1;
-    char tmp[24]; int k = 0;
-    do tmp[k++] = (char)('0' + pid % 10); while ((pid /= 10));
-    while (k) out[i++] = tmp[--k];
-    out[i] = 0;
-}
-
-/* The directory proc.<pid> inside the journal directory at (made if need be). */
-static long open_proc_dir(long at, long pid)
-{
-    char name[48];
-    proc_name(name, pid);
-    long r = lz_sc3(SYS_mkdirat, at, name, 0700);
-    if (r < 0 && r != -EEXIST) return r;
-    if (trk_E.machine && r == 0 && (r = lz_sc1(SYS_fsync, at)) < 0) return r; /* the journal is found after a crash */
-    return open_dir_at(at, name);
-}
 
 static void set_err(char *err, size_t errlen, const char *what, long e)
 {
@@ -261,7 +194,7 @@ int fj_prepare(const char *tmpdir, char *err, size_t errlen)
     uint64_t index = 0;
     if (base[0] == 't' && base[1] == 'm' && base[2] == 'p' && base[3] == '.')
         for (const char *q = base + 4; *q >= '0' && *q <= '9'; q++) index = index * 10 + (uint64_t)(*q - '0');
-    long r = open_interval_at(v, open_dir_at(AT_FDCWD, tmpdir), trk_E.main, 0, 0, 0, 0, index);
+    long r = trk_open_interval_at(v, trk_open_dir_at(AT_FDCWD, tmpdir), trk_E.main, 0, 0, 0, 0, index);
     if (r < 0) { set_err(err, errlen, "cannot create the file journal", r); iv_reset(v); unlock(); return -1; }
     /* save_blind classifies with the new interval's numbers */
     uint32_t oldgen = fj.gen;
@@ -327,7 +260,11 @@ void fj_after_fork(void)
     struct interval *v = &trk_E.iv[trk_E.cur];
     iv_close(&trk_E.iv[!trk_E.cur], 0);
     if (!fj.live) { iv_close(v, 0); return; }
-    long pdir = v->dir_fd;
+    /* its journal will be proc.<pid>/ in the parent's journal directory (or
+     * where the parent's own would be, if it has none yet) */
+    long pdir = v->dir_fd >= 0 ? v->dir_fd : v->pend_fd;
+    if (v->dir_fd >= 0) trk_E.pend_owner = trk_E.ppid;
+    trk_E.pfd = (int)pdir;
     /* the parent's files are never written by the child: the window of its
      * log goes (it is a shared mapping), so do the child's copies of its fds */
     if (v->lwin) trk_win_drop(v->lwin, LOG_WIN);
@@ -338,6 +275,7 @@ void fj_after_fork(void)
     v->log_fd = v->keep_fd = v->data_fd = v->dir_fd = -1;
     v->log_off = v->data_off = 0;
     v->touched = 0;
+    v->nrec = 0;
     if (torn) {
         /* start from nothing: records again what the parent may have recorded */
         for (uint32_t i = 0; i < v->ino_n; i++)
@@ -348,13 +286,11 @@ void fj_after_fork(void)
         v->mv = NULL; v->nmv = v->capmv = 0;
         fj.gen += 2;
     }
-    long r = pdir >= 0 ? open_proc_dir(pdir, trk_E.pid) : -EBADF;
-    if (pdir >= 0) lz_sc1(SYS_close, pdir);
-    r = open_interval_at(v, r, 0, 0, 0, 0, 0, v->index);
-    if (r < 0) {
-        char why[128];
-        set_err(why, sizeof why, "cannot start its file journal", r);
-        warn_line(why, trk_E.pid, "; its file changes will not be rolled back\n");
+    /* made at its first record (trk_journal): a child that changes nothing
+     * (most of a shell's) costs no directory and no log */
+    v->pend_fd = (int)pdir;
+    if (pdir < 0) {
+        warn_line("cannot start its file journal: bad file descriptor", trk_E.pid, "; its file changes will not be rolled back\n");
         iv_close(v, 0);
         fj.live = 0;
     }
@@ -381,7 +317,9 @@ int fj_exec_prepare(char *envstr, size_t len)
     uint64_t saved;
     lock_quiet(&saved);
     struct interval *v = &trk_E.iv[trk_E.cur];
-    int fd = v->dir_fd, owner = trk_E.pid;
+    /* no journal of its own yet: the new image makes it where this one would */
+    int own = v->dir_fd >= 0;
+    int fd = own ? v->dir_fd : v->pend_fd, owner = own ? trk_E.pid : trk_E.pend_owner;
     uint64_t lo = v->log_off, dof = v->data_off, nrec = v->nrec, index = v->index;
     unlock_quiet(&saved);
     if (fd < 0) return -EBADF;
@@ -401,7 +339,7 @@ int fj_exec_prepare(char *envstr, size_t len)
             put_u64(&q, e, (uint64_t)afd);
             if (self == owner) { /* its own journal: proc.<pid> in its parent's */
                 *q++ = '/';
-                proc_name(q, self);
+                trk_proc_name(q, self);
             } else {
                 *q = 0;
             }
@@ -441,7 +379,7 @@ int fj_exec_prepare(char *envstr, size_t len)
 void fj_exec_failed(void)
 {
     if (!fj.fdt || !fj.live) return;
-    int fd = trk_E.iv[trk_E.cur].dir_fd;
+    int fd = trk_E.iv[trk_E.cur].dir_fd >= 0 ? trk_E.iv[trk_E.cur].dir_fd : trk_E.iv[trk_E.cur].pend_fd;
     if (fd >= 0) lz_sc3(SYS_fcntl, fd, F_SETFD, FD_CLOEXEC);
 }
 
@@ -482,12 +420,18 @@ int fj_adopt(const char *val, char *err, size_t errlen)
     long r;
     if ((uint64_t)self == owner) {
         /* exec: the same process, its journal goes on after its last record */
-        r = open_interval_at(v, trk_own_fd((long)fd), 0, 1, lo, dof, nrec, index);
+        r = trk_open_interval_at(v, trk_own_fd((long)fd), 0, 1, lo, dof, nrec, index);
     } else {
-        /* a vfork or posix_spawn child: a journal of its own, inside its parent's */
-        long d = open_proc_dir((long)fd, self);
-        lz_sc1(SYS_close, fd);
-        r = open_interval_at(v, d, 0, 0, 0, 0, 0, index);
+        /* a vfork or posix_spawn child (or a child that recorded nothing
+         * before its exec): a journal of its own inside that directory, made
+         * at its first record; the descriptor keeps its number (it is the
+         * owner's, for /proc/<owner>/fd/<n> after a close_range) */
+        v->index = index;
+        v->pend_fd = (int)fd;
+        trk_E.pend_owner = (int)owner;
+        trk_E.ppid = (int)owner;
+        trk_E.pfd = (int)fd;
+        r = lz_sc3(SYS_fcntl, fd, F_SETFD, FD_CLOEXEC);
     }
     if (r == 0) r = trk_save_blind(v);
     if (r < 0) {
@@ -545,13 +489,13 @@ int fj_restarted(uint64_t index, int main_process, char *err, size_t errlen)
     while (k) ck[l++] = digits[--k];
     ck[l] = 0;
     /* the program's journal is the directory's own, any other process's proc.<pid>/ */
-    long d = open_dir_at(AT_FDCWD, ck);
+    long d = trk_open_dir_at(AT_FDCWD, ck);
     if (!main_process && d >= 0) {
-        long pd = open_proc_dir(d, trk_E.pid);
+        long pd = trk_open_proc_dir(d, trk_E.pid);
         lz_sc1(SYS_close, d);
         d = pd;
     }
-    long r = open_interval_at(&trk_E.iv[0], d, 0, 0, 0, 0, 0, at_index);
+    long r = trk_open_interval_at(&trk_E.iv[0], d, 0, 0, 0, 0, 0, at_index);
     if (r == 0) r = trk_save_blind(&trk_E.iv[0]);
     if (r < 0) { set_err(err, errlen, "cannot reopen the file journal", r); iv_close(&trk_E.iv[0], 0); fj.live = 0; return -1; }
     fj.live = 1;

@@ -72,6 +72,10 @@ long trk_jwrite(struct interval *v, uint16_t type, uint16_t flags, const void *f
 {
     static const uint32_t magic = FJ_REC_MAGIC;
     static const char zeros[sizeof(struct fj_rec)];
+    if (v->log_fd < 0) { /* a child's first record: its journal now */
+        long r = trk_journal(v);
+        if (r < 0) return r;
+    }
     struct fj_rec h = {FJ_REC_MAGIC, type, flags, 0, 0, stamp_now()};
     size_t l1 = s1 ? slen(s1) + 1 : 0, l2 = s2 ? slen(s2) + 1 : 0;
     h.len = (uint32_t)(flen + l1 + l2 + dlen);
@@ -116,7 +120,7 @@ long trk_jsync(struct interval *v)
 {
     if (!trk_E.machine) return 0;
     long r = lz_sc1(SYS_fdatasync, v->log_fd);
-    if (r == 0) r = lz_sc1(SYS_fsync, v->keep_fd);
+    if (r == 0 && v->keep_fd >= 0) r = lz_sc1(SYS_fsync, v->keep_fd);
     return r;
 }
 

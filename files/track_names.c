@@ -208,7 +208,8 @@ static long record_name(struct interval *v, const char *cur)
                 rec.was = FJ_WAS_FILE;
                 char name[40];
                 fj_keep_name(name, st.st_dev, st.st_ino);
-                r = lz_sc5(SYS_linkat, AT_FDCWD, cur, v->keep_fd, name, 0);
+                r = trk_keep_fd(v);
+                if (r >= 0) r = lz_sc5(SYS_linkat, AT_FDCWD, cur, v->keep_fd, name, 0);
                 if (r < 0 && r != -EEXIST) {
                     long fd = trk_open_for_path(AT_FDCWD, cur, 1);
                     if (fd < 0) return fd;
@@ -311,7 +312,8 @@ int fj_rmdir(int dirfd, const char *path)
             if (entries) { unlock(); return -ENOTEMPTY; }
             char name[40];
             fj_keep_name(name, st.st_dev, st.st_ino);
-            long m = lz_sc5(SYS_renameat2, AT_FDCWD, abs, v->keep_fd, name, RENAME_NOREPLACE);
+            long m = trk_keep_fd(v);
+            if (m >= 0) m = lz_sc5(SYS_renameat2, AT_FDCWD, abs, v->keep_fd, name, RENAME_NOREPLACE);
             if (m == 0) {
                 if (trk_E.machine) { lz_sc1(SYS_fsync, v->keep_fd); }
                 unlock();

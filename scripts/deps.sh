@@ -3,8 +3,9 @@
 # POSIX sh; source it with `. scripts/deps.sh`, then call `lz_install_deps`.
 
 # Build: compiler, make, libc headers, xxHash, zstd, lz4.
-# Tests: python3 with pytest, setpriv (util-linux), ps/pgrep (procps).
-LZ_DEB_PACKAGES="gcc make libc6-dev libxxhash-dev libzstd-dev liblz4-dev python3 python3-pytest util-linux procps fio"
+# Tests: python3 with pytest, setpriv (util-linux), ps/pgrep (procps), mkfs.xfs
+# (xfsprogs: the reflink test and bench loop-mount an XFS image), filefrag (e2fsprogs).
+LZ_DEB_PACKAGES="gcc make libc6-dev libxxhash-dev libzstd-dev liblz4-dev python3 python3-pytest util-linux procps fio xfsprogs e2fsprogs"
 
 lz_pkg_installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'

@@ -240,6 +240,17 @@ void lz_store_drop_spares(const char *dir)
         snprintf(name, sizeof name, LZ_SPARE, i);
         unlinkat(dfd, name, 0);
     }
+    /* the running job's maps of saved blocks: after a restart they would
+     * name records the rollback emptied (files/track_shared.c) */
+    int d2 = dup(dfd);
+    DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
+    if (!d && d2 >= 0) close(d2);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, FJ_SAVED, strlen(FJ_SAVED)) && e->d_name[strlen(FJ_SAVED)] &&
+            strspn(e->d_name + strlen(FJ_SAVED), "0123456789") == strlen(e->d_name + strlen(FJ_SAVED)))
+            unlinkat(dfd, e->d_name, 0);
+    if (d) closedir(d);
     close(dfd);
 }
 

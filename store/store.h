@@ -73,7 +73,8 @@ int lz_store_gc(const char *dir, struct lz_gc_stats *st, char *why, size_t whyle
 /* Makes checkpoint `index` invisible at once (rename), then deletes it; its
  * files.data becomes a spare (LZ_SPARE) if a slot is free. */
 int lz_store_remove(const char *dir, uint64_t index);
-/* Deletes the spares (when the job stops: the space is the user's). */
+/* Deletes the spares (when the job stops: the space is the user's) and the
+ * job's maps of saved blocks (journal_layout.h: FJ_SAVED). */
 void lz_store_drop_spares(const char *dir);
 /* Newest-first retention: keeps `keep` checkpoints; also drops checkpoints of
  * an abandoned branch (index > parent of `newest`, < run_first, the first

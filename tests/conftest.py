@@ -510,6 +510,7 @@ TIERS = {
     "slow": ["test_memory_restart.py::test_killed_at_random_instants",
              "test_memory_restart.py::test_uninterrupted_run_matches_plain",
              "test_files_programs.py", "test_tree_programs.py", "test_kill_restart.py", "test_torn_checkpoint.py",
+             "test_undo_shared.py::test_dd_loop_whole_job_killed",
              "test_threads.py::test_openmp_killed_at_random_instants",
              "test_threads.py::test_producer_consumer_killed_at_random_instants",
              "test_threads.py::test_raw_sigurg_block_fails_checkpoint",
