@@ -20,7 +20,7 @@ long trk_own_fd(long fd)
     return n;
 }
 
-int fj_is_own_fd(int fd)
+int trk_engine_fd(int fd)
 {
     for (int i = 0; i < 2; i++) {
         if (trk_E.iv[i].log_fd == fd || trk_E.iv[i].keep_fd == fd || trk_E.iv[i].data_fd == fd || trk_E.iv[i].dir_fd == fd) return 1;
@@ -29,6 +29,9 @@ int fj_is_own_fd(int fd)
     }
     return 0;
 }
+
+/* (the mappings' descriptors are the engine's too, but name files it tracks) */
+int fj_is_own_fd(int fd) { return trk_engine_fd(fd) || trk_maps_fd(fd); }
 
 void trk_fdpath(int fd, char *lp)
 {
@@ -158,7 +161,7 @@ long trk_classify(struct interval *v, int fd, struct fj_fdent *ent, struct fj_in
     long r = lz_sc2(SYS_fstat, fd, &st);
     char lp[40], path[LZ_PATH_MAX];
     long n = 0;
-    if (r == 0 && S_ISREG(st.st_mode) && !fj_is_own_fd(fd)) {
+    if (r == 0 && S_ISREG(st.st_mode) && !trk_engine_fd(fd)) {
         trk_fdpath(fd, lp);
         n = lz_sc4(SYS_readlinkat, AT_FDCWD, lp, path, sizeof path - 1);
     }
