@@ -121,6 +121,7 @@ void fj_map_removed(void *addr, size_t len);
 int fj_map_before_move(void *addr, size_t len);
 int fj_map_moved(void *from, size_t oldlen, void *to, size_t newlen, int keep_old);
 int fj_map_protect(void *addr, size_t len, int prot);
+int fj_map_sync(void *addr, size_t len, int flags); /* the program's msync: 0 or -errno */
 int fj_map_fault(void *addr);
 int fj_map_before_fill(const void *buf, size_t len);
 void fj_maps_arm(void);

@@ -2,7 +2,7 @@
  * (files/track_maps.c keeps the mappings and saves a page before its first
  * store of an interval): the SIGSEGV handler that lets a protected page's
  * first store go on once its old content is saved, the memory calls that
- * change what is mapped where (mmap is in rt_files.c), and the calls in
+ * change what is mapped where (mmap is in rt_files.c), msync, and the calls in
  * which the kernel itself writes into the program's memory: a kernel write
  * into a protected page fails with EFAULT instead of faulting, so their
  * target is opened first.  Every entry costs one load when the program has
@@ -60,11 +60,16 @@ static void chain(int sig, siginfo_t *si, void *uc)
     else p.sa_handler(sig);
 }
 
+/* A fault inside the save itself (a bug) is not ours: the lock is held. */
+static __thread int in_fault __attribute__((tls_model("initial-exec")));
+
 static void segv_handler(int sig, siginfo_t *si, void *uc)
 {
     int saved = errno;
-    if (si->si_code == SEGV_ACCERR) {
+    if (si->si_code == SEGV_ACCERR && !in_fault) {
+        in_fault = 1;
         int r = fj_map_fault(si->si_addr); /* (runs on a stack of its own: this may be a small alternate one) */
+        in_fault = 0;
         if (r > 0) { errno = saved; return; }
         if (r < 0) {
             /* its undo cannot be recorded (said): the store must not happen,
@@ -153,6 +158,15 @@ RT_API int mprotect(void *addr, size_t len, int prot)
     rt_enter();
     int r = fj_map_protect(addr, len, prot);
     rt_leave();
+    if (r < 0) { errno = -r; return -1; }
+    return 0;
+}
+
+RT_API int msync(void *addr, size_t len, int flags)
+{
+    REAL(int, msync, void *, size_t, int);
+    if (!fj_maps_any()) return real_msync(addr, len, flags);
+    int r = fj_map_sync(addr, len, flags);
     if (r < 0) { errno = -r; return -1; }
     return 0;
 }

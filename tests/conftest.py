@@ -515,6 +515,7 @@ TIERS = {
              "test_threads.py::test_raw_sigurg_block_fails_checkpoint",
              "test_pipes.py::test_killed_with_data_in_flight",
              "test_incremental.py::test_program_killed_while_checkpointing",
+             "test_shared_maps.py::test_killed_at_random_instants",
              "test_store_integrity.py::test_damaged_store"],
     "integrity": ["test_store_integrity.py", "test_corrupt_image.py", "test_frame_check.py"],
 }
