@@ -107,7 +107,7 @@ def test_killed_at_random_instants(runner, prog, rng):
     want = plain_run(runner, prog)
     work = make_files(runner, "work")
     store = runner.base / "store"
-    kr = run_until_done(runner, store, argv(prog, work), rng, kills=5, interval=0, max_delay=0.3,
+    kr = run_until_done(runner, store, argv(prog, work), rng, kills=5, interval=0, max_delay=0.3, comm="shmap_job",
                         run_opts=("-k", "1000"), done_re=r"^done ")
     ref = digests(want["out"])
     restarts = 0
