@@ -17,12 +17,16 @@ gives the digest of every step and of the end.
   sizes, not time) exceeds what the steps of an interval can store into
   (before: the whole mapping, 8 MiB and more, per interval);
 - an uninterrupted run, then `restart --force --at N` of several checkpoints,
-  newest first: the digest at N, then the same end.
+  newest first: the digest at N, then the same end;
+- a store into the file through a mapping of another process, after the job
+  was killed: `restart` refuses, naming the file, and changes nothing (and
+  the intervals before the kill kept their bound).
 """
 from __future__ import annotations
 
 import hashlib
 import math
+import mmap
 import os
 import random
 import re
@@ -31,7 +35,7 @@ from pathlib import Path
 import pytest
 
 import lzformat as F
-from conftest import INCLUDE, IS_ROOT, LIBDIR, _compile, ckpt_dirs, ckpt_path, run_until_done
+from conftest import INCLUDE, IS_ROOT, LIBDIR, _compile, ckpt_dirs, ckpt_path, kill_program, run_until_done
 
 STEPS, PAGES, EVERY = 1000, 3, 20
 SIZE = 8 << 20
@@ -94,10 +98,10 @@ def undo_bound() -> int:
     return pages * 4096
 
 
-def check_undo(store: Path) -> None:
+def check_undo(store: Path, least: int = STEPS // EVERY - 1) -> None:
     per = {n: undo_bytes(ckpt_path(store, n)) for n in ckpt_dirs(store)}
     print("undo bytes per interval:", per, "bound", undo_bound())
-    assert len(per) >= STEPS // EVERY - 1, per
+    assert len(per) >= least, per
     over = {n: b for n, b in per.items() if b > 1.2 * undo_bound()}
     assert not over, f"intervals with more undo than 1.2x what their steps can store into ({undo_bound()} B): {over}"
     assert sum(per.values()) >= 4096 * len(per) // 2, f"hardly any undo recorded: {per}"
@@ -139,3 +143,22 @@ def test_restart_at_each(runner, prog):
         assert first == f"ckpt {step} R{n} {ref[step]}", f"restart at {n}: {first!r}, want digest {ref[step]}\n{r}"
         assert r.stdout.strip().splitlines()[-1] == want["out"].strip().splitlines()[-1], str(r)
         assert hashlib.sha256((work / "f").read_bytes()).hexdigest() == want["file"]
+
+
+def test_outside_store_after_stop(runner, prog):
+    work = make_files(runner, "work")
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "-k", "100", "--", *argv(prog, work))
+    proc.wait_for_output(r"ckpt 79 4 ", timeout=60)
+    kill_program(proc, "shmap_job")
+    check_undo(store, least=4)
+    with open(work / "f", "r+b") as fh:  # another process stores into the file
+        m = mmap.mmap(fh.fileno(), 0)
+        m[5000:5004] = b"XXXX"
+        m.flush()
+        m.close()
+    before = hashlib.sha256((work / "f").read_bytes()).hexdigest()
+    r = runner.lz("restart", "-d", store, timeout=60)
+    assert r.rc != 0 and len(r.stderr_lines()) == 1, str(r)
+    assert "changed outside the job" in r.stderr and str(work / "f") in r.stderr, str(r)
+    assert hashlib.sha256((work / "f").read_bytes()).hexdigest() == before
