@@ -1,8 +1,8 @@
 /* The libc functions that change files, interposed: each asks the file engine
  * (files/track.h) to record the undo first, then does the real call.  Reads
- * are not interposed at all.  While a call is between "recorded" and "done",
- * a checkpoint waits (rt.fs_busy): the change and its undo must land in the
- * same interval. */
+ * matter only to shared file mappings (rt_shmaps.c).  While a call is
+ * between "recorded" and "done", a checkpoint waits (rt.fs_busy): the change
+ * and its undo must land in the same interval. */
 #include "rt.h"
 #include "track.h"
 #include <dlfcn.h>
