@@ -439,10 +439,23 @@ int fj_map_fault(void *addr)
     return (int)f.r;
 }
 
+/* Whether [a, b) may touch a registered mapping, without the lock: reads
+ * call this (a signal handler's read must not wait for a lock its own
+ * thread may hold); a registry changing meanwhile may be misread, and the
+ * caller retries a read that failed with EFAULT. */
+static int maybe(uint64_t a, uint64_t b)
+{
+    uint32_t n = __atomic_load_n(&nr, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n && i < MAPS_MAX; i++)
+        if (__atomic_load_n(&reg[i].start, __ATOMIC_RELAXED) < b && __atomic_load_n(&reg[i].end, __ATOMIC_RELAXED) > a) return 1;
+    return 0;
+}
+
 int fj_map_before_fill(const void *buf, size_t len)
 {
     if (!fj.maps || !len) return 0;
     uint64_t a = (uint64_t)buf & ~(PAGE - 1), b = ((uint64_t)buf + len + PAGE - 1) & ~(PAGE - 1);
+    if (!maybe(a, b)) return 0;
     long r = 0;
     int hit = 0;
     lock();

@@ -194,12 +194,20 @@ static int fill_iov(const struct iovec *iov, int cnt)
     return any;
 }
 
+/* The call, after its target is opened; again if it failed with EFAULT and
+ * opening finds something of ours there (a checkpoint protected it again
+ * between the two, or the lock-free look missed it). */
 #define RETRIED(call, filled)                                                              \
     for (int tries_ = 0;; tries_++) {                                                      \
         int c_ = (filled);                                                                 \
         if (c_ < 0) return -1;                                                             \
         ssize_t r_ = (call);                                                               \
-        if (r_ < 0 && errno == EFAULT && c_ > 0 && tries_ < 64) continue;                 \
+        if (r_ < 0 && errno == EFAULT && tries_ < 64) {                                    \
+            int again_ = (filled);                                                         \
+            if (again_ < 0) return -1;                                                     \
+            if (again_ > 0) continue;                                                      \
+            errno = EFAULT;                                                                \
+        }                                                                                  \
         return r_;                                                                         \
     }
 
