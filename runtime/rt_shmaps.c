@@ -233,6 +233,13 @@ RT_API ssize_t pread64(int fd, void *buf, size_t n, off_t off)
 }
 RT_API ssize_t pread(int fd, void *buf, size_t n, off_t off) { return pread64(fd, buf, n, off); }
 
+RT_API ssize_t __pread64_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
+{
+    REAL(ssize_t, __pread64_chk, int, void *, size_t, off_t, size_t);
+    if (!fj_maps_any()) return real___pread64_chk(fd, buf, n, off, buflen);
+    RETRIED(real___pread64_chk(fd, buf, n, off, buflen), fill(buf, n));
+}
+
 RT_API ssize_t readv(int fd, const struct iovec *iov, int cnt)
 {
     REAL(ssize_t, readv, int, const struct iovec *, int);
@@ -263,6 +270,13 @@ RT_API ssize_t recv(int fd, void *buf, size_t n, int flags)
     RETRIED(real_recv(fd, buf, n, flags), fill(buf, n));
 }
 
+RT_API ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+    REAL(ssize_t, __recv_chk, int, void *, size_t, size_t, int);
+    if (!fj_maps_any()) return real___recv_chk(fd, buf, n, buflen, flags);
+    RETRIED(real___recv_chk(fd, buf, n, buflen, flags), fill(buf, n));
+}
+
 RT_API ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from, socklen_t *fromlen)
 {
     REAL(ssize_t, recvfrom, int, void *, size_t, int, struct sockaddr *, socklen_t *);
@@ -285,6 +299,16 @@ RT_API size_t fread(void *ptr, size_t size, size_t n, FILE *f)
     if (!fj_maps_any()) return real_fread(ptr, size, n, f);
     rt_enter();
     size_t r = fill(ptr, size * n) < 0 ? 0 : real_fread(ptr, size, n, f);
+    rt_leave();
+    return r;
+}
+
+RT_API size_t __fread_chk(void *ptr, size_t ptrlen, size_t size, size_t n, FILE *f)
+{
+    REAL(size_t, __fread_chk, void *, size_t, size_t, size_t, FILE *);
+    if (!fj_maps_any()) return real___fread_chk(ptr, ptrlen, size, n, f);
+    rt_enter();
+    size_t r = fill(ptr, size * n) < 0 ? 0 : real___fread_chk(ptr, ptrlen, size, n, f);
     rt_leave();
     return r;
 }
