@@ -11,6 +11,7 @@
  * a change that cannot be undone never happens behind the user's back. */
 #ifndef LZ_FILES_TRACK_H
 #define LZ_FILES_TRACK_H
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
@@ -31,6 +32,7 @@ struct fj_global {
     int live;                 /* an interval is open: record */
     uint32_t gen;
     struct fj_fdent *fdt;
+    int maps;                 /* shared file mappings registered (track_maps.c) */
 };
 extern struct fj_global fj;
 
@@ -102,7 +104,34 @@ int fj_stream_opened(FILE *f);
  * `>> log`) now writes there unseen, so it is covered like a new stream. */
 int fj_fd_reused(int fd);
 int fj_stream_moved(FILE *f);
-int fj_before_shared_map(int fd, int64_t off, uint64_t len);
+
+/* Writable shared file mappings (track_maps.c): stores into them are seen
+ * through write protection.  fj_map_added after an mmap(MAP_SHARED) of fd
+ * (open for reading and writing; prot as the program asked): 0 or -errno (its undo
+ * could not be recorded: the caller unmaps it and fails the call).
+ * fj_maps_any: the process has such mappings (the hooks' fast test).
+ * fj_map_removed after munmap, or an mmap(MAP_FIXED) of something else over
+ * it; fj_map_before_move before mremap, fj_map_moved after it succeeded.
+ * fj_map_protect does the program's mprotect itself (registered parts stay
+ * protected while an interval needs them): 0 or -errno.
+ * fj_map_fault from the SIGSEGV handler (a write-protection fault at addr):
+ * 1 the page is open now (the store may go on), 0 not ours, -errno its undo
+ * could not be recorded (said on stderr).  fj_map_before_fill before a call in which the
+ * kernel writes into [buf, buf+len) (read(), madvise(MADV_REMOVE)): 1 pages
+ * were opened, 0 none of ours, -errno.  fj_maps_arm in the checkpoint's
+ * pause, before the regions are read: every writable page protected again;
+ * fj_map_prot then says what the program asked for a VMA (or -1). */
+int fj_map_added(int fd, void *addr, size_t len, int prot, int64_t off);
+void fj_map_removed(void *addr, size_t len);
+int fj_map_before_move(void *addr, size_t len);
+int fj_map_moved(void *from, size_t oldlen, void *to, size_t newlen, int keep_old);
+int fj_map_protect(void *addr, size_t len, int prot);
+int fj_map_sync(void *addr, size_t len, int flags); /* the program's msync: 0 or -errno */
+int fj_map_fault(void *addr);
+int fj_map_before_fill(const void *buf, size_t len);
+void fj_maps_arm(void);
+int fj_map_prot(uint64_t start, uint64_t end);
+static inline int fj_maps_any(void) { return __atomic_load_n(&fj.maps, __ATOMIC_ACQUIRE) != 0; }
 
 /* Checkpoint N: prepare the next interval's journal inside the checkpoint
  * being written (tmpdir), commit or abandon it with the checkpoint; resume

@@ -21,7 +21,7 @@ long trk_own_fd(long fd)
     return n;
 }
 
-int fj_is_own_fd(int fd)
+int trk_engine_fd(int fd)
 {
     for (int i = 0; i < 2; i++) {
         if (trk_E.iv[i].log_fd == fd || trk_E.iv[i].keep_fd == fd || trk_E.iv[i].data_fd == fd || trk_E.iv[i].dir_fd == fd ||
@@ -32,6 +32,9 @@ int fj_is_own_fd(int fd)
     }
     return 0;
 }
+
+/* (the mappings' descriptors are the engine's too, but name files it tracks) */
+int fj_is_own_fd(int fd) { return trk_engine_fd(fd) || trk_maps_fd(fd); }
 
 void trk_fdpath(int fd, char *lp)
 {
@@ -235,7 +238,7 @@ long trk_classify(struct interval *v, int fd, struct fj_fdent *ent, struct fj_in
     long r = lz_sc2(SYS_fstat, fd, &st);
     char lp[40], path[LZ_PATH_MAX];
     long n = 0;
-    if (r == 0 && S_ISREG(st.st_mode) && !fj_is_own_fd(fd)) {
+    if (r == 0 && S_ISREG(st.st_mode) && !trk_engine_fd(fd)) {
         if (fj_launchers && fj_launchers(fd, st.st_dev, st.st_ino, st.st_mode)) { *ent = e; return 0; } /* not the job's */
         trk_fdpath(fd, lp);
         n = lz_sc4(SYS_readlinkat, AT_FDCWD, lp, path, sizeof path - 1);

@@ -9,8 +9,10 @@
  *   track_names.c     absolute paths, exclusions, names at N and moved
  *                     directories, NAME records, the rename, unlink,
  *                     mkdir, rmdir, open and attribute hooks
- *   track_streams.c   glibc stdio internals, shared file mappings, what they
- *                     could change unseen (save_blind)
+ *   track_streams.c   glibc stdio internals, what streams and shared file
+ *                     mappings could change unseen (save_blind)
+ *   track_maps.c      writable shared file mappings: the registry, their
+ *                     write protection, saving a page at its first store
  *   track_open.c      opening a journal, and making its pieces when first
  *                     needed
  *   track_shared.c    the job's map of the blocks saved this interval, shared
@@ -157,6 +159,7 @@ struct fj_ino *trk_ino_find(struct interval *v, uint64_t dev, uint64_t ino, int 
 
 /* track_fds.c */
 long trk_own_fd(long fd);
+int trk_engine_fd(int fd); /* the journal's own files (never tracked) */
 void trk_fdpath(int fd, char *lp);
 long trk_first_touch(struct interval *v, int fd, const struct stat *st, struct fj_ino **out);
 long trk_save_range(struct interval *v, struct fj_ino *e, int fd, int readable, uint64_t off, uint64_t len);
@@ -182,4 +185,9 @@ void trk_sm_inode_mark(struct sm_ent *x);
 
 /* track_streams.c */
 long trk_save_blind(struct interval *v);
+
+/* track_maps.c */
+long trk_maps_arm(struct interval *v);
+void trk_maps_forget(void);
+int trk_maps_fd(int fd);
 #endif

@@ -475,6 +475,7 @@ int fj_restarted(uint64_t index, int main_process, char *err, size_t errlen)
     trk_E.main = main_process;
     trk_E.pid = (int)lz_sc0(SYS_getpid);
     fj.live = 0;
+    trk_maps_forget();
     if (map_memory() < 0) { set_err(err, errlen, "cannot map the file engine's memory", -ENOMEM); return -1; }
     fj.gen = 1;
     uint64_t at_index = index;

@@ -1,10 +1,10 @@
 /* What changes files without a call the runtime sees: glibc stdio streams
- * (their buffers, read through glibc's FILE internals) and writable shared
- * file mappings (track_internal.h). */
+ * (their buffers, read through glibc's FILE internals), and at the start of
+ * an interval writable shared file mappings (track_maps.c) (track_internal.h). */
 #include "track_internal.h"
 #include <fcntl.h>
 
-/* ---------------------------------------------------------------- streams, maps */
+/* ---------------------------------------------------------------- streams */
 
 /* The lowest position a stream's buffered or future writes can land at. */
 static int64_t stream_low(FILE *f, int fd)
@@ -48,13 +48,8 @@ int fj_fd_reused(int fd)
     return r;
 }
 
-int fj_before_shared_map(int fd, int64_t off, uint64_t len)
-{
-    return fj_before_write(fd, off, len);
-}
-
-/* At the start of an interval: what streams and shared mappings could
- * change without a call we see, saved now. */
+/* At the start of an interval: what streams could change without a call we
+ * see, saved now; shared mappings protected. */
 long trk_save_blind(struct interval *v)
 {
     extern FILE *_IO_list_all;
@@ -67,44 +62,8 @@ long trk_save_blind(struct interval *v)
         int64_t low = stream_low(f, f->_fileno);
         if (r == 0 && ino && !tmp.all && low >= 0) r = trk_save_range(v, ino, f->_fileno, tmp.rd, (uint64_t)low, ~0ull >> 1);
     }
-    /* writable shared file mappings, from /proc/self/maps */
-    static char maps[1 << 18];
-    long n = 0, fd = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
-    if (fd >= 0) {
-        long k;
-        while (n < (long)sizeof maps - 1 && (k = lz_sc3(SYS_read, fd, maps + n, sizeof maps - 1 - n)) > 0) n += k;
-        lz_sc1(SYS_close, fd);
-    }
-    maps[n > 0 ? n : 0] = 0;
-    for (char *line = maps; *line && r == 0;) {
-        char *eol = line;
-        while (*eol && *eol != '\n') eol++;
-        char save = *eol;
-        *eol = 0;
-        /* start-end perms offset dev inode path */
-        uint64_t s = 0, e = 0, off = 0;
-        char *p = line;
-        while (*p && *p != '-') { s = s * 16 + (uint64_t)(*p <= '9' ? *p - '0' : (*p | 32) - 'a' + 10); p++; }
-        if (*p) p++;
-        while (*p && *p != ' ') { e = e * 16 + (uint64_t)(*p <= '9' ? *p - '0' : (*p | 32) - 'a' + 10); p++; }
-        if (*p) p++;
-        int shared_w = p[1] == 'w' && p[3] == 's';
-        p += 5;
-        while (*p && *p != ' ') { off = off * 16 + (uint64_t)(*p <= '9' ? *p - '0' : (*p | 32) - 'a' + 10); p++; }
-        char *path = p;
-        while (*path && *path != '/') path++;
-        if (shared_w && *path == '/' && !fj_owns(s, e)) { /* not our own log window */
-            long mfd = lz_sc4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
-            if (mfd >= 0) {
-                struct fj_ino *ino;
-                struct fj_fdent tmp = {0};
-                r = trk_classify(v, (int)mfd, &tmp, &ino);
-                if (r == 0 && ino && !ino->born) r = trk_save_range(v, ino, (int)mfd, 1, off, e - s);
-                lz_sc1(SYS_close, mfd);
-            }
-        }
-        *eol = save;
-        line = *eol ? eol + 1 : eol;
-    }
+    /* writable shared file mappings: protected, saved page by page at their
+     * first store (track_maps.c) */
+    if (r == 0) r = trk_maps_arm(v);
     return r;
 }

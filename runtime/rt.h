@@ -224,6 +224,12 @@ int rt_result(struct rt_ckpt *ck, int rc, char *msg, size_t len);
 void rt_resume(struct rt_ckpt *ck);
 void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc);
 void rt_install_handler(void);
+/* Writable shared file mappings (rt_shmaps.c): the SIGSEGV handler that
+ * opens a write-protected page once its undo is saved; the program's own
+ * SIGSEGV disposition (1: handled here). */
+void rt_shmaps_start(void);
+int rt_segv_sigaction(const struct sigaction *act, struct sigaction *old);
+int rt_segv_taken(void);
 void rt_redeliver_checkpoint(void);
 void rt_trace(uint64_t t0, const char *who, const char *step); /* LAZARUS_TRACE */
 

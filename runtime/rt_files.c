@@ -1,8 +1,8 @@
 /* The libc functions that change files, interposed: each asks the file engine
  * (files/track.h) to record the undo first, then does the real call.  Reads
- * are not interposed at all.  While a call is between "recorded" and "done",
- * a checkpoint waits (rt.fs_busy): the change and its undo must land in the
- * same interval. */
+ * matter only to shared file mappings (rt_shmaps.c).  While a call is
+ * between "recorded" and "done", a checkpoint waits (rt.fs_busy): the change
+ * and its undo must land in the same interval. */
 #include "rt.h"
 #include "track.h"
 #include <dlfcn.h>
@@ -209,14 +209,30 @@ RT_API int ioctl(int fd, unsigned long req, ...)
     return r;
 }
 
+/* A shared mapping of a file open for writing is registered with the file
+ * engine (files/track_maps.c): while an interval is open its pages are
+ * write-protected and saved at their first store.  Anything mapped with
+ * MAP_FIXED over a registered one ends it. */
 RT_API void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     REAL(void *, mmap64, void *, size_t, int, int, int, off_t);
-    if (fd < 0 || !(flags & MAP_SHARED) || !(prot & PROT_WRITE)) return real_mmap64(addr, len, prot, flags, fd, off);
+    int shared = fd >= 0 && ((flags & MAP_SHARED_VALIDATE) == MAP_SHARED || (flags & MAP_SHARED_VALIDATE) == MAP_SHARED_VALIDATE);
+    if (shared) {
+        long fl = lz_sc2(SYS_fcntl, fd, F_GETFL);
+        shared = fl >= 0 && (fl & O_ACCMODE) == O_RDWR; /* (only such a mapping can ever be written) */
+    }
+    if (!shared && !((flags & MAP_FIXED) && fj_maps_any())) return real_mmap64(addr, len, prot, flags, fd, off);
     enter();
-    int c = fj_before_shared_map(fd, off, len);
-    if (c < 0) { fj_report("mmap", NULL, c); leave(); errno = -c; return MAP_FAILED; }
     void *r = real_mmap64(addr, len, prot, flags, fd, off);
+    if (r != MAP_FAILED && !shared) fj_map_removed(r, len);
+    if (r != MAP_FAILED && shared) {
+        int c = fj_map_added(fd, r, len, prot, off);
+        if (c < 0) {
+            lz_sc2(SYS_munmap, r, len);
+            fj_map_removed(r, len);
+            return (void *)refuse("mmap", NULL, c);
+        }
+    }
     leave();
     return r;
 }

@@ -174,6 +174,7 @@ static void rt_files_start(int main_process)
         fprintf(stderr, "lazarus: cannot set up file tracking; files will not be rolled back\n");
         return;
     }
+    rt_shmaps_start(); /* stores into shared file mappings are seen through write protection */
     char err[200];
     if (jv && fj_adopt(jv, err, sizeof err) < 0)
         fprintf(stderr, "lazarus: process %d: %s; its file changes will not be rolled back\n", getpid(), err);

@@ -154,7 +154,10 @@ RT_API int madvise(void *addr, size_t len, int advice)
     }
     if (advice == MADV_FREE) rt.lazyfree = 1; /* before: a checkpoint may come right after the call */
     rt_enter(); /* no checkpoint between the call and its log entry */
-    long r = lz_sc3(SYS_madvise, addr, len, advice);
+    long r = 0;
+    /* a hole punched through a shared file mapping: the kernel's write */
+    if (advice == MADV_REMOVE && fj_map_before_fill(addr, len) < 0) r = -EIO;
+    if (r == 0) r = lz_sc3(SYS_madvise, addr, len, advice);
     if (fork) flags_stale = 1;
     if (r == 0 && (set | clear)) {
         uint64_t a = (uint64_t)addr & ~4095ull, b = ((uint64_t)addr + len + 4095) & ~4095ull;
@@ -259,6 +262,10 @@ static void cache_refresh(struct rt_ckpt *ck, const char *s)
 
 int rt_capture_regions(struct rt_ckpt *ck)
 {
+    /* writable shared file mappings protected again for the next interval
+     * (files/track_maps.c): the pages opened in this one made a mapping
+     * each, which this merges back before maps is read */
+    fj_maps_arm();
     size_t cap = 64u << 20;
     char *text = arena_alloc(&ck->arena, cap);
     if (!text) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
@@ -357,6 +364,8 @@ int rt_capture_regions(struct rt_ckpt *ck)
         /* a file mapping */
         r->file_offset = off;
         if (shared) {
+            int asked = fj_map_prot(start, end); /* not our write protection */
+            if (asked >= 0) r->prot = (uint32_t)asked;
             r->kind = LZ_R_FILE_SHARED;
             r->path = strings_add(&ck->strings, path);
             r->file_dev = st.st_dev; r->file_ino = st.st_ino; r->file_size = (uint64_t)st.st_size;

@@ -27,6 +27,7 @@ void rt_install_handler(void)
     sa.sa_sigaction = rt_checkpoint_handler;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigfillset(&sa.sa_mask); /* the program's handlers never run mid-checkpoint */
+    sigdelset(&sa.sa_mask, SIGSEGV); /* (a program's SIGURG handler may store into a protected page) */
     real_sigaction_fn()(LZ_SIGCKPT, &sa, &rt.prog_urg);
     if ((void *)rt.prog_urg.sa_sigaction == (void *)rt_checkpoint_handler) {
         memset(&rt.prog_urg, 0, sizeof rt.prog_urg);
@@ -51,6 +52,14 @@ void rt_chain_program_signal(int sig, siginfo_t *si, void *uc)
 
 RT_API int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
+    if (sig == SIGSEGV && rt_segv_sigaction(act, old)) return 0;
+    if (act && rt_segv_taken() && sigismember(&act->sa_mask, SIGSEGV)) {
+        /* a store into a protected page must never meet a blocked SIGSEGV
+         * (the kernel would end the program) */
+        struct sigaction a = *act;
+        sigdelset(&a.sa_mask, SIGSEGV);
+        return sigaction(sig, &a, old);
+    }
     if (!rt.active || sig != LZ_SIGCKPT) return real_sigaction_fn()(sig, act, old);
     if (old) *old = rt.prog_urg;
     if (act) rt.prog_urg = *act;
@@ -69,9 +78,11 @@ RT_API sighandler_t signal(int sig, sighandler_t h)
 
 static int filtered_mask(sigmask_fn real, int how, const sigset_t *set, sigset_t *old)
 {
-    if (!rt.active || !set || how == SIG_UNBLOCK || !sigismember(set, LZ_SIGCKPT)) return real(how, set, old);
+    int urg = rt.active && set && sigismember(set, LZ_SIGCKPT), segv = rt_segv_taken() && set && sigismember(set, SIGSEGV);
+    if (!set || how == SIG_UNBLOCK || !(urg || segv)) return real(how, set, old);
     sigset_t s = *set;
-    sigdelset(&s, LZ_SIGCKPT);
+    if (urg) sigdelset(&s, LZ_SIGCKPT);
+    if (segv) sigdelset(&s, SIGSEGV); /* (see sigaction) */
     return real(how, &s, old);
 }
 

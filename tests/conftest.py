@@ -517,6 +517,7 @@ TIERS = {
              "test_pipes.py::test_killed_with_data_in_flight",
              "test_event_fds.py::test_event_loop_restarts", "test_event_fds.py::test_asyncio_loop_restarts",
              "test_incremental.py::test_program_killed_while_checkpointing",
+             "test_shared_maps.py::test_killed_at_random_instants",
              "test_store_integrity.py::test_damaged_store",
              "test_busy_machine.py::test_bash_pipelines", "test_busy_machine.py::test_make_j2",
              "test_busy_machine.py::test_multiprocessing_pool", "test_busy_machine.py::test_main_program_killed_alone",
