@@ -13,6 +13,8 @@
  *                     mappings could change unseen (save_blind)
  *   track_maps.c      writable shared file mappings: the registry, their
  *                     write protection, saving a page at its first store
+ *                     (track_maps.h); track_maps_arm.c protects them again
+ *                     at each checkpoint
  *   track_interval.c  settings and the engine's memory, the interval's life
  *                     cycle: prepare, commit, abort, fork, exec, adopt,
  *                     exit, restart; the messages
