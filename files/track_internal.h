@@ -13,6 +13,8 @@
  *                     mappings could change unseen (save_blind)
  *   track_maps.c      writable shared file mappings: the registry, their
  *                     write protection, saving a page at its first store
+ *                     (track_maps.h); track_maps_arm.c protects them again
+ *                     at each checkpoint
  *   track_open.c      opening a journal, and making its pieces when first
  *                     needed
  *   track_shared.c    the job's map of the blocks saved this interval, shared
