@@ -240,7 +240,7 @@ out:
 
 /* One datagram on a member's channel, with the descriptor it may carry
  * (JOIN: the member's new channel; FORKED: its writer's report pipe). */
-static ssize_t recv_message(int chan, char *msg, size_t cap, int *fd)
+ssize_t sv_recv_message(int chan, char *msg, size_t cap, int *fd)
 {
     struct iovec iov = {msg, cap - 1};
     union { struct cmsghdr h; char buf[CMSG_SPACE(sizeof(int))]; } c;
@@ -266,7 +266,7 @@ static int drain_member(struct sv_state *st, size_t i)
     int fd;
     for (;;) {
         int chan = st->members[i].chan;
-        ssize_t m = recv_message(chan, msg, sizeof msg, &fd);
+        ssize_t m = sv_recv_message(chan, msg, sizeof msg, &fd);
         if (m == 0) return 0;
         if (m < 0) return errno == EAGAIN || errno == EINTR;
         pid_t pid = st->members[i].pid ? st->members[i].pid : sv_find_program(st->s);

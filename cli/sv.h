@@ -75,6 +75,9 @@ struct sv_state {
 };
 
 pid_t sv_find_program(struct supervisor *s);
+/* One datagram on a channel (NUL-terminated in msg), with the descriptor it
+ * may carry in *fd (else -1): its size, 0 at end of file, -1 when none waits. */
+ssize_t sv_recv_message(int chan, char *msg, size_t cap, int *fd);
 void sv_reply(int fd, const char *msg);
 void sv_finish_clients(struct sv_state *st, const char *msg);
 /* Sends one message on a member's channel (GO, RESUME, ABORT). */

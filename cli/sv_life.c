@@ -89,18 +89,7 @@ void sv_beat_stop(void)
 static ssize_t take(int chan, int *fd)
 {
     char msg[1200];
-    struct iovec iov = {msg, sizeof msg};
-    union { struct cmsghdr h; char buf[CMSG_SPACE(sizeof(int))]; } c;
-    struct msghdr mh;
-    memset(&mh, 0, sizeof mh);
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = c.buf;
-    mh.msg_controllen = sizeof c.buf;
-    *fd = -1;
-    ssize_t m = recvmsg(chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    struct cmsghdr *cm = m > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-    if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) memcpy(fd, CMSG_DATA(cm), sizeof *fd);
+    ssize_t m = sv_recv_message(chan, msg, sizeof msg, fd);
     if (m > 0 && *fd >= 0 && strncmp(msg, "JOIN ", 5)) { close(*fd); *fd = -1; }
     return m;
 }

@@ -64,7 +64,11 @@ def _flip(store, b):
     mine = [f for f in referenced_frames(ckpt_path(store, b) / "manifest") if f[0] == b]
     assert mine, "checkpoint B references no frame of its own pack"
     _, offset, stored = max(mine, key=lambda f: f[2])
-    pack = store / "packs" / f"pack.{b:06d}"
+    _flip_in(store / "packs" / f"pack.{b:06d}", offset, stored)
+
+
+def _flip_in(pack, offset, stored):
+    """One bit flipped in the middle of the frame stored at pack[offset:offset+stored]."""
     with open(pack, "r+b") as f:
         f.seek(offset + stored // 2)
         c = f.read(1)
@@ -201,11 +205,7 @@ def test_damaged_frame_of_a_file_mapping_refused_before_rollback(runner):
     assert mine, "no frame is used by data.bin's mapping alone"
     f = frames[mine[0]]
     pack = store / "packs" / f"pack.{ids[f.pack]:06d}"
-    with open(pack, "r+b") as p:
-        p.seek(f.offset + f.stored // 2)
-        c = p.read(1)
-        p.seek(f.offset + f.stored // 2)
-        p.write(bytes([c[0] ^ 0x01]))
+    _flip_in(pack, f.offset, f.stored)
     files_before, store_before = snapshot(work), snapshot(store)
     r = runner.lz("restart", "-d", store, timeout=120)
     assert r.rc != 0, f"accepted\n{r}"
