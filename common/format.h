@@ -60,6 +60,8 @@ enum lz_section_type {
     LZ_SEC_CHANS = 10,  /* struct lz_chan[]: pipes and local socket pairs the program made */
     LZ_SEC_GROUPS = 11, /* uint32_t[]: the supplementary groups (getgroups order), lz_proc.ngroups of them */
     LZ_SEC_EVENTS = 12, /* struct lz_event[]: eventfd, timerfd, signalfd, epoll objects and epoll watches */
+    LZ_SEC_PTYS = 15,   /* u64 count, struct lz_pty[count], then their queued bytes (added in version 5
+                         * without a bump) */
 };
 
 struct lz_header {
@@ -276,6 +278,10 @@ enum lz_fd_kind {
     LZ_FD_EVENT = 10, /* an eventfd, timerfd, signalfd or epoll descriptor: made anew with the state
                        * its lz_event (same fd) records; `flags` gives O_NONBLOCK.  (Added in
                        * version 5 without a bump: an older build refuses it as an unknown kind.) */
+    LZ_FD_PTY = 14,   /* an end of a pseudo-terminal the job made: `ino` is its index at the checkpoint
+                       * (N of /dev/pts/N; its lz_pty), `size` 1 for the master (/dev/ptmx), 0 for
+                       * the terminal end; `flags` its access mode and O_NONBLOCK.  (Added in version
+                       * 5 without a bump.) */
 };
 
 struct lz_fd {
@@ -320,6 +326,30 @@ struct lz_event {
     int32_t target;     /* WATCH */
     uint32_t pad;
     uint64_t data;      /* WATCH */
+};
+
+/* A pseudo-terminal the job made (LZ_FD_PTY descriptors name it by index),
+ * recorded by the process holding its master (runtime/rt_pty.c): the
+ * terminal's settings and size, the master's modes, and what each side would
+ * read next.  The terminal end's queue is kept as its line discipline holds
+ * it (canonical lines already edited; restored with ICANON as it was and
+ * every special character off, so lines stay lines and nothing is echoed). */
+#define LZ_PTYF_PACKET 0x1u   /* the master is in packet mode (TIOCPKT) */
+#define LZ_PTYF_LOCKED 0x2u   /* the terminal end is locked (TIOCSPTLCK, before unlockpt) */
+#define LZ_PTY_MAX_BYTES (1u << 20) /* per direction */
+struct lz_pty {
+    uint32_t index;       /* N of /dev/pts/N at the checkpoint */
+    uint32_t flags;       /* LZ_PTYF_* */
+    uint32_t iflag, oflag, cflag, lflag; /* the terminal's termios (struct termios2) */
+    uint8_t line, cc[19];
+    uint32_t ispeed, ospeed;
+    uint16_t rows, cols, xpixel, ypixel; /* TIOCGWINSZ */
+    uint32_t to_slave;    /* bytes queued for the terminal end to read (written into the master) */
+    uint32_t to_master;   /* bytes queued for the master to read (the terminal end's output) */
+    int32_t sid;          /* the session it is the controlling terminal of (as the job sees it), 0: none */
+    int32_t fg_pgrp;      /* that session's foreground process group, 0: none */
+    uint32_t pad;
+    uint64_t data;        /* offset of its to_slave then to_master bytes after the records */
 };
 
 /* The launcher's descriptors that may be regular files (0, 1, 2): a process
@@ -428,6 +458,7 @@ LZ_STATIC_ASSERT(sizeof(struct lz_fd) == 80, "lz_fd size");
 LZ_STATIC_ASSERT(sizeof(struct lz_thread) == 216, "lz_thread size");
 LZ_STATIC_ASSERT(sizeof(struct lz_chan) == 80, "lz_chan size");
 LZ_STATIC_ASSERT(sizeof(struct lz_event) == 64, "lz_event size");
+LZ_STATIC_ASSERT(sizeof(struct lz_pty) == 88, "lz_pty size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_header) == 48, "lz_tree_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_proc) == 72, "lz_tree_proc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_shared) == 16, "lz_tree_shared size");

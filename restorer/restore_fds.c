@@ -3,7 +3,8 @@
  * taken from `lazarus restart`,
  * pipes and socket pairs the program made rebuilt with their data
  * (restore_pipes.c), event-loop objects made anew with their state, epolls
- * re-filled last (restore_events.c), shared descriptions re-shared with dup,
+ * re-filled last (restore_events.c), pseudo-terminals made anew with their
+ * settings and queues (restore_pty.c), shared descriptions re-shared with dup,
  * the control socket re-attached. */
 #include "restorer.h"
 #include "hash.h"
@@ -85,6 +86,7 @@ void restore_descriptors(struct restore_ctx *rc)
     restore_report_fd = ctl;
     int *chan = restore_chans(rc, base);
     int *shared = restore_tree_fds(img, base); /* made once for the job (restore_tree.c) */
+    int *pty = restore_ptys(rc, base);
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < img->nfds; i++) {
             const struct lz_fd *f = &img->fds[i];
@@ -117,6 +119,10 @@ void restore_descriptors(struct restore_ctx *rc)
                 src = chan[i];
                 opened = 1;
                 break;
+            case LZ_FD_PTY:
+                src = pty[i];
+                opened = 1;
+                break;
             case LZ_FD_EVENT:
                 src = restore_event_open(img, f);
                 opened = 1;
@@ -135,6 +141,7 @@ void restore_descriptors(struct restore_ctx *rc)
         }
     free(chan);
     free(shared);
+    free(pty);
     restore_events_finish(img); /* epoll watches and timers, now that every descriptor is in place */
     /* Close every descriptor the program did not have. */
     char *keep = calloc((size_t)base + 64, 1);

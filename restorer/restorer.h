@@ -52,6 +52,9 @@ int *restore_chans(struct restore_ctx *rc, int base);
  * then, with every descriptor in place, the epoll watches and the timers. */
 int restore_event_open(const struct lz_image *img, const struct lz_fd *f);
 void restore_events_finish(const struct lz_image *img);
+/* Pseudo-terminals (restore_pty.c): per descriptor record of one, an open
+ * file parked at >= base (-1 for the other records); malloc'ed. */
+int *restore_ptys(struct restore_ctx *rc, int base);
 /* A pipe like c, holding data (freed), its ends parked at >= base in ends;
  * `what` names it in messages.  Then the process's descriptor records of
  * pipe ino take its ends r and w (closed if none does) or reopen them, each

@@ -124,6 +124,8 @@ struct rt_ckpt {
     struct lz_chan *chans; size_t nchans; /* pipes and socket pairs (rt_pipes.c) */
     char **chan_data;                /* per chan, its data in flight (chans[k].bytes) */
     struct lz_event *events; size_t nevents; /* event-loop objects and epoll watches (rt_events.c) */
+    struct lz_pty *ptys; size_t nptys; /* pseudo-terminals whose master this process holds (rt_pty.c) */
+    char *pty_data; size_t pty_bytes; /* their queued bytes, lz_pty.data indexes them */
     struct rt_strings strings;
     struct rt_region_dirty *rdirty;  /* one per region */
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
@@ -170,6 +172,11 @@ int rt_store_chans(struct rt_ckpt *ck);
 /* The state of the eventfd, timerfd, signalfd and epoll descriptors (after
  * the dups are known), from /proc/self/fdinfo.  0 or -1 (ck->err). */
 int rt_capture_events(struct rt_ckpt *ck);
+/* Pseudo-terminals (rt_pty.c): is the character device at `path` (rdev) an
+ * end of one -- its index, and 1 for the master -- and, after the dups are
+ * known, each one's record and queues.  0 or -1 (ck->err). */
+int rt_pty_kind(const char *path, unsigned long rdev, uint64_t *index, uint64_t *master, int fd);
+int rt_capture_ptys(struct rt_ckpt *ck);
 /* A new file of the checkpoint (O_EXCL, 0600), written and fsynced: 0 or -errno. */
 long rt_write_file(const char *path, const void *buf, size_t len);
 int rt_capture_regions(struct rt_ckpt *ck);

@@ -2,7 +2,7 @@
  * offset and flags; the launcher's descriptors (rt_launcher.c) and 0/1/2
  * terminals are re-attached to the restarter's; a few character devices are
  * reopened; pipes and socket pairs the program made are rt_pipes.c's, eventfd, timerfd, signalfd
- * and epoll descriptors rt_events.c's.  Anything else makes the checkpoint
+ * and epoll descriptors rt_events.c's, pseudo-terminals rt_pty.c's.  Anything else makes the checkpoint
  * fail with a message naming the descriptor. */
 #include "rt.h"
 #include "rt_dirty.h"
@@ -61,6 +61,12 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
             }
     if (from >= 0) {
         out->kind = LZ_FD_STDIO; /* the launcher's: re-attached to the restarter's */
+        return 0;
+    }
+    /* a pseudo-terminal the job made (rt_pty.c) */
+    if (S_ISCHR(st.st_mode) && rt_pty_kind(path, st.st_rdev, &out->ino, &out->size, fd)) {
+        out->kind = LZ_FD_PTY;
+        out->dev = 0;
         return 0;
     }
     /* a terminal is the restarter's too; a pipe on 0/1/2 that is not the
@@ -136,5 +142,6 @@ int rt_capture_fds(struct rt_ckpt *ck)
             }
         }
     if (rt_capture_chans(ck) < 0) return -1;
+    if (rt_capture_ptys(ck) < 0) return -1;
     return rt_capture_events(ck);
 }

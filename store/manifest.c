@@ -93,6 +93,33 @@ static int check_events(struct lz_image *img, char *why, size_t whylen)
     return 0;
 }
 
+/* Pseudo-terminals: every record's bytes inside the section, one record per
+ * index, each naming the one master descriptor of the table; every terminal
+ * end's pty recorded. */
+static int check_ptys(struct lz_image *img, char *why, size_t whylen)
+{
+    for (size_t i = 0; i < img->nptys; i++) {
+        const struct lz_pty *p = &img->ptys[i];
+        int masters = 0;
+        for (size_t j = 0; j < img->nfds; j++)
+            masters += img->fds[j].kind == LZ_FD_PTY && img->fds[j].size == 1 && img->fds[j].ino == p->index;
+        if ((p->flags & ~(LZ_PTYF_PACKET | LZ_PTYF_LOCKED)) || p->pad || p->to_slave > LZ_PTY_MAX_BYTES ||
+            p->to_master > LZ_PTY_MAX_BYTES || p->data > img->pty_data_len ||
+            (uint64_t)p->to_slave + p->to_master > img->pty_data_len - p->data || masters != 1 || p->sid < 0 || p->fg_pgrp < 0)
+            FAIL("manifest pseudo-terminal record %zu is malformed", i);
+        for (size_t j = 0; j < i; j++)
+            if (img->ptys[j].index == p->index) FAIL("manifest pseudo-terminal record %zu is malformed", i);
+    }
+    for (size_t i = 0; i < img->nfds; i++) {
+        const struct lz_fd *f = &img->fds[i];
+        if (f->kind != LZ_FD_PTY) continue;
+        int found = 0;
+        for (size_t j = 0; j < img->nptys && !found; j++) found = img->ptys[j].index == f->ino;
+        if (f->size > 1 || !found || (f->flags & O_ACCMODE) == 3) FAIL("manifest descriptor %d is malformed", f->fd);
+    }
+    return 0;
+}
+
 /* The descriptor table, and the pipes and socket pairs its descriptors
  * name: every record the restorer follows (dup_of, ino, peer) exists. */
 static int check_fds(struct lz_image *img, char *why, size_t whylen)
@@ -132,6 +159,7 @@ static int check_fds(struct lz_image *img, char *why, size_t whylen)
         }
     }
     if (check_events(img, why, whylen) < 0) return -1;
+    if (check_ptys(img, why, whylen) < 0) return -1;
     /* a socket is one open file: exactly one descriptor opens it (others are dups) */
     for (size_t i = 0; i < img->nchans; i++) {
         const struct lz_chan *c = &img->chans[i];
@@ -259,6 +287,17 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
         case LZ_SEC_EVENTS:
             if (n % sizeof(struct lz_event)) FAIL("manifest event descriptor list is malformed");
             img->events = p; img->nevents = n / sizeof(struct lz_event); break;
+        case LZ_SEC_PTYS: {
+            uint64_t k;
+            if (n < sizeof k) FAIL("manifest pseudo-terminal list is malformed");
+            memcpy(&k, p, sizeof k);
+            if (k > (n - sizeof k) / sizeof(struct lz_pty)) FAIL("manifest pseudo-terminal list is malformed");
+            img->ptys = (const void *)((const char *)p + sizeof k);
+            img->nptys = (size_t)k;
+            img->pty_data = (const char *)(img->ptys + k);
+            img->pty_data_len = n - sizeof k - (size_t)k * sizeof(struct lz_pty);
+            break;
+        }
         case LZ_SEC_THREADS:
             if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
             img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;

@@ -61,12 +61,14 @@ SEC_AUXV, SEC_FRAMES, SEC_THREADS, SEC_CHANS, SEC_GROUPS, SEC_EVENTS = 7, 8, 9, 
 SECTION_NAMES = {SEC_PROC: "proc", SEC_REGIONS: "regions", SEC_EXTENTS: "extents", SEC_FDS: "fds",
                  SEC_STRINGS: "strings", SEC_PACKS: "packs", SEC_AUXV: "auxv", SEC_FRAMES: "frames",
                  SEC_THREADS: "threads", SEC_CHANS: "chans", SEC_GROUPS: "groups",
-                 SEC_EVENTS: "events"}
+                 SEC_EVENTS: "events", 15: "ptys"}
+SEC_PTYS = 15
 
 FRAME_ZERO = 0xFFFFFFFF
 CODEC_NONE, CODEC_ZERO, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3
 
 FD_FILE, FD_DIR, FD_DEV, FD_STDIO, FD_DUP, FD_CTL, FD_GHOST, FD_PIPE, FD_SOCKET, FD_EVENT = range(1, 11)
+FD_PTY = 14
 EV_EVENTFD, EV_TIMERFD, EV_SIGNALFD, EV_EPOLL, EV_WATCH = range(1, 6)
 CH_PIPE, CH_STREAM, CH_DGRAM, CH_SEQPACKET = 1, 2, 3, 4
 TH_CKPT = 0x1
@@ -194,6 +196,9 @@ CHAN = _L("lz_chan", 80,
           "I shutdown, i peek_off, I sockflags, 16s reserved")
 EVENT = _L("lz_event", 64,
            "i fd, I kind, I flags, i clockid, Q count, Q mask, q value_ns, q interval_ns, i target, I pad, Q data")
+PTY = _L("lz_pty", 88,
+         "I index, I flags, I iflag, I oflag, I cflag, I lflag, B line, 19s cc, I ispeed, I ospeed, "
+         "H rows, H cols, H xpixel, H ypixel, I to_slave, I to_master, i sid, i fg_pgrp, I pad, Q data")
 TREE_HEADER = _L("lz_tree_header", 48, "8s magic, I version, I nprocs, I nshared, I pad, Q index, Q job0, Q job1")
 TREE_PROC = _L("lz_tree_proc", 72, "i pid, i ppid, i pgid, i sid, I state, i status, 16s comm, 32s dir")
 TREE_SHARED = _L("lz_tree_shared", 16, "i group, i pid, i fd, i pad")
@@ -216,7 +221,7 @@ FJ_STRINGS = {FJ_INODE, FJ_NAME, FJ_MOVED, FJ_DIRTIME}
 
 # every layout, for the offsetof() check of test_format_unit.py ("job0"/"job1"
 # stand for C's job[0]/job[1])
-LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT,
+LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT, PTY,
            TREE_HEADER, TREE_PROC, TREE_SHARED,
            FJ_REC, FJ_INODE_L, FJ_DATA_L, FJ_NAME_L, FJ_MOVED_L, FJ_DIRTIME_L, FJ_BEGIN_L, FJ_END_L]
 
@@ -331,6 +336,21 @@ class Manifest:
     threads = property(lambda self: self.records(SEC_THREADS))
     chans = property(lambda self: self.records(SEC_CHANS))
     events = property(lambda self: self.records(SEC_EVENTS))
+
+    def ptys(self) -> list[dict]:
+        """The PTYS section: each record's fields, and `data` its queued bytes
+        (to_slave's, then to_master's)."""
+        p = self.payload(SEC_PTYS)
+        if not p:
+            return []
+        n = struct.unpack_from("<Q", p)[0]
+        base = 8 + n * PTY.size
+        out = []
+        for i in range(n):
+            r = PTY.unpack(p, 8 + i * PTY.size).fields()
+            r["data"] = p[base + r["data"]:base + r["data"] + r["to_slave"] + r["to_master"]]
+            out.append(r)
+        return out
 
     @property
     def groups(self) -> list[int]:
