@@ -45,6 +45,8 @@ int jc_is_main(struct sv_state *st, const struct part *p);
 int jc_build_tree(struct sv_state *st, struct lz_tree *t, char *why, size_t whylen);
 /* Every socket pair a process says it shares is held by the job: 0, or fails it and -1. */
 int jc_check_peers(struct sv_state *st);
+/* Pseudo-terminals' PEER lines: each terminal end's master in the job, held once (job_ptys.c). */
+int jc_check_ptys(struct sv_state *st);
 
 /* job_commit.c */
 /* Every part written: the commit, the retention, the clients told OK. */

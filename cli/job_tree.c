@@ -166,12 +166,12 @@ int jc_check_peers(struct sv_state *st)
 {
     for (size_t i = 0; i < st->nparts; i++)
         for (int k = 0; k < st->parts[i].npeers; k++)
-            if (!job_holds_socket(st, st->parts[i].peers[k].ino)) {
+            if (!(st->parts[i].peers[k].ino & LZ_PTY_PEER) && !job_holds_socket(st, st->parts[i].peers[k].ino)) {
                 jc_fail(st, &st->parts[i], "descriptor %d is one end of a local socket pair whose other end no process of "
                                         "the job holds", st->parts[i].peers[k].fd);
                 return -1;
             }
-    return 0;
+    return jc_check_ptys(st);
 }
 
 int jc_build_tree(struct sv_state *st, struct lz_tree *t, char *why, size_t whylen)

@@ -280,6 +280,55 @@ static int plan_shm(struct restart_tree *rt, struct objs *o, char *why, size_t w
     return 0;
 }
 
+/* Pseudo-terminals: the process holding the master recorded it (lz_pty).
+ * One whose ends, or whose session's processes, are in several processes
+ * is made by their nearest common ancestor (a script(1)-like parent and
+ * child); a terminal end with no master anywhere is refused. */
+static int plan_ptys(struct restart_tree *rt, const char *ckpt, struct objs *o, char *why, size_t whylen)
+{
+    const struct lz_tree *t = &rt->tree;
+    for (size_t k = 0; k < t->nprocs; k++) {
+        const struct lz_image *img = &rt->imgs[k];
+        if (t->procs[k].state != LZ_TP_LIVE) continue;
+        for (size_t i = 0; i < img->nfds; i++) { /* every terminal end has its master somewhere */
+            const struct lz_fd *f = &img->fds[i];
+            int found = 0;
+            for (size_t q = 0; q < t->nprocs && !found && f->kind == LZ_FD_PTY; q++)
+                for (size_t m = 0; t->procs[q].state == LZ_TP_LIVE && m < rt->imgs[q].nptys && !found; m++)
+                    found = rt->imgs[q].ptys[m].index == f->ino;
+            if (f->kind == LZ_FD_PTY && !found) {
+                snprintf(why, whylen, "process %d: descriptor %d is the terminal end of pseudo-terminal %llu, whose master "
+                         "no process of the checkpoint recorded", t->procs[k].pid, f->fd, (unsigned long long)f->ino);
+                return -1;
+            }
+        }
+        for (size_t j = 0; j < img->nptys; j++) {
+            const struct lz_pty *y = &img->ptys[j];
+            int32_t creator = t->procs[k].pid;
+            size_t holders = 1;
+            for (size_t q = 0; q < t->nprocs; q++) {
+                if (q == k || t->procs[q].state != LZ_TP_LIVE) continue;
+                int holds = y->sid && t->procs[q].sid == y->sid;
+                for (size_t m = 0; m < rt->imgs[q].nfds && !holds; m++)
+                    holds = rt->imgs[q].fds[m].kind == LZ_FD_PTY && rt->imgs[q].fds[m].ino == y->index;
+                if (!holds) continue;
+                holders++;
+                creator = common_ancestor(t, creator, t->procs[q].pid);
+            }
+            if (holders < 2 && !(y->sid && t->procs[k].sid == y->sid)) continue; /* its own (restore_pty.c) */
+            struct lz_plan_obj *ob = new_obj(o);
+            if (!ob) { snprintf(why, whylen, "out of memory"); return -1; }
+            ob->kind = LZ_PO_PTY;
+            ob->creator = creator;
+            ob->offset = y->index;
+            ob->pty_sid = y->sid;
+            ob->pty_fg = y->fg_pgrp;
+            lz_tree_part_dir(ob->path, sizeof ob->path, ckpt, &t->procs[k]);
+        }
+    }
+    return 0;
+}
+
 /* What each process does about its process group and session: a group or
  * session it led is made again; a group led by another process of the job
  * is joined; one outside the job (the launcher's) is inherited. */
@@ -349,7 +398,8 @@ int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index,
     /* the objects, and whether their descriptors fit: all before any file changes */
     struct objs o = {0};
     if (plan_pipes(rt, ckpt, &o, why, whylen) < 0 || plan_files(rt, &o, why, whylen) < 0 ||
-        plan_shm(rt, &o, why, whylen) < 0 || plan_socks(rt, ckpt, &o, why, whylen) < 0) {
+        plan_shm(rt, &o, why, whylen) < 0 || plan_socks(rt, ckpt, &o, why, whylen) < 0 ||
+        plan_ptys(rt, ckpt, &o, why, whylen) < 0) {
         free(o.v); free(o.h);
         return -1;
     }

@@ -337,6 +337,11 @@ struct lz_event {
 #define LZ_PTYF_PACKET 0x1u   /* the master is in packet mode (TIOCPKT) */
 #define LZ_PTYF_LOCKED 0x2u   /* the terminal end is locked (TIOCSPTLCK, before unlockpt) */
 #define LZ_PTY_MAX_BYTES (1u << 20) /* per direction */
+/* PEER messages about ptys (runtime -> supervisor, in the pause): the
+ * inode field is LZ_PTY_PEER | index, | LZ_PTY_PEER_MASTER for the master:
+ * every terminal end's master must be held by exactly one process of the job. */
+#define LZ_PTY_PEER (1ull << 63)
+#define LZ_PTY_PEER_MASTER (1ull << 62)
 struct lz_pty {
     uint32_t index;       /* N of /dev/pts/N at the checkpoint */
     uint32_t flags;       /* LZ_PTYF_* */

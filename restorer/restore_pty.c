@@ -96,6 +96,42 @@ static int make_pty(const struct lz_image *img, const struct lz_pty *t)
     return m;
 }
 
+int restore_pty_end(int master, const struct lz_fd *f, int base)
+{
+    struct lz_pty t = {.index = (uint32_t)f->ino};
+    int fd = f->size == 1 ? fcntl(master, F_DUPFD_CLOEXEC, base) : peer_of(master, f->flags, &t, f->fd);
+    if (fd < 0) restore_fail("cannot place descriptor %d: %s", f->fd, strerror(errno));
+    if (fd < base) { /* a new terminal end: parked with the others */
+        int up = fcntl(fd, F_DUPFD_CLOEXEC, base);
+        if (up < 0) restore_fail("cannot place descriptor %d: %s", f->fd, strerror(errno));
+        close(fd);
+        fd = up;
+    }
+    if (f->size == 1) restore_set_flags(fd, f->flags, f->fd);
+    return fd;
+}
+
+static void lock_again(int m, const struct lz_pty *t)
+{
+    int one = 1;
+    if ((t->flags & LZ_PTYF_LOCKED) && ioctl(m, TIOCSPTLCK, &one) < 0)
+        restore_fail("cannot lock pseudo-terminal %u again: %s", t->index, strerror(errno));
+}
+
+int restore_pty_object(const char *part_dir, uint32_t index)
+{
+    struct lz_image img;
+    char why[1024];
+    if (lz_manifest_load(part_dir, &img, why, sizeof why) < 0) restore_fail("%s", why);
+    const struct lz_pty *t = NULL;
+    for (size_t j = 0; j < img.nptys && !t; j++) if (img.ptys[j].index == index) t = &img.ptys[j];
+    if (!t) restore_fail("pseudo-terminal %u is not in %s", index, part_dir);
+    int m = make_pty(&img, t);
+    lock_again(m, t);
+    lz_image_free(&img);
+    return m;
+}
+
 int *restore_ptys(struct restore_ctx *rc, int base)
 {
     const struct lz_image *img = &rc->img;
@@ -104,25 +140,16 @@ int *restore_ptys(struct restore_ctx *rc, int base)
     for (size_t i = 0; i < img->nfds; i++) src[i] = -1;
     for (size_t j = 0; j < img->nptys; j++) {
         const struct lz_pty *t = &img->ptys[j];
+        if (restore_tree_shared_pty(t->index)) continue; /* made for several processes (restore_tree.c) */
         int m = make_pty(img, t);
-        for (size_t i = 0; i < img->nfds; i++) {
-            const struct lz_fd *f = &img->fds[i];
-            if (f->kind != LZ_FD_PTY || f->ino != t->index) continue;
-            int fd = f->size == 1 ? fcntl(m, F_DUPFD_CLOEXEC, base) : peer_of(m, f->flags, t, f->fd);
-            if (fd < 0) restore_fail("cannot place descriptor %d: %s", f->fd, strerror(errno));
-            if (fd < base) { /* a peer: parked with the others */
-                int up = fcntl(fd, F_DUPFD_CLOEXEC, base);
-                if (up < 0) restore_fail("cannot place descriptor %d: %s", f->fd, strerror(errno));
-                close(fd);
-                fd = up;
-            }
-            if (f->size == 1) restore_set_flags(fd, f->flags, f->fd);
-            src[i] = fd;
-        }
-        int one = 1;
-        if ((t->flags & LZ_PTYF_LOCKED) && ioctl(m, TIOCSPTLCK, &one) < 0)
-            restore_fail("cannot lock pseudo-terminal %u again: %s", t->index, strerror(errno));
+        for (size_t i = 0; i < img->nfds; i++)
+            if (img->fds[i].kind == LZ_FD_PTY && img->fds[i].ino == t->index) src[i] = restore_pty_end(m, &img->fds[i], base);
+        lock_again(m, t);
         close(m);
     }
+    for (size_t i = 0; i < img->nfds; i++)
+        if (img->fds[i].kind == LZ_FD_PTY && src[i] < 0 && !restore_tree_shared_pty(img->fds[i].ino))
+            restore_fail("descriptor %d is the terminal end of pseudo-terminal %llu, whose master is not in the checkpoint",
+                         img->fds[i].fd, (unsigned long long)img->fds[i].ino);
     return src;
 }

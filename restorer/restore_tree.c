@@ -2,7 +2,7 @@
  * (store/restart_plan.h, made by `lazarus restart`) says which children this
  * process makes, with which PIDs, process groups and sessions, which of
  * them are zombies, and which objects (pipes, socket pairs, open file
- * descriptions, shared memory) it makes for its descendants to inherit.  Before its jump back every restorer says
+ * descriptions, shared memory, pseudo-terminals) it makes for its descendants to inherit.  Before its jump back every restorer says
  * READY and waits until the supervisor lets all go at once: a job whose
  * restore failed in any process never runs. */
 #include "restorer.h"
@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <termios.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -139,6 +141,11 @@ static void make_objects(void)
             place(sv[1], o->fd2, what);
             continue;
         }
+        if (o->kind == LZ_PO_PTY) {
+            snprintf(what, sizeof what, "pseudo-terminal %lld, shared by processes of the job", (long long)o->offset);
+            place(restore_pty_object(o->path, (uint32_t)o->offset), o->fd, what);
+            continue;
+        }
         if (o->kind == LZ_PO_SHM) {
             snprintf(what, sizeof what, "the memory shared by processes of the job");
             int fd = memfd_create("lazarus-shared", 0);
@@ -193,11 +200,36 @@ static _Noreturn void exec_child(const struct lz_plan_proc *q, const char *root,
     restore_fail("process %d: cannot run the restorer: %s", q->pid, strerror(errno));
 }
 
+/* A pseudo-terminal of the plan that was its session's controlling
+ * terminal is again: taken by the session's leader (before it makes the
+ * session's other processes), its foreground group set by a process of that
+ * group once the group exists. */
+static void tty_setup(void)
+{
+    pid_t sid = getsid(0), pgrp = getpgrp();
+    for (uint32_t j = 0; j < plan.h.nobjs; j++) {
+        const struct lz_plan_obj *o = &plan.objs[j];
+        if (o->kind != LZ_PO_PTY || !o->pty_sid || o->pty_sid != sid) continue;
+        if (o->pty_sid != plan.me->pid && o->pty_fg != pgrp) continue;
+        if (fcntl(o->fd, F_GETFD) < 0) continue; /* not made where this process descends from */
+        int t = ioctl(o->fd, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (t < 0) restore_fail("process %d: cannot open pseudo-terminal %lld: %s", plan.me->pid, (long long)o->offset, strerror(errno));
+        if (o->pty_sid == plan.me->pid && ioctl(t, TIOCSCTTY, 0) < 0)
+            restore_fail("process %d: cannot make pseudo-terminal %lld its session's controlling terminal again: %s",
+                         plan.me->pid, (long long)o->offset, strerror(errno));
+        if (o->pty_fg == pgrp && tcsetpgrp(t, pgrp) < 0)
+            lz_warn("process %d: cannot make process group %d the foreground of pseudo-terminal %lld again: %s",
+                    plan.me->pid, pgrp, (long long)o->offset, strerror(errno));
+        close(t);
+    }
+}
+
 void restore_tree_start(const char *ckpt_dir, char **argv)
 {
     if (!plan.me) return;
     if (plan.me->ppid == 0) group_setup(plan.me); /* the others did it before their exec */
     make_objects();
+    tty_setup();
     /* the checkpoint directory the parts are in */
     char root[LZ_PATH_MAX];
     snprintf(root, sizeof root, "%s", ckpt_dir);
@@ -256,6 +288,10 @@ int *restore_tree_fds(const struct lz_image *img, int base)
         }
         for (size_t i = 0; i < img->nfds; i++) {
             const struct lz_fd *f = &img->fds[i];
+            if (o->kind == LZ_PO_PTY && f->kind == LZ_FD_PTY && f->ino == (uint64_t)o->offset) {
+                src[i] = restore_pty_end(o->fd, f, base);
+                continue;
+            }
             if (o->kind == LZ_PO_SOCK && f->kind == LZ_FD_SOCKET && (f->ino == o->chan.ino || f->ino == o->chan2.ino)) {
                 src[i] = take(f->ino == o->chan.ino ? o->fd : o->fd2, base, f->fd);
                 restore_set_flags(src[i], f->flags, f->fd); /* O_NONBLOCK belongs to the description */
@@ -276,6 +312,13 @@ int restore_tree_shared_chan(uint64_t ino)
         if ((o->kind == LZ_PO_PIPE && o->chan.ino == ino) || (o->kind == LZ_PO_SOCK && (o->chan.ino == ino || o->chan2.ino == ino)))
             return 1;
     }
+    return 0;
+}
+
+int restore_tree_shared_pty(uint64_t index)
+{
+    for (uint32_t j = 0; plan.me && j < plan.h.nobjs; j++)
+        if (plan.objs[j].kind == LZ_PO_PTY && (uint64_t)plan.objs[j].offset == index) return 1;
     return 0;
 }
 

@@ -55,6 +55,11 @@ void restore_events_finish(const struct lz_image *img);
 /* Pseudo-terminals (restore_pty.c): per descriptor record of one, an open
  * file parked at >= base (-1 for the other records); malloc'ed. */
 int *restore_ptys(struct restore_ctx *rc, int base);
+/* For the plan (restore_tree.c): the pty `index` part_dir's manifest
+ * recorded, made anew (its master, close-on-exec); a descriptor record's end
+ * of a pty whose master is `master`, parked at >= base. */
+int restore_pty_object(const char *part_dir, uint32_t index);
+int restore_pty_end(int master, const struct lz_fd *f, int base);
 /* A pipe like c, holding data (freed), its ends parked at >= base in ends;
  * `what` names it in messages.  Then the process's descriptor records of
  * pipe ino take its ends r and w (closed if none does) or reopen them, each
@@ -81,6 +86,7 @@ int restore_in_tree(void);
 int restore_tree_main_pid(int own);
 int *restore_tree_fds(const struct lz_image *img, int base);
 int restore_tree_shared_chan(uint64_t ino); /* a pipe or socket the plan makes */
+int restore_tree_shared_pty(uint64_t index); /* a pseudo-terminal the plan makes */
 int restore_tree_go_fd(void);
 /* The memfd of shared memory object dev/ino, made once for the job; -1: map it anew. */
 int restore_tree_shm_fd(uint64_t dev, uint64_t ino);

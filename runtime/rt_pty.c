@@ -15,9 +15,9 @@
  * off and written back through our terminal descriptor with OPOST off.  Then
  * the termios, packet mode and lock are put back.
  *
- * A process holding only a terminal end of a pty whose master it does not
- * hold fails the checkpoint, naming the descriptor (a pty shared by
- * processes of the job is not restored yet). */
+ * A terminal end whose master another process holds is said to the
+ * supervisor (PEER), which fails the checkpoint unless exactly one process
+ * of the job holds that master (cli/job_ptys.c). */
 #include "rt.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -197,21 +197,18 @@ int rt_capture_ptys(struct rt_ckpt *ck)
 {
     size_t nm = 0;
     ck->nptys = 0;
-    for (size_t i = 0; i < ck->nfds; i++) nm += ck->fds[i].kind == LZ_FD_PTY && ck->fds[i].size == 1;
-    /* a terminal end needs its master here */
+    /* the supervisor checks, while all are stopped, that exactly one process
+     * of the job holds each pty's master */
     for (size_t i = 0; i < ck->nfds; i++) {
         const struct lz_fd *f = &ck->fds[i];
-        if (f->kind != LZ_FD_PTY || f->size == 1) continue;
-        int found = 0;
-        for (size_t j = 0; j < ck->nfds && !found; j++)
-            found = ck->fds[j].kind == LZ_FD_PTY && ck->fds[j].size == 1 && ck->fds[j].ino == f->ino;
-        if (!found) {
-            rt_fmt(ck->err, sizeof ck->err, "descriptor %d (/dev/pts/%llu) is the terminal end of a pseudo-terminal "
-                   "whose master this process does not hold, which Lazarus cannot restore yet: keep both ends in "
-                   "one process, or run the program on the terminal Lazarus runs on", f->fd,
-                   (unsigned long long)f->ino);
-            return -1;
-        }
+        if (f->kind != LZ_FD_PTY || f->dup_of >= 0) continue;
+        int here = f->size == 1;
+        for (size_t j = 0; j < ck->nfds && !here; j++)
+            here = ck->fds[j].kind == LZ_FD_PTY && ck->fds[j].size == 1 && ck->fds[j].ino == f->ino;
+        nm += f->size == 1;
+        if (f->size == 1 || !here)
+            rt_notify("PEER %llu %d %llu", (unsigned long long)ck->index, f->fd,
+                      (unsigned long long)(LZ_PTY_PEER | (f->size == 1 ? LZ_PTY_PEER_MASTER : 0) | f->ino));
     }
     if (!nm) return 0;
     ck->ptys = arena_alloc(&ck->arena, nm * sizeof *ck->ptys);

@@ -94,8 +94,7 @@ static int check_events(struct lz_image *img, char *why, size_t whylen)
 }
 
 /* Pseudo-terminals: every record's bytes inside the section, one record per
- * index, each naming the one master descriptor of the table; every terminal
- * end's pty recorded. */
+ * index, each naming the one master descriptor of the table. */
 static int check_ptys(struct lz_image *img, char *why, size_t whylen)
 {
     for (size_t i = 0; i < img->nptys; i++) {
@@ -113,9 +112,10 @@ static int check_ptys(struct lz_image *img, char *why, size_t whylen)
     for (size_t i = 0; i < img->nfds; i++) {
         const struct lz_fd *f = &img->fds[i];
         if (f->kind != LZ_FD_PTY) continue;
-        int found = 0;
+        int found = 0; /* a master's record is here; a terminal end's may be another process's */
         for (size_t j = 0; j < img->nptys && !found; j++) found = img->ptys[j].index == f->ino;
-        if (f->size > 1 || !found || (f->flags & O_ACCMODE) == 3) FAIL("manifest descriptor %d is malformed", f->fd);
+        if (f->size > 1 || (f->size == 1 && !found) || f->ino > UINT32_MAX || (f->flags & O_ACCMODE) == 3)
+            FAIL("manifest descriptor %d is malformed", f->fd);
     }
     return 0;
 }

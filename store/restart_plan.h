@@ -54,6 +54,10 @@ enum lz_plan_kind {
     LZ_PO_FILE = 2,
     LZ_PO_SOCK = 4, /* a socket pair whose ends different processes hold: fd is end `chan`,
                      * fd2 end `chan2`, each refilled from its own record's data */
+    LZ_PO_PTY = 5, /* a pseudo-terminal whose ends, or whose session, several processes have:
+                    * its master at fd; `offset` its index, `path` the part directory of the
+                    * process that recorded it (its lz_pty, and queued bytes, are there);
+                    * pty_sid and pty_fg its session and foreground group (0: none) */
     LZ_PO_SHM = 3, /* shared memory (LZ_R_SHARED_ANON regions with one object's dev/ino in
                     * several processes): a memfd of `offset` bytes; each process maps its
                     * part of it and fills it from its own image (the same bytes) */
@@ -71,6 +75,7 @@ struct lz_plan_obj {
     char path[LZ_PATH_MAX]; /* file: its path; pipe, socket pair: chan's data file (absolute), "" if empty */
     struct lz_chan chan2;   /* socket pair: the other end */
     char path2[LZ_PATH_MAX];
+    int32_t pty_sid, pty_fg; /* pty */
 };
 
 /* Process pid's descriptor fd is file object obj (pipes are matched by inode). */

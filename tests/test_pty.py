@@ -9,6 +9,7 @@ partial line still partial); the manifest holds the queued bytes; a
 terminal end whose master another process holds still fails the
 checkpoint with one line naming the descriptor.  As root and as an
 ordinary user."""
+import os
 import re
 import time
 from pathlib import Path
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import _compile, ckpt_path, kill_program
+from conftest import _compile, ckpt_path, kill_program, ns_pid
+from test_tree_programs import kill_job
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,14 @@ def pty_prog(programs):
     return _compile("pty_script", programs.dir)
 
 
-def _cycles(runner, argv, comm, cycles=2):
+def _stat_ids(pid):
+    """(pid as the job sees it, ppid, pgrp, session, tty_nr) from /proc/PID/stat, outside the job."""
+    st = open(f"/proc/{pid}/stat").read()
+    f = st[st.rindex(")") + 2:].split()
+    return int(f[1]), int(f[2]), int(f[3]), int(f[4])
+
+
+def _cycles(runner, argv, comm, cycles=2, whole=False, each=None):
     """Run argv (which prints `ready C` and waits for TRIG.C) and for each
     cycle: checkpoint, SIGKILL, restart, touch the trigger, wait for
     `check C ok`.  Returns (all stdout, all stderr, the store)."""
@@ -37,7 +46,12 @@ def _cycles(runner, argv, comm, cycles=2):
         assert "FAIL" not in proc.stdout, proc.stdout + proc.stderr
         time.sleep(0.3)
         runner.checkpoint(store)
-        kill_program(proc, comm)
+        if each:
+            each(proc, c)
+        if whole:
+            kill_job(proc)
+        else:
+            kill_program(proc, comm)
         out += proc.stdout
         err += proc.stderr
         proc = runner.start_lz("restart", "-d", store)
@@ -65,3 +79,65 @@ def test_pty_in_one_process(runner, pty_prog):
     assert p["to_slave"] == len("in 2\npart 2") and p["to_master"] == len("out 2\r\n"), p
     assert p["data"] == b"in 2\npart 2out 2\r\n", p
     assert p["flags"] & 1 and (p["rows"], p["cols"]) == (33, 77), p
+
+
+def _job(proc):
+    """[(pid, comm)] of the supervisor's live descendants that are the program."""
+    from conftest import comm_of, descendants
+    return [p for p, _ in descendants(proc.pid) if comm_of(p) == "pty_script"]
+
+
+def test_pty_script_like_tree(runner, pty_prog):
+    """A script(1)-like pair: the parent holds the master, its child leads a
+    session of its own with the terminal end as controlling terminal and
+    stdio.  A line goes through before each checkpoint and one is on its
+    way through it; the whole job is SIGKILLed and restarted twice; after
+    each restart the child still has the pty as controlling terminal and is
+    its foreground group (it answers `ctty-ok`), the parent reads exactly
+    the answer, termios and window size are as set.  From outside: the
+    child's session and group are its own and its tty_nr is a pty."""
+    seen = []
+
+    def each(proc, c):
+        ids = {}
+        for p in _job(proc):
+            ppid, pgrp, sid, tty = _stat_ids(p)
+            ids[ns_pid(p)] = (pgrp, sid, tty, p)
+        seen.append(ids)
+
+    out, err, store = _cycles(runner, [pty_prog, "tree", "2"], "pty_script", whole=True, each=each)
+    assert out.count("check 2 ok") == 1, out
+    for ids in seen:
+        assert len(ids) == 2, ids
+        parent, child = sorted(ids)
+        pg, sid, tty, host = ids[child]
+        assert (pg, sid) == (host, host) and (tty >> 8) & 0xfff == 136, ids  # major 136: /dev/pts/N
+    # the restarts' terminals are new ones: the cycle prints name them
+    assert re.findall(r"cycle \d+: terminal /dev/pts/\d+", err), err
+
+
+@pytest.mark.parametrize("how", ["outside", "twice"])
+def test_pty_refused_at_checkpoint(runner, pty_prog, how):
+    """A terminal end of a pty made outside the job (opened by name), or a
+    master two processes hold: the checkpoint fails with one line naming the
+    descriptor, and the job goes on to its end."""
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    m, s = os.openpty()
+    try:
+        name = os.ttyname(s)
+        os.chmod(name, 0o666)
+        proc = runner.start_lz("run", "-d", store, "-i", "0", "--", pty_prog, how, name, trig)
+        proc.wait_for_output(r"^ready 1$", timeout=60)
+        time.sleep(0.3)
+        r = runner.lz("checkpoint", "-d", store)
+        assert r.rc != 0, r
+        want = "whose master no process of the job holds" if how == "outside" else "which process"
+        assert want in r.stderr and "descriptor" in r.stderr, r
+        assert len(r.stderr.strip().splitlines()) == 1, r
+        runner.touch(Path(f"{trig}.1"))
+        assert proc.wait(timeout=60) == 0, proc.stderr
+        assert "done" in proc.stdout
+    finally:
+        os.close(m)
+        os.close(s)

@@ -200,10 +200,31 @@ static int tree(int cycles, const char *trig)
     return 0;
 }
 
+/* What Lazarus refuses: `outside PATH TRIG` holds the terminal end PATH of
+ * a pty made outside the job; `twice X TRIG` forks a child that keeps the
+ * master too.  Prints `ready 1`, waits for TRIG.1, prints `done`. */
+static int refused(const char *how, const char *arg, const char *trig)
+{
+    pid_t pid = -1;
+    if (!strcmp(how, "outside")) {
+        if (open(arg, O_RDWR | O_NOCTTY) < 0) FAIL("open %s: %s", arg, strerror(errno));
+    } else {
+        open_master();
+        pid = fork();
+        if (pid == 0) { wait_trigger(trig, 1); _exit(0); }
+    }
+    printf("ready 1\n");
+    wait_trigger(trig, 1);
+    if (pid > 0) waitpid(pid, NULL, 0);
+    printf("done\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4) { fprintf(stderr, "usage: pty_script one|tree CYCLES TRIG\n"); return 2; }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!strcmp(argv[1], "outside") || !strcmp(argv[1], "twice")) return refused(argv[1], argv[2], argv[3]);
     if (!strcmp(argv[1], "one")) return one(atoi(argv[2]), argv[3]);
     return tree(atoi(argv[2]), argv[3]);
 }
