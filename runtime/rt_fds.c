@@ -63,8 +63,12 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
         out->kind = LZ_FD_STDIO; /* the launcher's: re-attached to the restarter's */
         return 0;
     }
+    /* the launcher's terminal on 0/1/2 at another of those numbers is still the restarter's */
+    int launcher_tty = 0;
+    for (int i = 0; i < rt.ninherited && fd <= 2 && S_ISCHR(st.st_mode); i++)
+        launcher_tty |= rt.inherited[i].dev == (uint64_t)st.st_dev && rt.inherited[i].ino == (uint64_t)st.st_ino;
     /* a pseudo-terminal the job made (rt_pty.c) */
-    if (S_ISCHR(st.st_mode) && rt_pty_kind(path, st.st_rdev, &out->ino, &out->size, fd)) {
+    if (S_ISCHR(st.st_mode) && !launcher_tty && rt_pty_kind(path, st.st_rdev, &out->ino, &out->size, fd)) {
         out->kind = LZ_FD_PTY;
         out->dev = 0;
         return 0;

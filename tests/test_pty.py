@@ -9,15 +9,19 @@ partial line still partial); the manifest holds the queued bytes; a
 terminal end whose master another process holds still fails the
 checkpoint with one line naming the descriptor.  As root and as an
 ordinary user."""
+import fcntl
 import os
 import re
+import subprocess
+import termios
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 import lzformat
-from conftest import _compile, ckpt_path, kill_program, ns_pid
+from conftest import LAZARUS, _compile, ckpt_path, kill_program, ns_pid
 from test_tree_programs import kill_job
 
 
@@ -141,3 +145,101 @@ def test_pty_refused_at_checkpoint(runner, pty_prog, how):
     finally:
         os.close(m)
         os.close(s)
+
+
+class OnTerminal:
+    """`lazarus ARGS` run on a new pseudo-terminal made by the test (python's
+    os.openpty), as from an interactive shell: a session of its own whose
+    controlling terminal it is; what appears on the terminal is read from
+    its master."""
+
+    def __init__(self, runner, *args):
+        self.m, s = os.openpty()
+        os.chmod(os.ttyname(s), 0o666)
+
+        def ctty():
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        self.p = subprocess.Popen(runner.argv([LAZARUS, *args]), cwd=runner.base, env=runner.env, stdin=s, stdout=s,
+                                  stderr=s, start_new_session=True, preexec_fn=ctty)
+        os.close(s)
+        self.pid = self.p.pid
+        self.buf = bytearray()
+        self.t = threading.Thread(target=self._drain, daemon=True)
+        self.t.start()
+
+    def _drain(self):
+        while True:
+            try:
+                b = os.read(self.m, 4096)
+            except OSError:
+                break
+            if not b:
+                break
+            self.buf.extend(b)
+
+    @property
+    def stdout(self) -> str:
+        return self.buf.decode(errors="replace").replace("\r\n", "\n")
+
+    def wait_for(self, pattern, timeout=60):
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern, self.stdout, re.M):
+            assert time.monotonic() < deadline and self.p.poll() is None, f"no /{pattern}/:\n{self.stdout}"
+            time.sleep(0.02)
+
+    def wait(self, timeout):
+        rc = self.p.wait(timeout=timeout)
+        self.t.join(timeout=5)
+        os.close(self.m)
+        return rc if rc >= 0 else 128 - rc
+
+
+def test_job_on_the_restarters_terminal(runner, pty_prog):
+    """`lazarus run` on a terminal (a pty the test made), a program and its
+    child on it: after each of two SIGKILLs of the whole job, `lazarus
+    restart` runs on another new terminal, and both processes have that one
+    as controlling terminal with their group in the foreground, and ^C
+    typed on it reaches both (SIGINT)."""
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    t = OnTerminal(runner, "run", "-d", store, "-i", "0", "--", pty_prog, "ctty", "2", trig)
+    out = ""
+    for c in (1, 2):
+        t.wait_for(rf"^ready {c}$")
+        time.sleep(0.3)
+        runner.checkpoint(store)
+        kill_job(t)
+        out += t.stdout
+        t = OnTerminal(runner, "restart", "-d", store)
+        time.sleep(0.5)
+        runner.touch(Path(f"{trig}.{c}"))
+        for who in ("parent", "child"):
+            t.wait_for(rf"^{who} ctty {c} ok$|^FAIL")
+            assert "FAIL" not in t.stdout, out + t.stdout
+        time.sleep(0.2)
+        os.write(t.m, b"\x03")  # ^C on the restarter's terminal
+        for who in ("parent", "child"):
+            t.wait_for(rf"{who} sigint {c}$|^FAIL")
+        assert "FAIL" not in t.stdout, out + t.stdout
+    assert t.wait(timeout=60) == 0, out + t.stdout
+    out += t.stdout
+    assert "done" in out, out
+
+
+def test_restart_without_a_terminal(runner, pty_prog):
+    """The same job started on a terminal and restarted without one (stdio
+    /dev/null and pipes, no controlling terminal): the restart works and the
+    job goes on; only its terminal checks fail, as they would natively."""
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    t = OnTerminal(runner, "run", "-d", store, "-i", "0", "--", pty_prog, "one", "1", trig)
+    t.wait_for(r"^ready 1$")
+    time.sleep(0.3)
+    runner.checkpoint(store)
+    kill_job(t)
+    proc = runner.start_lz("restart", "-d", store)
+    time.sleep(0.3)
+    runner.touch(Path(f"{trig}.1"))
+    proc.wait_for_output(r"^check 1 ok$|^FAIL", timeout=60)
+    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
+    assert "done" in proc.stdout

@@ -220,11 +220,51 @@ static int refused(const char *how, const char *arg, const char *trig)
     return 0;
 }
 
+/* `ctty CYCLES TRIG`, run on a terminal: the process and a forked child
+ * (same session and group) check each cycle that the terminal is their
+ * controlling terminal with their group in the foreground, and that ^C
+ * typed on it reaches them (SIGINT). */
+static volatile sig_atomic_t sigints;
+static void on_int(int s) { (void)s; sigints++; }
+
+static void ctty_check(const char *who, int c)
+{
+    int t = open("/dev/tty", O_RDWR | O_NOCTTY);
+    int ok = t >= 0 && isatty(0) && tcgetpgrp(t) == getpgrp();
+    if (t >= 0) close(t);
+    if (!ok) FAIL("%s cycle %d: no controlling terminal, or not in its foreground: %s", who, c, strerror(errno));
+    printf("%s ctty %d ok\n", who, c);
+    int before = sigints;
+    for (int i = 0; i < 1000 && sigints == before; i++) usleep(10000);
+    if (sigints == before) FAIL("%s cycle %d: no SIGINT from ^C", who, c);
+    printf("%s sigint %d\n", who, c);
+}
+
+static int ctty(int cycles, const char *trig)
+{
+    signal(SIGINT, on_int);
+    pid_t pid = fork();
+    for (int c = 1; c <= cycles; c++) {
+        if (pid) printf("ready %d\n", c);
+        wait_trigger(trig, c);
+        ctty_check(pid ? "parent" : "child", c);
+        char p[4096];
+        snprintf(p, sizeof p, "%s.%d.%s", trig, c, pid ? "parent" : "child");
+        close(open(p, O_CREAT | O_WRONLY, 0644));
+    }
+    if (!pid) _exit(0);
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("child ended with status %#x", st);
+    printf("done\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4) { fprintf(stderr, "usage: pty_script one|tree CYCLES TRIG\n"); return 2; }
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!strcmp(argv[1], "outside") || !strcmp(argv[1], "twice")) return refused(argv[1], argv[2], argv[3]);
     if (!strcmp(argv[1], "one")) return one(atoi(argv[2]), argv[3]);
+    if (!strcmp(argv[1], "ctty")) return ctty(atoi(argv[2]), argv[3]);
     return tree(atoi(argv[2]), argv[3]);
 }
