@@ -343,6 +343,10 @@ static void plan_procs(const struct lz_tree *t, struct lz_plan_proc *pp)
         else if (p->pgid == p->pid) pp[k].flags |= LZ_PP_GROUP;
         else if (p->pgid > 0 && proc_index(t, p->pgid) >= 0) pp[k].join_pgid = p->pgid;
         if (p->state == LZ_TP_ZOMBIE) { pp[k].flags |= LZ_PP_ZOMBIE; pp[k].status = p->status; }
+        /* exactly (restorer/restore_sessions.c); the launcher's session and group are 0 */
+        const struct lz_tree_proc *m = &t->procs[0];
+        pp[k].sid = p->sid == m->sid && m->sid != m->pid ? 0 : p->sid;
+        pp[k].pgid = p->pgid == m->pgid && m->pgid != m->pid ? 0 : p->pgid;
         memcpy(pp[k].dir, p->dir, sizeof pp[k].dir);
     }
 }

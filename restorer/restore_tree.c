@@ -74,6 +74,7 @@ void restore_tree_read(void)
     for (uint32_t k = 0; k < plan.h.nprocs; k++)
         if (plan.procs[k].pid == self) plan.me = &plan.procs[k];
     if (!plan.me) restore_fail("process %d is not in the restart plan (its PID could not be given back)", self);
+    restore_sessions_init(plan.procs, plan.h.nprocs);
 }
 
 /* Its session and process group, as at the checkpoint; the process group
@@ -81,7 +82,8 @@ void restore_tree_read(void)
  * made a moment later, elsewhere in the tree). */
 static void group_setup(const struct lz_plan_proc *p)
 {
-    if ((p->flags & LZ_PP_SETSID) && setsid() < 0)
+    /* (a leader that had forked children before its setsid makes them first: restore_tree_start) */
+    if ((p->flags & LZ_PP_SETSID) && !restore_sessions_defer(p) && setsid() < 0)
         lz_warn("process %d: cannot make its session again: %s", p->pid, strerror(errno));
     if ((p->flags & LZ_PP_GROUP) && setpgid(0, 0) < 0)
         lz_warn("process %d: cannot make its process group again: %s", p->pid, strerror(errno));
@@ -224,29 +226,16 @@ static void tty_setup(void)
     }
 }
 
-void restore_tree_start(const char *ckpt_dir, char **argv)
+/* This process's children in the plan (only == 1: those of the session
+ * it is in now, before its own setsid), each once. */
+static void make_children(const char *root, char **argv, int only, uint8_t *made)
 {
-    if (!plan.me) return;
-    if (plan.me->ppid == 0) group_setup(plan.me); /* the others did it before their exec */
-    make_objects();
-    tty_setup();
-    /* the checkpoint directory the parts are in */
-    char root[LZ_PATH_MAX];
-    snprintf(root, sizeof root, "%s", ckpt_dir);
-    if (plan.me->dir[0]) {
-        char *slash = strrchr(root, '/');
-        if (slash) *slash = 0;
-    }
+    int32_t cur = restore_sessions_cur_sid();
     for (uint32_t k = 0; k < plan.h.nprocs; k++) {
         const struct lz_plan_proc *q = &plan.procs[k];
-        if (q->ppid != plan.me->pid) continue;
-        struct clone_args a;
-        memset(&a, 0, sizeof a);
-        a.exit_signal = SIGCHLD;
-        pid_t tid = q->pid;
-        a.set_tid = (uint64_t)(uintptr_t)&tid;
-        a.set_tid_size = 1;
-        long r = syscall(SYS_clone3, &a, sizeof a);
+        if (q->ppid != plan.me->pid || made[k] || (only && (q->sid != cur || q->sid == q->pid))) continue;
+        made[k] = 1;
+        pid_t r = restore_sessions_clone(q);
         if (r < 0) restore_fail("cannot make process %d again with its PID: %s", q->pid, strerror(errno));
         if (r == 0) {
             /* dies with the restorer that made it until all go */
@@ -256,6 +245,29 @@ void restore_tree_start(const char *ckpt_dir, char **argv)
             exec_child(q, root, argv);
         }
     }
+}
+
+void restore_tree_start(const char *ckpt_dir, char **argv)
+{
+    if (!plan.me) return;
+    if (plan.me->ppid == 0) group_setup(plan.me); /* the others did it before their exec */
+    make_objects();
+    /* the checkpoint directory the parts are in */
+    char root[LZ_PATH_MAX];
+    snprintf(root, sizeof root, "%s", ckpt_dir);
+    if (plan.me->dir[0]) {
+        char *slash = strrchr(root, '/');
+        if (slash) *slash = 0;
+    }
+    uint8_t *made = calloc(plan.h.nprocs, 1);
+    if (!made) restore_fail("out of memory");
+    if ((plan.me->flags & LZ_PP_SETSID) && getsid(0) != plan.me->pid) { /* deferred (restore_sessions_defer) */
+        make_children(root, argv, 1, made);
+        if (setsid() < 0) lz_warn("process %d: cannot make its session again: %s", plan.me->pid, strerror(errno));
+    }
+    tty_setup();
+    make_children(root, argv, 0, made);
+    free(made);
 }
 
 /* A copy of object descriptor `from` parked at >= base (prog_fd: the

@@ -87,6 +87,15 @@ int restore_tree_main_pid(int own);
 int *restore_tree_fds(const struct lz_image *img, int base);
 int restore_tree_shared_chan(uint64_t ino); /* a pipe or socket the plan makes */
 int restore_tree_shared_pty(uint64_t index); /* a pseudo-terminal the plan makes */
+/* Sessions and groups exactly (restore_sessions.c): the plan's processes;
+ * does leader `me` make children of its old session before its setsid; the
+ * session it is in now as the plan names it; child q made in its session and
+ * group, through helpers where their leader is gone (0 in q, else its pid). */
+struct lz_plan_proc;
+void restore_sessions_init(const struct lz_plan_proc *procs, uint32_t n);
+int restore_sessions_defer(const struct lz_plan_proc *me);
+int32_t restore_sessions_cur_sid(void);
+int restore_sessions_clone(const struct lz_plan_proc *q);
 int restore_tree_go_fd(void);
 /* The memfd of shared memory object dev/ino, made once for the job; -1: map it anew. */
 int restore_tree_shm_fd(uint64_t dev, uint64_t ino);

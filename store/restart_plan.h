@@ -46,6 +46,9 @@ struct lz_plan_proc {
     uint32_t flags;    /* enum lz_plan_flags */
     int32_t status;    /* zombie: the wait status its parent will see */
     int32_t pad;
+    int32_t sid, pgid; /* its session and group at the checkpoint; 0: the main program's, when
+                        * no process of the job led it (the launcher's; at a restart, the
+                        * restarter's) */
     char dir[32];      /* its part: "" (the checkpoint directory) or "proc.PID" */
 };
 
