@@ -295,7 +295,7 @@ static int plan_ptys(struct restart_tree *rt, const char *ckpt, struct objs *o, 
             int found = 0;
             for (size_t q = 0; q < t->nprocs && !found && f->kind == LZ_FD_PTY; q++)
                 for (size_t m = 0; t->procs[q].state == LZ_TP_LIVE && m < rt->imgs[q].nptys && !found; m++)
-                    found = rt->imgs[q].ptys[m].index == f->ino;
+                    found = rt->imgs[q].ptys[m].index == f->ino && !(rt->imgs[q].ptys[m].flags & LZ_PTYF_LAUNCHER);
             if (f->kind == LZ_FD_PTY && !found) {
                 snprintf(why, whylen, "process %d: descriptor %d is the terminal end of pseudo-terminal %llu, whose master "
                          "no process of the checkpoint recorded", t->procs[k].pid, f->fd, (unsigned long long)f->ino);
@@ -304,6 +304,7 @@ static int plan_ptys(struct restart_tree *rt, const char *ckpt, struct objs *o, 
         }
         for (size_t j = 0; j < img->nptys; j++) {
             const struct lz_pty *y = &img->ptys[j];
+            if (y->flags & LZ_PTYF_LAUNCHER) continue; /* the restarter's (restore_pty.c) */
             int32_t creator = t->procs[k].pid;
             size_t holders = 1;
             for (size_t q = 0; q < t->nprocs; q++) {

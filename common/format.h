@@ -336,6 +336,12 @@ struct lz_event {
  * every special character off, so lines stay lines and nothing is echoed). */
 #define LZ_PTYF_PACKET 0x1u   /* the master is in packet mode (TIOCPKT) */
 #define LZ_PTYF_LOCKED 0x2u   /* the terminal end is locked (TIOCSPTLCK, before unlockpt) */
+#define LZ_PTYF_LAUNCHER 0x4u /* not a pty the job made: the launcher's terminal, the process's
+                               * controlling terminal on a LZ_FD_STDIO descriptor; only fg_pgrp
+                               * (its foreground group, as the job sees it) and sid are meaningful,
+                               * index and sizes 0.  The process in that group makes it the
+                               * foreground of the restarter's terminal (a job control shell's
+                               * foreground job stays in the foreground) */
 #define LZ_PTY_MAX_BYTES (1u << 20) /* per direction */
 /* PEER messages about ptys (runtime -> supervisor, in the pause): the
  * inode field is LZ_PTY_PEER | index, | LZ_PTY_PEER_MASTER for the master:

@@ -143,6 +143,7 @@ void restore_descriptors(struct restore_ctx *rc)
     free(shared);
     free(pty);
     restore_events_finish(img); /* epoll watches and timers, now that every descriptor is in place */
+    restore_pty_foreground(img);
     /* Close every descriptor the program did not have. */
     char *keep = calloc((size_t)base + 64, 1);
     if (!keep) restore_fail("out of memory");

@@ -124,7 +124,8 @@ int restore_pty_object(const char *part_dir, uint32_t index)
     char why[1024];
     if (lz_manifest_load(part_dir, &img, why, sizeof why) < 0) restore_fail("%s", why);
     const struct lz_pty *t = NULL;
-    for (size_t j = 0; j < img.nptys && !t; j++) if (img.ptys[j].index == index) t = &img.ptys[j];
+    for (size_t j = 0; j < img.nptys && !t; j++)
+        if (img.ptys[j].index == index && !(img.ptys[j].flags & LZ_PTYF_LAUNCHER)) t = &img.ptys[j];
     if (!t) restore_fail("pseudo-terminal %u is not in %s", index, part_dir);
     int m = make_pty(&img, t);
     lock_again(m, t);
@@ -140,7 +141,7 @@ int *restore_ptys(struct restore_ctx *rc, int base)
     for (size_t i = 0; i < img->nfds; i++) src[i] = -1;
     for (size_t j = 0; j < img->nptys; j++) {
         const struct lz_pty *t = &img->ptys[j];
-        if (restore_tree_shared_pty(t->index)) continue; /* made for several processes (restore_tree.c) */
+        if ((t->flags & LZ_PTYF_LAUNCHER) || restore_tree_shared_pty(t->index)) continue; /* the restarter's; made for several processes (restore_tree.c) */
         int m = make_pty(img, t);
         for (size_t i = 0; i < img->nfds; i++)
             if (img->fds[i].kind == LZ_FD_PTY && img->fds[i].ino == t->index) src[i] = restore_pty_end(m, &img->fds[i], base);
@@ -152,4 +153,14 @@ int *restore_ptys(struct restore_ctx *rc, int base)
             restore_fail("descriptor %d is the terminal end of pseudo-terminal %llu, whose master is not in the checkpoint",
                          img->fds[i].fd, (unsigned long long)img->fds[i].ino);
     return src;
+}
+
+void restore_pty_foreground(const struct lz_image *img)
+{
+    for (size_t j = 0; j < img->nptys; j++) {
+        const struct lz_pty *t = &img->ptys[j];
+        if (!(t->flags & LZ_PTYF_LAUNCHER) || !t->fg_pgrp || t->fg_pgrp != getpgrp()) continue;
+        for (size_t i = 0; i < img->nfds; i++) /* signals are blocked here: no SIGTTOU */
+            if (img->fds[i].kind == LZ_FD_STDIO && isatty(img->fds[i].fd) && tcsetpgrp(img->fds[i].fd, getpgrp()) == 0) break;
+    }
 }

@@ -60,6 +60,10 @@ int *restore_ptys(struct restore_ctx *rc, int base);
  * of a pty whose master is `master`, parked at >= base. */
 int restore_pty_object(const char *part_dir, uint32_t index);
 int restore_pty_end(int master, const struct lz_fd *f, int base);
+/* The process in the foreground group of the launcher's terminal at the
+ * checkpoint makes its group the foreground of the restarter's (no terminal:
+ * nothing). */
+void restore_pty_foreground(const struct lz_image *img);
 /* A pipe like c, holding data (freed), its ends parked at >= base in ends;
  * `what` names it in messages.  Then the process's descriptor records of
  * pipe ino take its ends r and w (closed if none does) or reopen them, each

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/sysmacros.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <termios.h>
 
 /* The kernel's struct termios2 (asm/termbits.h clashes with glibc's termios.h). */
@@ -210,9 +211,16 @@ int rt_capture_ptys(struct rt_ckpt *ck)
             rt_notify("PEER %llu %d %llu", (unsigned long long)ck->index, f->fd,
                       (unsigned long long)(LZ_PTY_PEER | (f->size == 1 ? LZ_PTY_PEER_MASTER : 0) | f->ino));
     }
-    if (!nm) return 0;
-    ck->ptys = arena_alloc(&ck->arena, nm * sizeof *ck->ptys);
-    ck->pty_data = arena_alloc(&ck->arena, nm * 2 * (size_t)PTY_BUF);
+    /* the launcher's terminal, if it is this process's controlling terminal: its foreground group */
+    int fg = 0, sid = 0;
+    for (size_t i = 0; i < ck->nfds && !fg; i++) {
+        const struct lz_fd *f = &ck->fds[i];
+        if (f->kind != LZ_FD_STDIO || !S_ISCHR(f->mode) || lz_sc3(SYS_ioctl, f->fd, TIOCGPGRP, &fg) < 0) fg = 0;
+        else if (lz_sc3(SYS_ioctl, f->fd, TIOCGSID, &sid) < 0) sid = 0;
+    }
+    if (!nm && !fg) return 0;
+    ck->ptys = arena_alloc(&ck->arena, (nm + 1) * sizeof *ck->ptys);
+    ck->pty_data = arena_alloc(&ck->arena, nm * 2 * (size_t)PTY_BUF + 8);
     if (!ck->ptys || !ck->pty_data) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     size_t used = 0;
     for (size_t i = 0; i < ck->nfds; i++) {
@@ -220,6 +228,12 @@ int rt_capture_ptys(struct rt_ckpt *ck)
         if (f->kind != LZ_FD_PTY || f->size != 1 || f->dup_of >= 0) continue;
         if (capture_one(ck, f, &ck->ptys[ck->nptys], ck->pty_data, &used) < 0) return -1;
         ck->nptys++;
+    }
+    if (fg > 0) {
+        memset(&ck->ptys[ck->nptys], 0, sizeof ck->ptys[0]);
+        ck->ptys[ck->nptys].flags = LZ_PTYF_LAUNCHER;
+        ck->ptys[ck->nptys].fg_pgrp = fg;
+        ck->ptys[ck->nptys++].sid = sid > 0 ? sid : 0;
     }
     ck->pty_bytes = used;
     return 0;

@@ -99,21 +99,25 @@ static int check_ptys(struct lz_image *img, char *why, size_t whylen)
 {
     for (size_t i = 0; i < img->nptys; i++) {
         const struct lz_pty *p = &img->ptys[i];
-        int masters = 0;
-        for (size_t j = 0; j < img->nfds; j++)
+        int masters = 0, launcher = (p->flags & LZ_PTYF_LAUNCHER) != 0;
+        for (size_t j = 0; j < img->nfds && !launcher; j++)
             masters += img->fds[j].kind == LZ_FD_PTY && img->fds[j].size == 1 && img->fds[j].ino == p->index;
-        if ((p->flags & ~(LZ_PTYF_PACKET | LZ_PTYF_LOCKED)) || p->pad || p->to_slave > LZ_PTY_MAX_BYTES ||
-            p->to_master > LZ_PTY_MAX_BYTES || p->data > img->pty_data_len ||
-            (uint64_t)p->to_slave + p->to_master > img->pty_data_len - p->data || masters != 1 || p->sid < 0 || p->fg_pgrp < 0)
+        if (launcher ? p->flags != LZ_PTYF_LAUNCHER || p->index || p->to_slave || p->to_master : masters != 1)
             FAIL("manifest pseudo-terminal record %zu is malformed", i);
-        for (size_t j = 0; j < i; j++)
-            if (img->ptys[j].index == p->index) FAIL("manifest pseudo-terminal record %zu is malformed", i);
+        if ((p->flags & ~(LZ_PTYF_PACKET | LZ_PTYF_LOCKED | LZ_PTYF_LAUNCHER)) || p->pad || p->to_slave > LZ_PTY_MAX_BYTES ||
+            p->to_master > LZ_PTY_MAX_BYTES || p->data > img->pty_data_len ||
+            (uint64_t)p->to_slave + p->to_master > img->pty_data_len - p->data || p->sid < 0 || p->fg_pgrp < 0)
+            FAIL("manifest pseudo-terminal record %zu is malformed", i);
+        for (size_t j = 0; j < i; j++) /* one per pty, one for the launcher's terminal */
+            if (img->ptys[j].index == p->index && (img->ptys[j].flags & LZ_PTYF_LAUNCHER) == (p->flags & LZ_PTYF_LAUNCHER))
+                FAIL("manifest pseudo-terminal record %zu is malformed", i);
     }
     for (size_t i = 0; i < img->nfds; i++) {
         const struct lz_fd *f = &img->fds[i];
         if (f->kind != LZ_FD_PTY) continue;
         int found = 0; /* a master's record is here; a terminal end's may be another process's */
-        for (size_t j = 0; j < img->nptys && !found; j++) found = img->ptys[j].index == f->ino;
+        for (size_t j = 0; j < img->nptys && !found; j++)
+            found = img->ptys[j].index == f->ino && !(img->ptys[j].flags & LZ_PTYF_LAUNCHER);
         if (f->size > 1 || (f->size == 1 && !found) || f->ino > UINT32_MAX || (f->flags & O_ACCMODE) == 3)
             FAIL("manifest descriptor %d is malformed", f->fd);
     }

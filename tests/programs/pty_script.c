@@ -221,19 +221,23 @@ static int refused(const char *how, const char *arg, const char *trig)
 }
 
 /* `ctty CYCLES TRIG`, run on a terminal: the process and a forked child
- * (same session and group) check each cycle that the terminal is their
- * controlling terminal with their group in the foreground, and that ^C
- * typed on it reaches them (SIGINT). */
+ * (same session) check each cycle that the terminal is their controlling
+ * terminal; the child, in a group of its own, made that group the
+ * foreground (as a job control shell does for its foreground job) and
+ * checks it still is and that ^C typed on the terminal reaches it. */
 static volatile sig_atomic_t sigints;
 static void on_int(int s) { (void)s; sigints++; }
+
+static pid_t fg_group;
 
 static void ctty_check(const char *who, int c)
 {
     int t = open("/dev/tty", O_RDWR | O_NOCTTY);
-    int ok = t >= 0 && isatty(0) && tcgetpgrp(t) == getpgrp();
+    int ok = t >= 0 && isatty(0) && tcgetpgrp(t) == fg_group;
     if (t >= 0) close(t);
     if (!ok) FAIL("%s cycle %d: no controlling terminal, or not in its foreground: %s", who, c, strerror(errno));
     printf("%s ctty %d ok\n", who, c);
+    if (getpgrp() != fg_group) return;
     int before = sigints;
     for (int i = 0; i < 1000 && sigints == before; i++) usleep(10000);
     if (sigints == before) FAIL("%s cycle %d: no SIGINT from ^C", who, c);
@@ -244,6 +248,19 @@ static int ctty(int cycles, const char *trig)
 {
     signal(SIGINT, on_int);
     pid_t pid = fork();
+    fg_group = pid ? pid : getpid();
+    if (pid == 0) { /* the foreground job */
+        sigset_t ttou, old;
+        sigemptyset(&ttou);
+        sigaddset(&ttou, SIGTTOU);
+        setpgid(0, 0);
+        sigprocmask(SIG_BLOCK, &ttou, &old);
+        if (tcsetpgrp(0, getpgrp()) < 0) FAIL("tcsetpgrp: %s", strerror(errno));
+        sigprocmask(SIG_SETMASK, &old, NULL);
+    } else {
+        setpgid(pid, pid);
+        while (tcgetpgrp(0) != pid) usleep(5000);
+    }
     for (int c = 1; c <= cycles; c++) {
         if (pid) printf("ready %d\n", c);
         wait_trigger(trig, c);
