@@ -475,8 +475,16 @@ int restart_tree_plan(struct restart_tree *rt, int ctl_fd, char *why, size_t why
 int restart_tree_ids_free(const struct restart_tree *rt)
 {
     const struct lz_tree *t = &rt->tree;
+    const struct lz_tree_proc *m = &t->procs[0];
     for (size_t k = 0; k < t->nprocs; k++) {
         if (kill(t->procs[k].pid, 0) == 0 || errno != ESRCH) return 0;
+        /* a session or group whose leader is gone is made by a helper with the leader's PID
+         * (restorer/restore_sessions.c); the launcher's are the restarter's */
+        int32_t ids[2] = {t->procs[k].sid, t->procs[k].pgid};
+        for (int i = 0; i < 2; i++)
+            if (ids[i] > 0 && ids[i] != (i ? m->pgid : m->sid) && proc_index(t, ids[i]) < 0 &&
+                (kill(ids[i], 0) == 0 || errno != ESRCH || kill(-ids[i], 0) == 0 || errno != ESRCH))
+                return 0;
         for (size_t i = 1; t->procs[k].state == LZ_TP_LIVE && i < rt->imgs[k].nthreads; i++)
             if (kill(rt->imgs[k].threads[i].tid, 0) == 0 || errno != ESRCH) return 0;
     }

@@ -87,8 +87,8 @@ int restore_sessions_clone(const struct lz_plan_proc *q)
     int need_sid = q->sid != q->pid && q->sid != cur_sid && !led(q->sid);
     int need_pg = q->pgid != q->pid && q->pgid != (need_sid ? q->sid : cur_pg) && !led(q->pgid);
     if (q->sid != q->pid && q->sid != cur_sid && led(q->sid))
-        lz_warn("process %d: its session %d was led by a process of the job in another branch: it gets its "
-                "parent's session", q->pid, q->sid);
+        lz_warn("process %d: its session (%s %d) cannot be made where its parent is: it gets its parent's",
+                q->pid, q->sid ? "led by process" : "the launcher's, now the restarter's", q->sid);
     if (!need_sid && !need_pg) return (pid_t)clone_at(q->pid, 0);
     /* the helpers: their pids are the dead leaders', free now */
     pid_t made[2] = {-1, -1};
