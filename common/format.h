@@ -336,6 +336,8 @@ struct lz_event {
  * every special character off, so lines stay lines and nothing is echoed). */
 #define LZ_PTYF_PACKET 0x1u   /* the master is in packet mode (TIOCPKT) */
 #define LZ_PTYF_LOCKED 0x2u   /* the terminal end is locked (TIOCSPTLCK, before unlockpt) */
+#define LZ_PTYF_UNOPENED 0x8u /* its terminal end was never opened (no process holds it, and its master
+                               * reads no hang-up): nothing queued is kept, none is opened at a restart */
 #define LZ_PTYF_LAUNCHER 0x4u /* not a pty the job made: the launcher's terminal, the process's
                                * controlling terminal on a LZ_FD_STDIO descriptor; only fg_pgrp
                                * (its foreground group, as the job sees it) and sid are meaningful,

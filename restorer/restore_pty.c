@@ -71,6 +71,14 @@ static int make_pty(const struct lz_image *img, const struct lz_pty *t)
     int zero = 0, one = 1;
     if (m < 0 || ioctl(m, TIOCSPTLCK, &zero) < 0)
         restore_fail("cannot make pseudo-terminal %u again: %s", t->index, strerror(errno));
+    if (t->flags & LZ_PTYF_UNOPENED) { /* its terminal end stays unopened: a master read blocks, not EIO */
+        struct winsize ws = {t->rows, t->cols, t->xpixel, t->ypixel};
+        struct k_termios2 k = {t->iflag, t->oflag, t->cflag, t->lflag, t->line, {0}, t->ispeed, t->ospeed};
+        memcpy(k.cc, t->cc, sizeof k.cc);
+        if (ioctl(m, TIOCSWINSZ, &ws) < 0 || ioctl(m, K_TCSETS2, &k) < 0 || ((t->flags & LZ_PTYF_PACKET) && ioctl(m, TIOCPKT, &one) < 0))
+            restore_fail("cannot set pseudo-terminal %u up: %s", t->index, strerror(errno));
+        return m;
+    }
     int peer = peer_of(m, O_RDWR, t, -1);
     struct winsize ws = {t->rows, t->cols, t->xpixel, t->ypixel};
     struct k_termios2 k = {t->iflag, t->oflag, t->cflag, t->lflag, t->line, {0}, t->ispeed, t->ospeed}, r;

@@ -70,12 +70,14 @@ static void refill_settings(const struct k_termios2 *t, struct k_termios2 *r)
 }
 
 /* Every byte a non-blocking read gives (an empty read flushes the queue's
- * pending input first, so nothing still on its way is missed). */
+ * pending input first, so nothing still on its way is missed), up to cap:
+ * a queue is at most the line discipline's 4 KiB and the pty's 64 KiB of
+ * pending input, far below it. */
 static long drain(long fd, char *buf, size_t cap)
 {
     size_t got = 0;
     for (;;) {
-        if (got == cap) return -ENOSPC;
+        if (got == cap) return (long)got;
         long n = lz_sc3(SYS_read, fd, buf + got, cap - got);
         if (n == -EINTR) continue;
         if (n == -EAGAIN || n == -EIO || n == 0) return (long)got; /* EIO: the other side is closed */
@@ -114,6 +116,76 @@ void rt_pty_settle(long peer, const char *data, size_t len, int canon)
     if (want < len) lz_sc5(SYS_ppoll, &p, 1, &zero, NULL, 8);
 }
 
+/* The master's terminal end was opened and every opener closed it (a
+ * master read says EIO, poll POLLHUP): opening and closing one more end
+ * changes nothing visible.  Before it was ever opened it would. */
+static int master_hup(long mfd)
+{
+    struct { int fd; short events, revents; } p = {(int)mfd, 1 /* POLLIN */, 0};
+    struct timespec zero = {0, 0};
+    return lz_sc5(SYS_ppoll, &p, 1, &zero, NULL, 8) > 0 && (p.revents & 0x10 /* POLLHUP */);
+}
+
+/* Does a descendant of this process hold /dev/pts/index (the child of a
+ * script-like parent)?  Read while the job is stopped; at most 256 of them. */
+static int descendant_holds(struct rt_ckpt *ck, uint64_t index)
+{
+    enum { MAXP = 256 };
+    int *q = arena_alloc(&ck->arena, MAXP * sizeof *q);
+    char *buf = arena_alloc(&ck->arena, 8192);
+    if (!q || !buf) return 1; /* unknown: taken as held */
+    char want[48], path[96], link[64];
+    rt_fmt(want, sizeof want, "/dev/pts/%llu", (unsigned long long)index);
+    /* PIDs as /proc shows them (a restarted job's PID namespace has the host's /proc):
+     * the children of each of our threads, through /proc/self */
+    int n = 0, found = 0;
+    long td = lz_sc4(SYS_openat, AT_FDCWD, "/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    char *tb = arena_alloc(&ck->arena, 8192);
+    for (long got; td >= 0 && tb && (got = lz_sc3(SYS_getdents64, td, tb, 8192)) > 0;)
+        for (long off = 0; off < got;) {
+            struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *e = (void *)(tb + off);
+            off += e->reclen;
+            if (e->name[0] < '0' || e->name[0] > '9') continue;
+            rt_fmt(path, sizeof path, "/proc/self/task/%s/children", e->name);
+            long l = rt_read_file(path, buf, 8191);
+            buf[l > 0 ? l : 0] = 0;
+            for (char *c = buf; *c && n < MAXP;) {
+                int v = 0;
+                while (*c == ' ') c++;
+                if (*c < '0' || *c > '9') break;
+                while (*c >= '0' && *c <= '9') v = v * 10 + (*c++ - '0');
+                q[n++] = v;
+            }
+        }
+    if (td >= 0) lz_sc1(SYS_close, td);
+    for (int k = 0; k < n && !found; k++) {
+        { /* its descriptors */
+            rt_fmt(path, sizeof path, "/proc/%d/fd", q[k]);
+            long d = lz_sc4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+            for (long got; d >= 0 && !found && (got = lz_sc3(SYS_getdents64, d, buf, 8192)) > 0;)
+                for (long off = 0; off < got && !found;) {
+                    struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *e = (void *)(buf + off);
+                    off += e->reclen;
+                    long l = lz_sc4(SYS_readlinkat, d, e->name, link, sizeof link - 1);
+                    if (l > 0) { link[l] = 0; found = !strcmp(link, want); }
+                }
+            if (d >= 0) lz_sc1(SYS_close, d);
+        }
+        rt_fmt(path, sizeof path, "/proc/%d/task/%d/children", q[k], q[k]);
+        long l = rt_read_file(path, buf, 8191);
+        if (l < 0) continue;
+        buf[l] = 0;
+        for (char *c = buf; *c && n < MAXP;) {
+            int v = 0;
+            while (*c == ' ') c++;
+            if (*c < '0' || *c > '9') break;
+            while (*c >= '0' && *c <= '9') v = v * 10 + (*c++ - '0');
+            q[n++] = v;
+        }
+    }
+    return found;
+}
+
 static int fail(struct rt_ckpt *ck, const struct lz_fd *f, const char *what, long err)
 {
     rt_fmt(ck->err, sizeof ck->err, "descriptor %d (pseudo-terminal %llu): %s (errno %ld)", f->fd,
@@ -125,6 +197,10 @@ static int fail(struct rt_ckpt *ck, const struct lz_fd *f, const char *what, lon
  * drained into `data` (at *used) and written back. */
 static int capture_one(struct rt_ckpt *ck, const struct lz_fd *m, struct lz_pty *p, char *data, size_t *used)
 {
+    int here = 0;
+    for (size_t i = 0; i < ck->nfds && !here; i++) here = ck->fds[i].kind == LZ_FD_PTY && !ck->fds[i].size && ck->fds[i].ino == m->ino;
+    /* never opened yet (a script-like parent before its child opened it): not opened by us either */
+    int unopened = !here && !master_hup(m->fd) && !descendant_holds(ck, m->ino);
     long mfd = m->fd, e;
     struct k_termios2 t, r;
     memset(p, 0, sizeof *p);
@@ -145,6 +221,7 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *m, struct lz_pty 
     if (lz_sc3(SYS_ioctl, mfd, TIOCGSID, &v) == 0) p->sid = v;
     if (p->sid && lz_sc3(SYS_ioctl, mfd, TIOCGPGRP, &v) == 0) p->fg_pgrp = v;
     p->data = *used;
+    if (unopened) { p->flags |= LZ_PTYF_UNOPENED; return 0; }
 
     /* a terminal end of our own, through which its queue is read */
     int zero = 0, one = 1;
@@ -160,22 +237,17 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *m, struct lz_pty 
     r.lflag &= ~(tcflag_t)(ICANON | ECHO | ECHONL | ISIG | IEXTEN);
     r.cc[VMIN] = 0; r.cc[VTIME] = 0;
     if ((e = lz_sc3(SYS_ioctl, mfd, K_TCSETS2, &r)) < 0) { fail(ck, m, "cannot set it raw", e); goto out; }
-    if ((n = drain(peer, to_slave, PTY_BUF)) < 0 || n > LZ_PTY_MAX_BYTES) {
-        rt_fmt(ck->err, sizeof ck->err, "descriptor %d (pseudo-terminal %llu): more than %u bytes are queued for its "
-               "terminal end", m->fd, (unsigned long long)m->ino, LZ_PTY_MAX_BYTES);
-        goto out;
-    }
+    if ((n = drain(peer, to_slave, PTY_BUF)) < 0) { fail(ck, m, "cannot read its terminal end's queue", n); goto out; }
     p->to_slave = (uint32_t)n;
     to_master = to_slave + n;
     if (pkt) lz_sc3(SYS_ioctl, mfd, TIOCPKT, &zero);
     lz_sc3(SYS_fcntl, mfd, F_SETFL, mflags | O_NONBLOCK);
     n = drain(mfd, to_master, PTY_BUF);
-    if (n < 0 || n > LZ_PTY_MAX_BYTES) {
-        rt_fmt(ck->err, sizeof ck->err, "descriptor %d (pseudo-terminal %llu): more than %u bytes are queued for its "
-               "master", m->fd, (unsigned long long)m->ino, LZ_PTY_MAX_BYTES);
-        n = 0; /* nothing to write back but what was read */
-    }
+    if (n < 0) { fail(ck, m, "cannot read its master's queue", n); n = 0; }
     p->to_master = (uint32_t)n;
+    if (p->to_slave > LZ_PTY_MAX_BYTES || p->to_master > LZ_PTY_MAX_BYTES) /* (what was read goes back all the same) */
+        rt_fmt(ck->err, sizeof ck->err, "descriptor %d (pseudo-terminal %llu): more than %u bytes are queued in it",
+               m->fd, (unsigned long long)m->ino, LZ_PTY_MAX_BYTES);
     /* back where they were, for the program goes on */
     refill_settings(&t, &r);
     lz_sc3(SYS_ioctl, mfd, K_TCSETS2, &r);

@@ -104,7 +104,8 @@ static int check_ptys(struct lz_image *img, char *why, size_t whylen)
             masters += img->fds[j].kind == LZ_FD_PTY && img->fds[j].size == 1 && img->fds[j].ino == p->index;
         if (launcher ? p->flags != LZ_PTYF_LAUNCHER || p->index || p->to_slave || p->to_master : masters != 1)
             FAIL("manifest pseudo-terminal record %zu is malformed", i);
-        if ((p->flags & ~(LZ_PTYF_PACKET | LZ_PTYF_LOCKED | LZ_PTYF_LAUNCHER)) || p->pad || p->to_slave > LZ_PTY_MAX_BYTES ||
+        if ((p->flags & ~(LZ_PTYF_PACKET | LZ_PTYF_LOCKED | LZ_PTYF_LAUNCHER | LZ_PTYF_UNOPENED)) || p->pad ||
+            ((p->flags & LZ_PTYF_UNOPENED) && (p->to_slave || p->to_master)) || p->to_slave > LZ_PTY_MAX_BYTES ||
             p->to_master > LZ_PTY_MAX_BYTES || p->data > img->pty_data_len ||
             (uint64_t)p->to_slave + p->to_master > img->pty_data_len - p->data || p->sid < 0 || p->fg_pgrp < 0)
             FAIL("manifest pseudo-terminal record %zu is malformed", i);

@@ -121,6 +121,17 @@ def test_pty_script_like_tree(runner, pty_prog):
     assert re.findall(r"cycle \d+: terminal /dev/pts/\d+", err), err
 
 
+def test_pty_never_opened(runner, pty_prog):
+    """A master whose terminal end was never opened at the checkpoint (a
+    script-like parent before its child opened it): after the restart its
+    master reads no hang-up (EAGAIN, not EIO: the checkpoint and the
+    restart opened no terminal end of it), its settings are kept, and a
+    child opening the new terminal end answers through it."""
+    out, err, store = _cycles(runner, [pty_prog, "late", "1"], "pty_script", cycles=1)
+    m = lzformat.Manifest.load(ckpt_path(store, max(runner.indexes(store))) / "manifest")
+    assert [p["flags"] & 8 for p in m.ptys() if not p["flags"] & 4] == [8], m.ptys()
+
+
 @pytest.mark.parametrize("how", ["outside", "twice"])
 def test_pty_refused_at_checkpoint(runner, pty_prog, how):
     """A terminal end of a pty made outside the job (opened by name), or a

@@ -276,6 +276,45 @@ static int ctty(int cycles, const char *trig)
     return 0;
 }
 
+/* `late 1 TRIG`: the master made, its terminal end not opened yet when
+ * checkpointed (a script-like parent before its child opened it): after
+ * the restart the master reads no hang-up (EAGAIN, not EIO), and a child
+ * that opens the terminal end then answers through it. */
+static int late(const char *trig)
+{
+    int m = open_master();
+    struct termios want;
+    int s = open(ptsname(m), O_RDWR | O_NOCTTY); /* settings made through a first opener... */
+    set_terminal(s, &want, 0);
+    int pm = posix_openpt(O_RDWR | O_NOCTTY); /* ...so the one checkpointed is a second pty, never opened */
+    if (pm < 0 || grantpt(pm) < 0 || unlockpt(pm) < 0) FAIL("openpt: %s", strerror(errno));
+    struct winsize ws = {33, 77, 0, 0};
+    ioctl(pm, TIOCSWINSZ, &ws);
+    tcsetattr(pm, TCSANOW, &want);
+    close(s);
+    close(m);
+    printf("ready 1\n");
+    wait_trigger(trig, 1);
+    struct pollfd p = {pm, POLLIN, 0};
+    if (poll(&p, 1, 0) != 0) FAIL("the unopened terminal end's master polls %#x", p.revents);
+    fcntl(pm, F_SETFL, O_NONBLOCK);
+    char c;
+    if (read(pm, &c, 1) != -1 || errno != EAGAIN) FAIL("a master read says %s, want EAGAIN", strerror(errno));
+    fcntl(pm, F_SETFL, 0);
+    check_terminal(pm, &want, 1);
+    char name[64];
+    snprintf(name, sizeof name, "%s", ptsname(pm));
+    pid_t pid = fork();
+    if (pid == 0) { close(pm); child(name); }
+    if (write(pm, "late\n", 5) < 0) FAIL("write");
+    expect_master(pm, "echo: late ctty-ok\r\n", "the child's answer");
+    if (write(pm, "quit\n", 5) < 0) FAIL("write");
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("child ended with status %#x", st);
+    printf("check 1 ok\ndone\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4) { fprintf(stderr, "usage: pty_script one|tree CYCLES TRIG\n"); return 2; }
@@ -283,5 +322,6 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "outside") || !strcmp(argv[1], "twice")) return refused(argv[1], argv[2], argv[3]);
     if (!strcmp(argv[1], "one")) return one(atoi(argv[2]), argv[3]);
     if (!strcmp(argv[1], "ctty")) return ctty(atoi(argv[2]), argv[3]);
+    if (!strcmp(argv[1], "late")) return late(argv[3]);
     return tree(atoi(argv[2]), argv[3]);
 }
