@@ -117,6 +117,10 @@ void restore_descriptors(struct restore_ctx *rc)
                 src = chan[i];
                 opened = 1;
                 break;
+            case LZ_FD_USOCK:
+                src = restore_usock_open(rc, f);
+                opened = 1;
+                break;
             case LZ_FD_EVENT:
                 src = restore_event_open(img, f);
                 opened = 1;
@@ -136,6 +140,7 @@ void restore_descriptors(struct restore_ctx *rc)
     free(chan);
     free(shared);
     restore_events_finish(img); /* epoll watches and timers, now that every descriptor is in place */
+    restore_usocks_finish(rc);  /* datagram sockets connected to a name */
     /* Close every descriptor the program did not have. */
     char *keep = calloc((size_t)base + 64, 1);
     if (!keep) restore_fail("out of memory");

@@ -59,6 +59,16 @@ void restore_events_finish(const struct lz_image *img);
 void restore_new_pipe(const struct lz_chan *c, char *data, int base, const char *what, int ends[2]);
 void restore_pipe_ends(const struct lz_image *img, uint64_t ino, int r, int w, int base, int *src);
 void restore_set_flags(int fd, uint32_t flags, int prog_fd);
+/* A socket buffer size as getsockopt reported it (FORCE beyond the system's maximum). */
+void restore_set_buf(int s, int opt, int force, uint32_t want);
+/* Queues c's data (freed) on the peer of `from` by sending it from `from`
+ * (whose record, for its send buffer, is `sender`); to_fd names it in messages. */
+void restore_refill_socket(const struct lz_chan *c, char *data, const struct lz_chan *sender, int from, int to_fd);
+/* Local sockets that are not pair ends (restore_usock.c): the socket of
+ * LZ_FD_USOCK descriptor f made again (bound, listening, refilled; close-on-exec);
+ * then, with every descriptor in place, the datagram sockets connected to a name. */
+int restore_usock_open(struct restore_ctx *rc, const struct lz_fd *f);
+void restore_usocks_finish(struct restore_ctx *rc);
 /* A socket pair shared by processes of the job (restore_tree.c): made and
  * refilled from the data files of its two records, parked at >= base. */
 void restore_socket_pair(const struct lz_chan *a, const char *path_a, const struct lz_chan *b, const char *path_b, int base,

@@ -135,6 +135,6 @@ int rt_capture_fds(struct rt_ckpt *ck)
                 break;
             }
         }
-    if (rt_capture_chans(ck) < 0) return -1;
+    if (rt_capture_usocks(ck) < 0 || rt_capture_chans(ck) < 0) return -1;
     return rt_capture_events(ck);
 }

@@ -191,10 +191,8 @@ static int check_socket(struct rt_ckpt *ck, const struct lz_fd *f, long *nl, str
         return refuse(ck, f, "a local socket of a type Lazarus cannot restore");
     if (getopt_int(f->fd, SOL_SOCKET, SO_ACCEPTCONN, &listening) == 0 && listening)
         return refuse(ck, f, "a listening socket, which Lazarus cannot restore yet");
-    struct sockaddr_storage ss;
-    int len = sizeof ss;
-    if (lz_sc3(SYS_getsockname, f->fd, &ss, &len) < 0 || len > (int)sizeof(sa_family_t))
-        return refuse(ck, f, "a local socket bound to a name, which Lazarus cannot restore yet");
+    /* (a name is kept only by rt_usock.c's sockets: an end of a connection
+     * made by connect/accept comes back as an end of a pair, unnamed) */
     if (*nl < 0) {
         *nl = lz_sc3(SYS_socket, AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
         if (*nl < 0) return refuse_err(ck, f, "cannot ask the kernel for the socket's peer (sock_diag)", *nl);
@@ -231,11 +229,23 @@ static int peek_queue(struct rt_ckpt *ck, const struct lz_fd *f, const struct so
         memset(&mh, 0, sizeof mh);
         mh.msg_iov = &iov;
         mh.msg_iovlen = 1;
-        long n = lz_sc3(SYS_recvmsg, f->fd, &mh, MSG_PEEK | MSG_DONTWAIT | (msgs ? MSG_TRUNC : 0));
+        /* credentials (SO_PASSCRED on either end) are made again by the
+         * refill; descriptors a peek installs are closed at once */
+        union { struct cmsghdr h; char b[512]; } ctl;
+        mh.msg_control = &ctl;
+        mh.msg_controllen = sizeof ctl;
+        long n = lz_sc3(SYS_recvmsg, f->fd, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC | (msgs ? MSG_TRUNC : 0));
+        int rights = 0;
+        for (struct cmsghdr *cm = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+            rights = 1;
+            for (size_t k = 0; k < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) lz_sc1(SYS_close, ((int *)CMSG_DATA(cm))[k]);
+        }
+        if (rights) { why = "a local socket with descriptors in flight, which Lazarus cannot restore"; break; }
         if (n == -EINTR) continue;
         if (n == -EAGAIN) break;
         if (n < 0) { e = n; why = "cannot look at the data queued on the socket"; break; }
-        if (mh.msg_flags & MSG_CTRUNC) { why = "a local socket with descriptors or credentials in flight, which Lazarus cannot restore"; break; }
+        if (mh.msg_flags & MSG_CTRUNC) { why = "a local socket with descriptors in flight, which Lazarus cannot restore"; break; }
         /* end of the stream (the peer shut its side); for SEQPACKET an empty
          * message and the end look alike: the end once every byte was seen */
         if (n == 0 && (!msgs || (si->type == SOCK_SEQPACKET && (si->shutdown & 1) && payload == (uint64_t)inq))) break;
@@ -296,6 +306,13 @@ static int hidden_messages(int type, long peer, const char *buf, size_t len)
     lz_sc1(SYS_close, x[0]);
     lz_sc1(SYS_close, x[1]);
     return hidden;
+}
+
+int rt_peek_socket(struct rt_ckpt *ck, const struct lz_fd *f, int type, uint32_t shutdown, struct lz_chan *c, char **data,
+                   size_t cap)
+{
+    struct sockinfo si = {0, shutdown, type};
+    return peek_queue(ck, f, &si, c, data, cap);
 }
 
 static int capture_socket(struct rt_ckpt *ck, const struct lz_fd *f, const struct sockinfo *si, long peer,

@@ -131,7 +131,7 @@ static int check_fds(struct lz_image *img, char *why, size_t whylen)
                 FAIL("manifest descriptor %d is malformed", f->fd);
         }
     }
-    if (check_events(img, why, whylen) < 0) return -1;
+    if (check_events(img, why, whylen) < 0 || lz_usocks_valid(img, why, whylen) < 0) return -1;
     /* a socket is one open file: exactly one descriptor opens it (others are dups) */
     for (size_t i = 0; i < img->nchans; i++) {
         const struct lz_chan *c = &img->chans[i];
@@ -259,6 +259,9 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
         case LZ_SEC_EVENTS:
             if (n % sizeof(struct lz_event)) FAIL("manifest event descriptor list is malformed");
             img->events = p; img->nevents = n / sizeof(struct lz_event); break;
+        case LZ_SEC_USOCKS:
+            if (n % sizeof(struct lz_usock)) FAIL("manifest local socket list is malformed");
+            img->usocks = p; img->nusocks = n / sizeof(struct lz_usock); break;
         case LZ_SEC_THREADS:
             if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
             img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;
