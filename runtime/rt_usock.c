@@ -222,6 +222,10 @@ static int classify(struct rt_ckpt *ck, const struct lz_fd *f, long *nl, struct 
     long e = diag(*nl, (uint32_t)f->ino, d);
     if (e < 0) return refuse_err(ck, f, "cannot ask the kernel about the local socket (sock_diag)", e);
     if (d->type != SOCK_STREAM && d->type != SOCK_DGRAM && d->type != SOCK_SEQPACKET) return 0;
+    if (d->has_peer && !d->peer && d->type != SOCK_DGRAM && (d->shutdown & 3) != 3)
+        /* connected to a socket with no file: one waiting in a listening socket's queue */
+        return refuse(ck, f, "a local socket connected to a listening socket that has not accepted the connection yet; "
+                             "the checkpoint can be taken once it is accepted");
     if (d->state == TCP_LISTEN || !d->peer) return 1;
     if (d->type != SOCK_DGRAM) return 0; /* connected stream or seqpacket: a pair */
     struct diag p;

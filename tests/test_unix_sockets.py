@@ -1,0 +1,153 @@
+"""Local (AF_UNIX) sockets of every kind and named pipes, checkpointed and
+restored with their state (issue 17): `usock_service` (a stream listener on
+a relative path with its mode, backlog, SO_PASSCRED and O_NONBLOCK, a
+seqpacket listener on an abstract name, a datagram server with datagrams
+queued, SO_RCVBUF and SO_RCVTIMEO, a datagram client bound to its own path
+and connected to the server, an unnamed socket, a connection whose peer is
+gone with bytes left, connections by connect/accept with data in flight
+both ways) in one process and with its clients in a forked child, each
+checkpointed, SIGKILLed (the whole job) and restarted twice, checking itself
+after each restart; from outside, `ss -xl` lists the listeners of the
+restarted program and `ls -l` the socket file with its mode.  A listening
+socket with a connection not accepted yet, a datagram client with its
+server's reply unread, and a connection to a process outside the job fail
+the checkpoint with one line naming descriptor 7.  As root and as an
+ordinary user."""
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PROGRAMS_SRC, _compile, find_program, kill_program, tmp_entries
+
+
+@pytest.fixture(scope="module")
+def progs(programs):
+    py = programs.dir / "usock_refuse.py"
+    shutil.copy(PROGRAMS_SRC / "usock_refuse.py", py)
+    os.chmod(py, 0o644)
+    return {"usock_service": _compile("usock_service", programs.dir), "usock_refuse": py}
+
+
+def _outside_checks(runner, proc):
+    """The restarted program's listeners, seen from outside the job."""
+    pid = find_program(proc.pid, "usock_service")
+    assert pid, proc.stderr
+    ss = subprocess.run(["ss", "-xlnp"], capture_output=True, text=True).stdout
+    mine = [l for l in ss.splitlines() if f"pid={pid}," in l]
+    assert any(" svc.sock " in l and l.startswith("u_str") for l in mine), ss
+    assert any("@lz-usock-" in l and l.startswith("u_seq") for l in mine), ss
+    st = os.lstat(runner.base / "svc.sock")
+    assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o640, oct(st.st_mode)
+    assert st.st_uid == runner.uid
+
+
+def _cycles(runner, argv, comm, cycles=2, outside=None):
+    """Run argv (prints `ready N`, waits for trig.N, checks, `check N ok`):
+    per cycle a checkpoint, SIGKILL of the whole job, a restart, the
+    trigger.  Returns all the output."""
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv, trig)
+    out = ""
+    for c in range(1, cycles + 1):
+        proc.wait_for_output(rf"^ready {c}$", timeout=60)
+        runner.checkpoint(store)
+        kill_program(proc, comm)
+        out += proc.stdout
+        assert "FAIL" not in proc.stdout, out + proc.stderr
+        proc = runner.start_lz("restart", "-d", store)
+        time.sleep(0.5)
+        if outside:
+            outside(runner, proc)
+        runner.touch(Path(f"{trig}.{c}"))
+        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
+        assert "FAIL" not in proc.stdout, out + proc.stdout + proc.stderr
+    assert proc.wait(timeout=60) == 0, out + proc.stdout + proc.stderr
+    out += proc.stdout
+    assert re.search(r"^done$", out, re.M), out
+    return out
+
+
+@pytest.mark.parametrize("shape", ["one", "tree"])
+def test_local_service_restarts(shape, runner, progs):
+    """Every kind of local socket, in one process or with the clients in a
+    child, goes on across two SIGKILLs and restarts; the listeners are back
+    on their names (seen by ss) and the socket file has its mode."""
+    out = _cycles(runner, [progs["usock_service"], shape, "2"], "usock_service", outside=_outside_checks)
+    assert out.count("check 1 ok") == 1 and out.count("check 2 ok") == 1, out
+
+
+def test_stale_socket_file_not_a_socket_refused(runner, progs):
+    """A file that is not a socket where the listener's path was: the restart
+    fails with one line naming the path, and goes once it is moved away."""
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", progs["usock_service"], "one", "2", runner.base / "trig")
+    proc.wait_for_output(r"^ready 1$", timeout=60)
+    runner.checkpoint(store)
+    kill_program(proc, "usock_service")
+    sock = runner.base / "svc.sock"
+    sock.unlink()
+    runner.touch(sock)  # a regular file now
+    res = runner.lz("restart", "-d", store, timeout=60)
+    assert res.rc != 0 and "svc.sock" in res.stderr and "not a socket" in res.stderr, str(res)
+    sock.unlink()
+    proc = runner.start_lz("restart", "-d", store)
+    time.sleep(0.5)
+    runner.touch(runner.base / "trig.1")
+    proc.wait_for_output(r"^check 1 ok$|^FAIL", timeout=60)
+    assert "FAIL" not in proc.stdout, proc.stdout + proc.stderr
+    kill_program(proc, "usock_service")
+
+
+REFUSED = {
+    "backlog": r"listening socket with connections it has not accepted",
+    "dgreply": r"datagrams from it not read yet",
+    "embryo": r"listening socket that has not accepted the connection yet",
+    "outside": r"descriptor 7 is one end of a local socket pair whose other end no process of the job holds",
+}
+
+
+@pytest.mark.parametrize("kind", list(REFUSED))
+def test_refused_with_a_line(kind, runner, progs):
+    """What cannot be restored fails the checkpoint with one line naming
+    descriptor 7 and why; nothing is listed or left; the program runs on and
+    is checkpointed once it closed the socket."""
+    store = runner.base / "store"
+    f1, f2 = runner.base / "f1", runner.base / "f2"
+    extra = []
+    srv = None
+    if kind in ("outside", "embryo"):
+        path = runner.base / "outside.sock"
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(str(path))
+        os.chmod(path, 0o777)
+        srv.listen(4)
+        extra = [path]
+    try:
+        proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", progs["usock_refuse"], kind, f1, f2,
+                               *extra)
+        proc.wait_for_output(r"^ready$", timeout=60)
+        if kind == "outside":
+            conn, _ = srv.accept()  # held outside the job
+        res = runner.lz("checkpoint", "-d", store)
+        assert res.rc != 0, f"checkpoint of a program holding {kind} succeeded\n{res}"
+        assert re.search(r"descriptor 7\b", res.stderr) and re.search(REFUSED[kind], res.stderr), str(res)
+        assert len([l for l in res.stderr.splitlines() if l.strip()]) <= 2, str(res)  # the client's line (+ supervisor's)
+        assert runner.indexes(store) == [] and tmp_entries(store) == []
+        assert proc.poll() is None, proc.stderr
+        runner.touch(f1)
+        proc.wait_for_output(r"^closed$", timeout=30)
+        idx = runner.checkpoint(store)
+        assert runner.indexes(store) == [idx]
+        runner.touch(f2)
+        assert proc.wait(timeout=60) == 0, proc.stderr
+    finally:
+        if srv:
+            srv.close()
