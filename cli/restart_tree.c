@@ -105,10 +105,11 @@ static int plan_pipes(struct restart_tree *rt, const char *ckpt, struct objs *o,
         const struct lz_image *img = &rt->imgs[k];
         for (size_t i = 0; i < img->nfds; i++) {
             const struct lz_fd *f = &img->fds[i];
-            if (f->kind != LZ_FD_PIPE) continue;
+            if (f->kind != LZ_FD_PIPE && f->kind != LZ_FD_FIFO) continue; /* (a named pipe is shared as a pipe) */
+            uint32_t ck = f->kind == LZ_FD_FIFO ? LZ_CH_FIFO : LZ_CH_PIPE;
             struct lz_plan_obj *known = NULL;
             for (size_t j = 0; j < o->n && !known; j++)
-                if (o->v[j].kind == LZ_PO_PIPE && o->v[j].chan.ino == f->ino) known = &o->v[j];
+                if (o->v[j].kind == LZ_PO_PIPE && o->v[j].chan.ino == f->ino && o->v[j].chan.kind == ck) known = &o->v[j];
             if (known) {
                 known->creator = common_ancestor(t, known->creator, t->procs[k].pid);
                 continue;
@@ -116,10 +117,10 @@ static int plan_pipes(struct restart_tree *rt, const char *ckpt, struct objs *o,
             int elsewhere = 0;
             for (size_t q = k + 1; q < t->nprocs && !elsewhere; q++)
                 for (size_t m = 0; m < rt->imgs[q].nfds && !elsewhere; m++)
-                    elsewhere = rt->imgs[q].fds[m].kind == LZ_FD_PIPE && rt->imgs[q].fds[m].ino == f->ino;
+                    elsewhere = rt->imgs[q].fds[m].kind == f->kind && rt->imgs[q].fds[m].ino == f->ino;
             if (!elsewhere) continue; /* its own: the restorer makes it (restore_pipes.c) */
             const struct lz_chan *c = NULL;
-            for (size_t m = 0; m < img->nchans; m++) if (img->chans[m].ino == f->ino) c = &img->chans[m];
+            for (size_t m = 0; m < img->nchans; m++) if (img->chans[m].ino == f->ino && img->chans[m].kind == ck) c = &img->chans[m];
             if (!c) {
                 snprintf(why, whylen, "process %d: descriptor %d names pipe:[%llu], which its manifest does not describe",
                          t->procs[k].pid, f->fd, (unsigned long long)f->ino);
@@ -130,6 +131,7 @@ static int plan_pipes(struct restart_tree *rt, const char *ckpt, struct objs *o,
             ob->kind = LZ_PO_PIPE;
             ob->creator = t->procs[k].pid;
             ob->chan = *c;
+            if (ck == LZ_CH_FIFO) snprintf(ob->path2, sizeof ob->path2, "%s", lz_str(img, f->path)); /* where it is opened */
             if (data_path(ob->path, sizeof ob->path, ckpt, &t->procs[k], img, c) < 0) {
                 snprintf(why, whylen, "the store's path is too long");
                 return -1;

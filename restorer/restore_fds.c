@@ -113,6 +113,7 @@ void restore_descriptors(struct restore_ctx *rc)
                 opened = 1;
                 break;
             case LZ_FD_PIPE:
+            case LZ_FD_FIFO:
             case LZ_FD_SOCKET:
                 src = chan[i];
                 opened = 1;

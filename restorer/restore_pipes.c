@@ -206,6 +206,13 @@ int *restore_chans(struct restore_ctx *rc, int base)
             if (!restore_tree_shared_chan(c->ino)) make_pipe(rc, c, base, src); /* else made once for the job */
             continue;
         }
+        if (c->kind == LZ_CH_FIFO) {
+            const char *path = NULL;
+            for (size_t i = 0; i < img->nfds && !path; i++)
+                if (img->fds[i].kind == LZ_FD_FIFO && img->fds[i].ino == c->ino) path = lz_str(img, img->fds[i].path);
+            if (path && !restore_tree_shared_chan(c->ino)) restore_fifo_ends(img, c->ino, restore_new_fifo(c, load(rc, c), path, base), base, src);
+            continue;
+        }
         if (c->ino > c->peer || restore_tree_shared_chan(c->ino)) continue; /* made with its peer; or for the job */
         for (size_t j = 0; j < img->nchans; j++)
             if (img->chans[j].ino == c->peer) make_socketpair(rc, c, &img->chans[j], base, src);

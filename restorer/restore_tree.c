@@ -150,6 +150,12 @@ static void make_objects(void)
         char why[LZ_PATH_MAX + 512];
         void *data;
         if (lz_chan_data_path(o->path, &o->chan, &data, why, sizeof why) < 0) restore_fail("%s", why);
+        if (o->chan.kind == LZ_CH_FIFO) { /* a named pipe: its keeper, twice (each holder takes one) */
+            int k = restore_new_fifo(&o->chan, data, o->path2, 3);
+            place(fcntl(k, F_DUPFD_CLOEXEC, 3), o->fd2, what);
+            place(k, o->fd, what);
+            continue;
+        }
         int ends[2];
         restore_new_pipe(&o->chan, data, 3, what, ends);
         place(ends[0], o->fd, what);
@@ -250,8 +256,10 @@ int *restore_tree_fds(const struct lz_image *img, int base)
             /* its ends as make_pipe gives them, where this process holds the pipe
              * (it inherited the object only if it descends from its maker) */
             int holds = 0;
-            for (size_t i = 0; i < img->nfds && !holds; i++) holds = img->fds[i].kind == LZ_FD_PIPE && img->fds[i].ino == o->chan.ino;
-            if (holds) restore_pipe_ends(img, o->chan.ino, take(o->fd, base, -1), take(o->fd2, base, -1), base, src);
+            int fk = o->chan.kind == LZ_CH_FIFO ? LZ_FD_FIFO : LZ_FD_PIPE;
+            for (size_t i = 0; i < img->nfds && !holds; i++) holds = (int)img->fds[i].kind == fk && img->fds[i].ino == o->chan.ino;
+            if (holds && fk == LZ_FD_FIFO) restore_fifo_ends(img, o->chan.ino, take(o->fd, base, -1), base, src);
+            else if (holds) restore_pipe_ends(img, o->chan.ino, take(o->fd, base, -1), take(o->fd2, base, -1), base, src);
             continue;
         }
         for (size_t i = 0; i < img->nfds; i++) {

@@ -59,6 +59,11 @@ void restore_events_finish(const struct lz_image *img);
 void restore_new_pipe(const struct lz_chan *c, char *data, int base, const char *what, int ends[2]);
 void restore_pipe_ends(const struct lz_image *img, uint64_t ino, int r, int w, int base, int *src);
 void restore_set_flags(int fd, uint32_t flags, int prog_fd);
+/* A named pipe (restore_fifo.c): opened (or made) again at `path` with c's
+ * capacity and data (freed), as a read-write keeper parked at >= base; then
+ * the process's descriptor records of it opened through the keeper (closed). */
+int restore_new_fifo(const struct lz_chan *c, char *data, const char *path, int base);
+void restore_fifo_ends(const struct lz_image *img, uint64_t ino, int keeper, int base, int *src);
 /* A socket buffer size as getsockopt reported it (FORCE beyond the system's maximum). */
 void restore_set_buf(int s, int opt, int force, uint32_t want);
 /* Queues c's data (freed) on the peer of `from` by sending it from `from`

@@ -34,7 +34,8 @@
 
 static int refuse(struct rt_ckpt *ck, const struct lz_fd *f, const char *what)
 {
-    rt_fmt(ck->err, sizeof ck->err, "descriptor %d (%s:[%llu]) is %s", f->fd, f->kind == LZ_FD_PIPE ? "pipe" : "socket",
+    rt_fmt(ck->err, sizeof ck->err, "descriptor %d (%s:[%llu]) is %s", f->fd,
+           f->kind == LZ_FD_PIPE ? "pipe" : f->kind == LZ_FD_FIFO ? "fifo" : "socket",
            (unsigned long long)f->ino, what);
     return -1;
 }
@@ -42,13 +43,13 @@ static int refuse(struct rt_ckpt *ck, const struct lz_fd *f, const char *what)
 static int refuse_err(struct rt_ckpt *ck, const struct lz_fd *f, const char *what, long err)
 {
     rt_fmt(ck->err, sizeof ck->err, "descriptor %d (%s:[%llu]): %s (errno %ld)", f->fd,
-           f->kind == LZ_FD_PIPE ? "pipe" : "socket", (unsigned long long)f->ino, what, -err);
+           f->kind == LZ_FD_PIPE ? "pipe" : f->kind == LZ_FD_FIFO ? "fifo" : "socket", (unsigned long long)f->ino, what, -err);
     return -1;
 }
 
 static int is_chan_end(const struct lz_fd *f)
 {
-    return (f->kind == LZ_FD_PIPE || f->kind == LZ_FD_SOCKET) && f->dup_of < 0;
+    return (f->kind == LZ_FD_PIPE || f->kind == LZ_FD_FIFO || f->kind == LZ_FD_SOCKET) && f->dup_of < 0;
 }
 
 
@@ -74,7 +75,7 @@ static int capture_pipe(struct rt_ckpt *ck, size_t first, struct lz_chan *c, cha
     const struct lz_fd *rd = NULL, *wr = NULL;
     for (size_t i = first; i < ck->nfds; i++) {
         const struct lz_fd *f = &ck->fds[i];
-        if (f->kind != LZ_FD_PIPE || f->dup_of >= 0 || f->ino != f0->ino) continue;
+        if (f->kind != f0->kind || f->dup_of >= 0 || f->ino != f0->ino || f->dev != f0->dev) continue;
         if (f->flags & O_DIRECT) return refuse(ck, f, "a pipe in packet mode (O_DIRECT), which Lazarus cannot restore yet");
         if ((f->flags & O_ACCMODE) != O_WRONLY && !rd) rd = f;
         if ((f->flags & O_ACCMODE) != O_RDONLY && !wr) wr = f;
@@ -83,7 +84,8 @@ static int capture_pipe(struct rt_ckpt *ck, size_t first, struct lz_chan *c, cha
      * process is stopped now, and the restart matches the ends by inode) */
     memset(c, 0, sizeof *c);
     c->ino = f0->ino;
-    c->kind = LZ_CH_PIPE;
+    c->kind = f0->kind == LZ_FD_FIFO ? LZ_CH_FIFO : LZ_CH_PIPE;
+    if (f0->kind == LZ_FD_FIFO) { c->reserved[0] = f0->dev; c->reserved[1] = f0->mode & 07777; }
     long cap = lz_sc2(SYS_fcntl, f0->fd, F_GETPIPE_SZ);
     if (cap <= 0) return refuse_err(ck, f0, "cannot read the pipe's size", cap);
     c->capacity = (uint32_t)cap;
@@ -400,9 +402,10 @@ int rt_capture_chans(struct rt_ckpt *ck)
     for (size_t i = 0; i < ck->nfds && rc == 0; i++) {
         const struct lz_fd *f = &ck->fds[i];
         if (!is_chan_end(f)) continue;
-        if (f->kind == LZ_FD_PIPE) {
+        if (f->kind == LZ_FD_PIPE || f->kind == LZ_FD_FIFO) {
             int seen = 0; /* by its first description */
-            for (size_t k = 0; k < ck->nchans && !seen; k++) seen = ck->chans[k].ino == f->ino;
+            uint32_t kind = f->kind == LZ_FD_FIFO ? LZ_CH_FIFO : LZ_CH_PIPE;
+            for (size_t k = 0; k < ck->nchans && !seen; k++) seen = ck->chans[k].ino == f->ino && ck->chans[k].kind == kind;
             if (seen) continue;
             long k = chan_slot(ck, n);
             rc = k < 0 ? -1 : capture_pipe(ck, i, &ck->chans[k], &ck->chan_data[k]);
@@ -427,7 +430,8 @@ int rt_capture_chans(struct rt_ckpt *ck)
         struct lz_chan *c = &ck->chans[k];
         if (!c->bytes) continue;
         char name[48];
-        rt_fmt(name, sizeof name, "%s.%llu", c->kind == LZ_CH_PIPE ? "pipe" : "sock", (unsigned long long)c->ino);
+        rt_fmt(name, sizeof name, "%s.%llu", c->kind == LZ_CH_PIPE ? "pipe" : c->kind == LZ_CH_FIFO ? "fifo" : "sock",
+               (unsigned long long)c->ino);
         c->path = strings_add(&ck->strings, name);
     }
     return 0;

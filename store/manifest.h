@@ -42,6 +42,8 @@ const char *lz_trigger_name(uint32_t trigger);
  * reason naming the file. */
 int lz_chan_data(const char *ckpt_dir, const struct lz_image *img, const struct lz_chan *c, void **data,
                  char *why, size_t whylen);
+/* The record of the named pipe LZ_FD_FIFO descriptor f opens, or NULL. */
+const struct lz_chan *lz_fifo_chan(const struct lz_image *img, const struct lz_fd *f);
 /* The local socket record of descriptor fd (store/usocks.c), or NULL. */
 const struct lz_usock *lz_usock_of(const struct lz_image *img, int32_t fd);
 /* Every LZ_FD_USOCK descriptor has exactly one well-formed record: 0, or -1 and why. */

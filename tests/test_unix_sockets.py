@@ -12,7 +12,9 @@ restarted program and `ls -l` the socket file with its mode.  A listening
 socket with a connection not accepted yet, a datagram client with its
 server's reply unread, and a connection to a process outside the job fail
 the checkpoint with one line naming descriptor 7.  As root and as an
-ordinary user."""
+ordinary user.  `fifo_pair`: a producer and a consumer process over named
+pipes with records in flight, two restarts, a FIFO removed while the job is
+down made again."""
 import os
 import re
 import shutil
@@ -32,7 +34,8 @@ def progs(programs):
     py = programs.dir / "usock_refuse.py"
     shutil.copy(PROGRAMS_SRC / "usock_refuse.py", py)
     os.chmod(py, 0o644)
-    return {"usock_service": _compile("usock_service", programs.dir), "usock_refuse": py}
+    return {"usock_service": _compile("usock_service", programs.dir), "usock_refuse": py,
+            "fifo_pair": _compile("fifo_pair", programs.dir)}
 
 
 def _outside_checks(runner, proc):
@@ -48,7 +51,7 @@ def _outside_checks(runner, proc):
     assert st.st_uid == runner.uid
 
 
-def _cycles(runner, argv, comm, cycles=2, outside=None):
+def _cycles(runner, argv, comm, cycles=2, outside=None, while_down=None):
     """Run argv (prints `ready N`, waits for trig.N, checks, `check N ok`):
     per cycle a checkpoint, SIGKILL of the whole job, a restart, the
     trigger.  Returns all the output."""
@@ -62,6 +65,8 @@ def _cycles(runner, argv, comm, cycles=2, outside=None):
         kill_program(proc, comm)
         out += proc.stdout
         assert "FAIL" not in proc.stdout, out + proc.stderr
+        if while_down:
+            while_down(runner, c)
         proc = runner.start_lz("restart", "-d", store)
         time.sleep(0.5)
         if outside:
@@ -97,6 +102,7 @@ def test_stale_socket_file_not_a_socket_refused(runner, progs):
     runner.touch(sock)  # a regular file now
     res = runner.lz("restart", "-d", store, timeout=60)
     assert res.rc != 0 and "svc.sock" in res.stderr and "not a socket" in res.stderr, str(res)
+    assert "nothing was changed" in res.stderr and len(res.stderr_lines()) == 1, str(res)
     sock.unlink()
     proc = runner.start_lz("restart", "-d", store)
     time.sleep(0.5)
@@ -151,3 +157,33 @@ def test_refused_with_a_line(kind, runner, progs):
     finally:
         if srv:
             srv.close()
+
+
+def _fifo_outside(runner, proc):
+    """The named pipe from outside: its node and mode, and the processes of
+    the restarted job holding it by that name."""
+    st = os.lstat(runner.base / "chan.fifo")
+    assert stat.S_ISFIFO(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o620, oct(st.st_mode)
+    main = find_program(proc.pid, "fifo_pair")
+    held = []
+    for pid in [main] + [int(p) for p in Path(f"/proc/{main}/task/{main}/children").read_text().split()]:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                held.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                pass
+    assert held.count(str(runner.base / "chan.fifo")) == 2, held  # the producer's end and the consumer's
+
+
+def test_fifo_pair_restarts(runner, progs):
+    """A producer and a consumer process over named pipes, with records in
+    flight, a consumer's own read-write FIFO with a note in it, and an ack
+    FIFO the other way: two SIGKILLs and restarts, every record once and in
+    order, the flags kept, and end of file for the consumer once the
+    producer closes its end; chan.fifo removed while the job is down is made
+    again with its mode."""
+    def remove(runner, c):
+        if c == 2:
+            (runner.base / "chan.fifo").unlink()
+    out = _cycles(runner, [progs["fifo_pair"], "2"], "fifo_pair", outside=_fifo_outside, while_down=remove)
+    assert out.count("check 1 ok") == 1 and out.count("check 2 ok") == 1, out
