@@ -152,7 +152,7 @@ static const struct lz_fd *fd_record(const struct lz_image *img, int fd)
  * several processes share (the tree's groups).  A dup inside one process
  * follows its original; stdio from the launcher and deleted files are made
  * per process, as before. */
-static int plan_files(struct restart_tree *rt, struct objs *o, char *why, size_t whylen)
+static int plan_files(struct restart_tree *rt, const char *ckpt, struct objs *o, char *why, size_t whylen)
 {
     const struct lz_tree *t = &rt->tree;
     for (size_t s = 0; s < t->nshared; s++) {
@@ -164,13 +164,14 @@ static int plan_files(struct restart_tree *rt, struct objs *o, char *why, size_t
         int32_t creator = 0, last_pid = 0;
         const struct lz_fd *model = NULL;
         const struct lz_image *mimg = NULL;
+        ssize_t mk = -1;
         for (size_t r = s; r < t->nshared; r++) {
             if (t->shared[r].group != g) continue;
             ssize_t k = proc_index(t, t->shared[r].pid);
             if (k < 0 || t->procs[k].state != LZ_TP_LIVE) continue;
             const struct lz_fd *f = fd_record(&rt->imgs[k], t->shared[r].fd);
-            if (!f || (f->kind != LZ_FD_FILE && f->kind != LZ_FD_DIR && f->kind != LZ_FD_DEV)) continue;
-            if (!model) model = f, mimg = &rt->imgs[k], creator = t->procs[k].pid;
+            if (!f || (f->kind != LZ_FD_FILE && f->kind != LZ_FD_DIR && f->kind != LZ_FD_DEV && f->kind != LZ_FD_USOCK)) continue;
+            if (!model) model = f, mimg = &rt->imgs[k], creator = t->procs[k].pid, mk = k;
             else creator = common_ancestor(t, creator, t->procs[k].pid);
             if (t->procs[k].pid != last_pid) nprocs++;
             last_pid = t->procs[k].pid;
@@ -184,6 +185,17 @@ static int plan_files(struct restart_tree *rt, struct objs *o, char *why, size_t
         if (!ob) { snprintf(why, whylen, "out of memory"); return -1; }
         ob->kind = LZ_PO_FILE;
         ob->creator = creator;
+        if (model->kind == LZ_FD_USOCK) { /* a local socket: made from its record (restore_usock.c) */
+            const struct lz_usock *u = lz_usock_of(mimg, model->fd);
+            ob->kind = LZ_PO_USOCK;
+            ob->usock = *u; /* (the manifest's check: every LZ_FD_USOCK descriptor has its record) */
+            snprintf(ob->path2, sizeof ob->path2, "%s", lz_str(mimg, mimg->proc->cwd));
+            if (data_path(ob->path, sizeof ob->path, ckpt, &t->procs[mk], mimg, &u->q) < 0) {
+                snprintf(why, whylen, "the store's path is too long");
+                return -1;
+            }
+            continue;
+        }
         ob->flags = model->flags;
         ob->offset = model->offset;
         snprintf(ob->path, sizeof ob->path, "%s", lz_str(mimg, model->path));
@@ -350,7 +362,7 @@ int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index,
     }
     /* the objects, and whether their descriptors fit: all before any file changes */
     struct objs o = {0};
-    if (plan_pipes(rt, ckpt, &o, why, whylen) < 0 || plan_files(rt, &o, why, whylen) < 0 ||
+    if (plan_pipes(rt, ckpt, &o, why, whylen) < 0 || plan_files(rt, ckpt, &o, why, whylen) < 0 ||
         plan_shm(rt, &o, why, whylen) < 0 || plan_socks(rt, ckpt, &o, why, whylen) < 0) {
         free(o.v); free(o.h);
         return -1;

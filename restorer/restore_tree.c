@@ -139,6 +139,14 @@ static void make_objects(void)
             place(sv[1], o->fd2, what);
             continue;
         }
+        if (o->kind == LZ_PO_USOCK) {
+            char why[LZ_PATH_MAX + 512];
+            void *data;
+            if (lz_chan_data_path(o->path, &o->usock.q, &data, why, sizeof why) < 0) restore_fail("%s", why);
+            snprintf(what, sizeof what, "the local socket shared by processes of the job");
+            place(restore_usock_make(&o->usock, data, o->path2), o->fd, what);
+            continue;
+        }
         if (o->kind == LZ_PO_SHM) {
             snprintf(what, sizeof what, "the memory shared by processes of the job");
             int fd = memfd_create("lazarus-shared", 0);
@@ -267,10 +275,12 @@ int *restore_tree_fds(const struct lz_image *img, int base)
             if (o->kind == LZ_PO_SOCK && f->kind == LZ_FD_SOCKET && (f->ino == o->chan.ino || f->ino == o->chan2.ino)) {
                 src[i] = take(f->ino == o->chan.ino ? o->fd : o->fd2, base, f->fd);
                 restore_set_flags(src[i], f->flags, f->fd); /* O_NONBLOCK belongs to the description */
-            } else if (o->kind == LZ_PO_FILE) {
+            } else if (o->kind == LZ_PO_FILE || o->kind == LZ_PO_USOCK) {
                 for (uint32_t k = 0; k < plan.h.nholds; k++)
-                    if (plan.holds[k].obj == j && plan.holds[k].pid == plan.me->pid && plan.holds[k].fd == f->fd)
+                    if (plan.holds[k].obj == j && plan.holds[k].pid == plan.me->pid && plan.holds[k].fd == f->fd) {
                         src[i] = take(o->fd, base, f->fd);
+                        if (o->kind == LZ_PO_USOCK) restore_set_flags(src[i], f->flags, f->fd);
+                    }
             }
         }
     }

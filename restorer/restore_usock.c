@@ -63,10 +63,9 @@ static const char *shown(const char *name, uint32_t len, char out[120])
 }
 
 /* The program's working directory, for a relative path; the caller goes back to `back`. */
-static int enter_cwd(struct restore_ctx *rc)
+static int enter_cwd(const char *cwd)
 {
     int back = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    const char *cwd = lz_str(&rc->img, rc->img.proc->cwd);
     if (*cwd && chdir(cwd) < 0) restore_fail("cannot enter the program's working directory %s: %s", cwd, strerror(errno));
     return back;
 }
@@ -206,6 +205,27 @@ static int make_orphan(const struct lz_usock *u, char *data, int prog_fd)
     return sv[0];
 }
 
+int restore_usock_make(const struct lz_usock *u, void *data, const char *cwd)
+{
+    int s;
+    if (u->flags & LZ_US_ORPHAN) {
+        s = make_orphan(u, data, u->fd); /* (a connection comes back without a name) */
+    } else {
+        s = socket(AF_UNIX, sock_type(&u->q) | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (s < 0) restore_fail("cannot make the socket of descriptor %d again: %s", u->fd, strerror(errno));
+        int back = u->addr_len ? enter_cwd(cwd) : -1;
+        int named = u->addr_len && bind_name(u, s, u->fd) == 0;
+        if ((u->flags & LZ_US_LISTEN) && listen(s, (int)u->backlog) < 0)
+            restore_fail("descriptor %d cannot listen again: %s", u->fd, strerror(errno));
+        if (data && (!named || u->q.kind != LZ_CH_DGRAM))
+            restore_fail("descriptor %d holds data that only a named datagram socket can", u->fd);
+        refill_by_name(u, data, u->fd);
+        leave_cwd(back);
+    }
+    set_options(u, s);
+    return s;
+}
+
 int restore_usock_open(struct restore_ctx *rc, const struct lz_fd *f)
 {
     const struct lz_usock *u = lz_usock_of(&rc->img, f->fd);
@@ -214,23 +234,7 @@ int restore_usock_open(struct restore_ctx *rc, const struct lz_fd *f)
     void *data;
     if (lz_chan_data(rc->ckpt_dir, &rc->img, &u->q, &data, why, sizeof why) < 0)
         restore_fail("checkpoint %llu is damaged: %s", (unsigned long long)rc->index, why);
-    int s;
-    if (u->flags & LZ_US_ORPHAN) {
-        s = make_orphan(u, data, f->fd); /* (a connection comes back without a name) */
-    } else {
-        s = socket(AF_UNIX, sock_type(&u->q) | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (s < 0) restore_fail("cannot make the socket of descriptor %d again: %s", f->fd, strerror(errno));
-        int back = u->addr_len ? enter_cwd(rc) : -1;
-        int named = u->addr_len && bind_name(u, s, f->fd) == 0;
-        if ((u->flags & LZ_US_LISTEN) && listen(s, (int)u->backlog) < 0)
-            restore_fail("descriptor %d cannot listen again: %s", f->fd, strerror(errno));
-        if (data && (!named || u->q.kind != LZ_CH_DGRAM))
-            restore_fail("checkpoint %llu is damaged: descriptor %d holds data that only a named datagram socket can",
-                         (unsigned long long)rc->index, f->fd);
-        refill_by_name(u, data, f->fd);
-        leave_cwd(back);
-    }
-    set_options(u, s);
+    int s = restore_usock_make(u, data, lz_str(&rc->img, rc->img.proc->cwd));
     restore_set_flags(s, f->flags, f->fd);
     return s;
 }
@@ -242,7 +246,7 @@ void restore_usocks_finish(struct restore_ctx *rc)
     for (size_t i = 0; i < img->nusocks; i++) {
         const struct lz_usock *u = &img->usocks[i];
         if (!(u->flags & LZ_US_CONNECT)) continue;
-        if (back < 0) back = enter_cwd(rc);
+        if (back < 0) back = enter_cwd(lz_str(img, img->proc->cwd));
         struct sockaddr_un sa;
         socklen_t l = make_addr(&sa, u->peer_addr, u->peer_len);
         uint64_t t0 = now_ns();

@@ -73,6 +73,9 @@ void restore_refill_socket(const struct lz_chan *c, char *data, const struct lz_
  * LZ_FD_USOCK descriptor f made again (bound, listening, refilled; close-on-exec);
  * then, with every descriptor in place, the datagram sockets connected to a name. */
 int restore_usock_open(struct restore_ctx *rc, const struct lz_fd *f);
+/* The same from a record and its data (freed; the plan's object shared by
+ * processes of the job), a relative name taken in `cwd`. */
+int restore_usock_make(const struct lz_usock *u, void *data, const char *cwd);
 void restore_usocks_finish(struct restore_ctx *rc);
 /* A socket pair shared by processes of the job (restore_tree.c): made and
  * refilled from the data files of its two records, parked at >= base. */

@@ -54,6 +54,9 @@ enum lz_plan_kind {
     LZ_PO_FILE = 2,
     LZ_PO_SOCK = 4, /* a socket pair whose ends different processes hold: fd is end `chan`,
                      * fd2 end `chan2`, each refilled from its own record's data */
+    LZ_PO_USOCK = 5, /* a local socket (LZ_FD_USOCK: a listener a parent shares with the children it
+                      * forked, say) whose open file description several processes share: made
+                      * from `usock` (data file `path`, a relative name in the directory `path2`) */
     LZ_PO_SHM = 3, /* shared memory (LZ_R_SHARED_ANON regions with one object's dev/ino in
                     * several processes): a memfd of `offset` bytes; each process maps its
                     * part of it and fills it from its own image (the same bytes) */
@@ -71,6 +74,7 @@ struct lz_plan_obj {
     char path[LZ_PATH_MAX]; /* file: its path; pipe, socket pair: chan's data file (absolute), "" if empty */
     struct lz_chan chan2;   /* socket pair: the other end */
     char path2[LZ_PATH_MAX];
+    struct lz_usock usock; /* LZ_PO_USOCK: its record */
 };
 
 /* Process pid's descriptor fd is file object obj (pipes are matched by inode). */

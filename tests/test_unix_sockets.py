@@ -44,7 +44,11 @@ def _outside_checks(runner, proc):
     assert pid, proc.stderr
     ss = subprocess.run(["ss", "-xlnp"], capture_output=True, text=True).stdout
     mine = [l for l in ss.splitlines() if f"pid={pid}," in l]
-    assert any(" svc.sock " in l and l.startswith("u_str") for l in mine), ss
+    svc = [l for l in mine if " svc.sock " in l and l.startswith("u_str")]
+    assert svc, ss
+    # in `tree` the child holds the same listener (one socket, two processes)
+    for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        assert f"pid={k}," in svc[0], ss
     assert any("@lz-usock-" in l and l.startswith("u_seq") for l in mine), ss
     st = os.lstat(runner.base / "svc.sock")
     assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o640, oct(st.st_mode)

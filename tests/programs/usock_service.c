@@ -7,7 +7,8 @@
  * unnamed unconnected socket, a connection whose peer is gone with bytes
  * still to read, and connections made by connect/accept -- in one process
  * (`one`), or with the clients in a forked child (`tree`: a stream and a
- * seqpacket connection and a datagram client in the child).
+ * seqpacket connection and a datagram client in the child, which keeps the
+ * listener on svc.sock it inherited, one open file with its parent's).
  *
  * usage: usock_service one|tree CYCLES TRIGGER
  * For each cycle c: puts data in flight everywhere, prints `ready c`, waits
@@ -129,7 +130,7 @@ static const char ORPHAN_DATA[] = "tail-one...tail-two...";
  * a seqpacket one to the abstract name, and a datagram client of dgram.sock;
  * answers each "ping N" with "pong N" on both connections and sends "kid N"
  * to the datagram server, until the stream connection ends. */
-static void child(const char *abs, size_t abslen)
+static void child(int l1, const char *abs, size_t abslen)
 {
     int st = connected(SOCK_STREAM, "svc.sock", 8);
     int sq = connected(SOCK_SEQPACKET, abs, abslen);
@@ -144,6 +145,8 @@ static void child(const char *abs, size_t abslen)
         buf[7] = 0;
         char m[64];
         snprintf(m, sizeof m, "pong %s", buf + 5);
+        name_is(l1, 0, "svc.sock", 8, "child: the shared listener's name");
+        CHECK(getint(l1, SO_ACCEPTCONN) == 1 && (fcntl(l1, F_GETFL) & O_NONBLOCK), "child: the shared listener");
         send_str(st, m);
         r = recv(sq, buf, sizeof buf - 1, 0);
         if (r <= 0) _exit(0);
@@ -199,8 +202,9 @@ int main(int argc, char **argv)
         kid = fork();
         CHECK(kid >= 0, "fork");
         if (kid == 0) {
-            close(l1); close(l2); close(d); close(dc); close(u); close(orphan);
-            child(abs, abslen);
+            /* it keeps the listener on svc.sock, as a preforked worker would */
+            close(l2); close(d); close(dc); close(u); close(orphan);
+            child(l1, abs, abslen);
         }
     } else {
         c1 = connected(SOCK_STREAM, "svc.sock", 8);
