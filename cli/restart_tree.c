@@ -170,7 +170,8 @@ static int plan_files(struct restart_tree *rt, const char *ckpt, struct objs *o,
             ssize_t k = proc_index(t, t->shared[r].pid);
             if (k < 0 || t->procs[k].state != LZ_TP_LIVE) continue;
             const struct lz_fd *f = fd_record(&rt->imgs[k], t->shared[r].fd);
-            if (!f || (f->kind != LZ_FD_FILE && f->kind != LZ_FD_DIR && f->kind != LZ_FD_DEV && f->kind != LZ_FD_USOCK)) continue;
+            if (!f || (f->kind != LZ_FD_FILE && f->kind != LZ_FD_DIR && f->kind != LZ_FD_DEV && f->kind != LZ_FD_USOCK &&
+                       f->kind != LZ_FD_GHOST)) continue;
             if (!model) model = f, mimg = &rt->imgs[k], creator = t->procs[k].pid, mk = k;
             else creator = common_ancestor(t, creator, t->procs[k].pid);
             if (t->procs[k].pid != last_pid) nprocs++;
@@ -185,6 +186,17 @@ static int plan_files(struct restart_tree *rt, const char *ckpt, struct objs *o,
         if (!ob) { snprintf(why, whylen, "out of memory"); return -1; }
         ob->kind = LZ_PO_FILE;
         ob->creator = creator;
+        if (model->kind == LZ_FD_GHOST) { /* an open deleted file: one nameless file (restore_ghost.c) */
+            char part[LZ_PATH_MAX];
+            lz_tree_part_dir(part, sizeof part, ckpt, &t->procs[mk]);
+            ob->kind = LZ_PO_GHOST;
+            ob->ghost = *model;
+            if ((size_t)snprintf(ob->path, sizeof ob->path, "%s/%s", part, lz_str(mimg, model->path)) >= sizeof ob->path) {
+                snprintf(why, whylen, "the store's path is too long");
+                return -1;
+            }
+            continue;
+        }
         if (model->kind == LZ_FD_USOCK) { /* a local socket: made from its record (restore_usock.c) */
             const struct lz_usock *u = lz_usock_of(mimg, model->fd);
             ob->kind = LZ_PO_USOCK;

@@ -139,6 +139,19 @@ static void make_objects(void)
             place(sv[1], o->fd2, what);
             continue;
         }
+        if (o->kind == LZ_PO_GHOST) {
+            char dir[LZ_PATH_MAX];
+            snprintf(dir, sizeof dir, "%s", o->path);
+            char *slash = strrchr(dir, '/');
+            if (slash) *slash = 0;
+            int t = restore_ghost_file(o->path, dir, &o->ghost);
+            int fd = restore_ghost_reopen(t, &o->ghost);
+            close(t);
+            if (lseek(fd, o->ghost.offset, SEEK_SET) < 0)
+                restore_fail("cannot restore the offset of descriptor %d: %s", o->ghost.fd, strerror(errno));
+            place(fd, o->fd, "an open deleted file shared by processes of the job");
+            continue;
+        }
         if (o->kind == LZ_PO_USOCK) {
             char why[LZ_PATH_MAX + 512];
             void *data;
@@ -275,7 +288,7 @@ int *restore_tree_fds(const struct lz_image *img, int base)
             if (o->kind == LZ_PO_SOCK && f->kind == LZ_FD_SOCKET && (f->ino == o->chan.ino || f->ino == o->chan2.ino)) {
                 src[i] = take(f->ino == o->chan.ino ? o->fd : o->fd2, base, f->fd);
                 restore_set_flags(src[i], f->flags, f->fd); /* O_NONBLOCK belongs to the description */
-            } else if (o->kind == LZ_PO_FILE || o->kind == LZ_PO_USOCK) {
+            } else if (o->kind == LZ_PO_FILE || o->kind == LZ_PO_USOCK || o->kind == LZ_PO_GHOST) {
                 for (uint32_t k = 0; k < plan.h.nholds; k++)
                     if (plan.holds[k].obj == j && plan.holds[k].pid == plan.me->pid && plan.holds[k].fd == f->fd) {
                         src[i] = take(o->fd, base, f->fd);

@@ -81,6 +81,17 @@ void restore_usocks_finish(struct restore_ctx *rc);
  * refilled from the data files of its two records, parked at >= base. */
 void restore_socket_pair(const struct lz_chan *a, const char *path_a, const struct lz_chan *b, const char *path_b, int base,
                          int sv[2]);
+/* Open deleted files (restore_ghost.c): a nameless file made from the kept
+ * content file (holes, mode, mtime; checksum checked) in tmpdir, read-write;
+ * a description of it with f's flags; descriptor f's open file, one inode
+ * per original inode in the process (restore_ghosts_done closes them). */
+int restore_ghost_file(const char *content, const char *tmpdir, const struct lz_fd *f);
+int restore_ghost_reopen(int t, const struct lz_fd *f);
+int restore_ghost_open(struct restore_ctx *rc, const struct lz_fd *f, const char *name);
+void restore_ghosts_done(void);
+/* The inodes of the deleted files the job's plan made (restore_tree_fds's
+ * shared[]): this process's other descriptors of them open the same one. */
+void restore_ghosts_seed(const struct lz_image *img, const int *shared, int base);
 void restore_process_state(struct restore_ctx *rc);
 void restore_mm(struct restore_ctx *rc);
 int restore_exe_fd(struct restore_ctx *rc);

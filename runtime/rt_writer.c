@@ -85,20 +85,29 @@ static long copy_ghost(int fd, const char *to)
     long out = lz_sc4(SYS_openat, AT_FDCWD, to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (out < 0) { lz_sc1(SYS_close, in); return out; }
     long rc = 0;
-    int64_t off_in = 0;
-    for (;;) {
-        long n = lz_sc6(SYS_copy_file_range, in, (long)&off_in, out, 0, 1 << 30, 0);
+    int64_t off_in = 0, size = lz_sc3(SYS_lseek, in, 0, SEEK_END);
+    if (size < 0) rc = size;
+    while (rc == 0) {
+        /* its holes stay holes (SEEK_DATA: the next data at or after off_in) */
+        int64_t data = off_in < size ? lz_sc3(SYS_lseek, in, off_in, SEEK_DATA) : size;
+        if (data > off_in || data == -ENXIO) off_in = data < 0 ? size : data;
+        if (off_in >= size) { rc = lz_sc2(SYS_ftruncate, out, size); break; }
+        int64_t hole = lz_sc3(SYS_lseek, in, off_in, SEEK_HOLE);
+        int64_t off_out = off_in;
+        long want = hole > off_in && hole - off_in < (1 << 30) ? (long)(hole - off_in) : 1 << 30;
+        long n = lz_sc6(SYS_copy_file_range, in, (long)&off_in, out, (long)&off_out, want, 0);
         if (n == -EINTR) continue;
         if (n == -EXDEV || n == -EINVAL || n == -EOPNOTSUPP) {
             char buf[16384]; /* another file system type: the slow way */
-            n = lz_sc4(SYS_pread64, in, buf, sizeof buf, off_in);
+            n = lz_sc4(SYS_pread64, in, buf, sizeof buf < (size_t)want ? sizeof buf : (size_t)want, off_in);
             if (n > 0) {
                 for (long w = 0, k; w < n; w += k)
-                    if ((k = lz_sc3(SYS_write, out, buf + w, n - w)) <= 0) { n = k ? k : -EIO; break; }
+                    if ((k = lz_sc4(SYS_pwrite64, out, buf + w, n - w, off_in + w)) <= 0) { n = k ? k : -EIO; break; }
                 if (n > 0) off_in += n;
             }
         }
-        if (n <= 0) { rc = n; break; }
+        if (n == 0) { rc = lz_sc2(SYS_ftruncate, out, off_in); break; } /* (it shrank meanwhile: never in the pause) */
+        if (n < 0) { rc = n; break; }
     }
     if (rc == 0) rc = lz_sc1(SYS_fsync, out);
     lz_sc1(SYS_close, in);

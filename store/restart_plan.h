@@ -57,6 +57,8 @@ enum lz_plan_kind {
     LZ_PO_USOCK = 5, /* a local socket (LZ_FD_USOCK: a listener a parent shares with the children it
                       * forked, say) whose open file description several processes share: made
                       * from `usock` (data file `path`, a relative name in the directory `path2`) */
+    LZ_PO_GHOST = 6, /* an open deleted file whose description several processes share (a forked
+                      * child's inherited tmpfile): made from `ghost` and its content file `path` */
     LZ_PO_SHM = 3, /* shared memory (LZ_R_SHARED_ANON regions with one object's dev/ino in
                     * several processes): a memfd of `offset` bytes; each process maps its
                     * part of it and fills it from its own image (the same bytes) */
@@ -75,6 +77,7 @@ struct lz_plan_obj {
     struct lz_chan chan2;   /* socket pair: the other end */
     char path2[LZ_PATH_MAX];
     struct lz_usock usock; /* LZ_PO_USOCK: its record */
+    struct lz_fd ghost;    /* LZ_PO_GHOST: the first holder's record (mode, mtime, checksum, flags, offset) */
 };
 
 /* Process pid's descriptor fd is file object obj (pipes are matched by inode). */
