@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROGRAMS_SRC, _compile, find_program, kill_program, tmp_entries
+import lzformat
+from conftest import PROGRAMS_SRC, _compile, ckpt_path, find_program, kill_program, snapshot, tmp_entries
 
 
 @pytest.fixture(scope="module")
@@ -191,3 +192,59 @@ def test_fifo_pair_restarts(runner, progs):
             (runner.base / "chan.fifo").unlink()
     out = _cycles(runner, [progs["fifo_pair"], "2"], "fifo_pair", outside=_fifo_outside, while_down=remove)
     assert out.count("check 1 ok") == 1 and out.count("check 2 ok") == 1, out
+
+
+def _usock(m, pred):
+    for u in m.usocks:
+        if pred(u):
+            return u
+    raise AssertionError(f"no such local socket record: {m.usocks}")
+
+
+def _bad_addr_len(m):
+    m.set(_usock(m, lambda u: u.addr_len), "addr_len", 200)  # past sun_path
+
+
+def _no_record(m):
+    m.set(_usock(m, lambda u: True), "fd", 999)  # its descriptor has no record now
+
+
+def _listener_with_data(m):
+    m.set(_usock(m, lambda u: u.q[16:20] != b"\0\0\0\0" and u.flags == 0x10), "flags", 0x11)  # the datagram server
+
+
+def _fifo_kind(m):
+    for f in m.fds:
+        if f.kind == lzformat.FD_FIFO:
+            m.set(f, "ino", 4242)  # a named pipe no record describes
+            return
+    raise AssertionError("no named pipe in the manifest")
+
+
+MALFORMED = {"usock-addr-len": ("usock_service", _bad_addr_len), "usock-no-record": ("usock_service", _no_record),
+             "usock-listener-with-data": ("usock_service", _listener_with_data), "fifo-no-record": ("fifo_pair", _fifo_kind)}
+
+
+@pytest.mark.parametrize("how", list(MALFORMED))
+def test_malformed_records_refused(how, runner, progs):
+    """A manifest whose checksum is right but whose local socket or named
+    pipe records are not: `verify` and `restart` refuse it as malformed with
+    one line, change nothing, run nothing."""
+    prog, damage = MALFORMED[how]
+    store = runner.base / "store"
+    argv = [progs[prog], "one", "1"] if prog == "usock_service" else [progs[prog], "1"]
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv, runner.base / "trig")
+    proc.wait_for_output(r"^ready 1$", timeout=60)
+    idx = runner.checkpoint(store)
+    kill_program(proc, prog)
+    part = ckpt_path(store, idx)
+    manifest = part / "manifest"
+    m = lzformat.Manifest.load(manifest)
+    damage(m)
+    m.save(manifest)
+    before = snapshot(store)
+    for cmd in ("verify", "restart"):
+        r = runner.lz(cmd, "-d", store, timeout=120)
+        assert r.rc != 0 and len(r.stderr_lines()) == 1 and "malformed" in r.stderr, str(r)
+        assert cmd == "verify" or r.stdout == "", str(r)
+    assert snapshot(store) == before
