@@ -147,13 +147,13 @@ static void child(int l1, const char *abs, size_t abslen)
         snprintf(m, sizeof m, "pong %s", buf + 5);
         name_is(l1, 0, "svc.sock", 8, "child: the shared listener's name");
         CHECK(getint(l1, SO_ACCEPTCONN) == 1 && (fcntl(l1, F_GETFL) & O_NONBLOCK), "child: the shared listener");
+        char kid[16];
+        snprintf(kid, sizeof kid, "kid %s", buf + 5);
+        send_str(dg, kid); /* first: once the seqpacket answer is there, so is this */
         send_str(st, m);
         r = recv(sq, buf, sizeof buf - 1, 0);
         if (r <= 0) _exit(0);
         send_str(sq, m);
-        snprintf(m, sizeof m, "kid %s", buf + 5);
-        m[6] = 0;
-        send_str(dg, m);
     }
 }
 
@@ -226,7 +226,10 @@ int main(int argc, char **argv)
         send_str(s1, ping);
         send_str(s2, ping);
         if (!tree) { send_str(c1, ping); send_str(c2, ping); }
-        else usleep(200000); /* the child answers: the pongs wait on s1, s2, its datagram on d */
+        else { /* the child answers: its datagram waits on d, the pongs on s1 and s2 (the last) */
+            struct pollfd pf = {s2, POLLIN, 0};
+            CHECK(poll(&pf, 1, 60000) == 1, "the child's answer");
+        }
         printf("ready %d\n", c);
         wait_trigger(trig, c);
 
