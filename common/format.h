@@ -364,7 +364,8 @@ struct lz_chan {
     uint32_t shutdown;  /* socket: 1 receive side shut down, 2 send side (sock_diag's mask) */
     int32_t peek_off;   /* socket: the program's SO_PEEK_OFF (-1: off) */
     uint32_t sockflags; /* LZ_CHS_* */
-    uint64_t reserved[2];
+    uint64_t reserved[2]; /* socket: SO_RCVTIMEO, SO_SNDTIMEO in microseconds (0: none);
+                           * named pipe: its device and mode (LZ_CH_FIFO) */
 };
 
 /* A local socket that is not one end of a connected pair (LZ_FD_USOCK; the

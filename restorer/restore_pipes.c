@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 static int park(int fd, int base)
@@ -164,6 +165,11 @@ static void fill_pair(const struct lz_chan *a, char *da, const struct lz_chan *b
         restore_set_buf(s, SO_RCVBUF, SO_RCVBUFFORCE, c->capacity);
         if (c->peek_off >= 0) setsockopt(s, SOL_SOCKET, SO_PEEK_OFF, &c->peek_off, sizeof c->peek_off);
         if (c->sockflags & LZ_CHS_PASSCRED) setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
+        for (int t = 0; t < 2; t++)
+            if (c->reserved[t] && c->reserved[t] < (1ull << 62)) {
+                struct timeval tv = {(time_t)(c->reserved[t] / 1000000), (suseconds_t)(c->reserved[t] % 1000000)};
+                setsockopt(s, SOL_SOCKET, t ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, sizeof tv);
+            }
         /* after the refill: a shut send side refuses it */
         if (c->shutdown & 1) shutdown(s, SHUT_RD);
         if (c->shutdown & 2) shutdown(s, SHUT_WR);

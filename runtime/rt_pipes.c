@@ -329,6 +329,12 @@ static int capture_socket(struct rt_ckpt *ck, const struct lz_fd *f, const struc
     if (getopt_int(f->fd, SOL_SOCKET, SO_RCVBUF, &v) == 0) c->capacity = (uint32_t)v;
     if (getopt_int(f->fd, SOL_SOCKET, SO_SNDBUF, &v) == 0) c->sndbuf = (uint32_t)v;
     if (getopt_int(f->fd, SOL_SOCKET, SO_PASSCRED, &v) == 0 && v) c->sockflags |= LZ_CHS_PASSCRED;
+    for (int k = 0; k < 2; k++) { /* SO_RCVTIMEO, SO_SNDTIMEO in microseconds */
+        struct { int64_t sec, usec; } tv = {0, 0};
+        int len = sizeof tv;
+        if (lz_sc5(SYS_getsockopt, f->fd, SOL_SOCKET, k ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, &len) == 0)
+            c->reserved[k] = (uint64_t)(tv.sec * 1000000 + tv.usec);
+    }
     if (!c->capacity || !c->sndbuf) return refuse(ck, f, "a local socket whose buffer sizes cannot be read");
     /* what is queued here was charged to the peer's send buffer (at most one
      * message over it); untouched scratch pages cost nothing */

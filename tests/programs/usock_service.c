@@ -209,6 +209,8 @@ int main(int argc, char **argv)
     } else {
         c1 = connected(SOCK_STREAM, "svc.sock", 8);
         c2 = connected(SOCK_SEQPACKET, abs, abslen);
+        struct timeval st = {2, 250000};
+        CHECK(setsockopt(c1, SOL_SOCKET, SO_SNDTIMEO, &st, sizeof st) == 0, "SO_SNDTIMEO");
         send_str(c1, "hello");
         send_str(c2, "hello");
     }
@@ -279,6 +281,10 @@ int main(int argc, char **argv)
             recv_str(s1, m, "stream pong");
             recv_msg(s2, m, "seqpacket pong");
         } else {
+            struct timeval got2;
+            socklen_t gl2 = sizeof got2;
+            CHECK(getsockopt(c1, SOL_SOCKET, SO_SNDTIMEO, &got2, &gl2) == 0 && got2.tv_sec == 2 && got2.tv_usec >= 240000 &&
+                  got2.tv_usec <= 260000, "SO_SNDTIMEO of a connection kept");
             recv_str(s1, ping, "stream ping to the server"); recv_str(c1, ping, "stream ping to the client");
             recv_msg(s2, ping, "seqpacket ping to the server"); recv_msg(c2, ping, "seqpacket ping to the client");
         }
