@@ -370,8 +370,8 @@ struct lz_chan {
 
 /* A local socket that is not one end of a connected pair (LZ_FD_USOCK; the
  * record of descriptor `fd`).  `q` is its receive queue as for a socket of a
- * pair (kind, data file, buffers, shutdown, SO_PEEK_OFF, SO_PASSCRED); a
- * datagram's sender is not kept.  Made again by restorer/restore_usock.c. */
+ * pair (kind, data file, buffers, shutdown, SO_PEEK_OFF, SO_PASSCRED), and
+ * each datagram's sender in a second file.  Made again by restorer/restore_usock.c. */
 enum lz_usock_flags {
     LZ_US_LISTEN = 0x1,   /* listening, with `backlog` */
     LZ_US_UNLINKED = 0x2, /* bound to a path that no longer names it: bound, then unlinked */
@@ -390,7 +390,10 @@ struct lz_usock {
     int64_t rcvtimeo_us, sndtimeo_us; /* SO_RCVTIMEO, SO_SNDTIMEO (0: none) */
     char addr[108];        /* getsockname's sun_path; a relative path is the working directory's */
     char peer_addr[108];   /* CONNECT: getpeername's sun_path */
-    uint64_t reserved[2];
+    uint32_t from_path;    /* a datagram socket's queue: string offset of the file of its senders,
+                            * per datagram u32 length + sun_path (0: unnamed); 0: none */
+    uint32_t from_bytes;   /* its size */
+    uint64_t from_xxh3;    /* XXH3-64 of it */
 };
 
 /* ckpt.N/tree: the processes of the job at checkpoint N, written by the

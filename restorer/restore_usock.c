@@ -105,7 +105,9 @@ static void free_path(const struct lz_usock *u, const char *path, int prog_fd)
 
 /* Binds s to u's name (path or abstract); 0, or -1 when an unlinked path
  * is taken by another file now (the socket is left unnamed). */
-static int bind_name(const struct lz_usock *u, int s, int prog_fd)
+static void refill_by_name(const struct lz_usock *u, char *data, const char *from, const struct lz_image *img, int prog_fd);
+
+static int bind_name(const struct lz_usock *u, int s, int prog_fd, char **data)
 {
     char path[112], nm[120];
     struct sockaddr_un sa;
@@ -130,6 +132,8 @@ static int bind_name(const struct lz_usock *u, int s, int prog_fd)
                      errno == EADDRINUSE ? " (another socket is bound to that name: stop what uses it and restart)" : "");
     if (!is_path) return 0;
     if (u->flags & LZ_US_UNLINKED) {
+        refill_by_name(u, *data, NULL, NULL, prog_fd); /* while its name still leads to it */
+        *data = NULL;
         unlink(path);
         return 0;
     }
@@ -145,8 +149,21 @@ static int bind_name(const struct lz_usock *u, int s, int prog_fd)
     return 0;
 }
 
-/* The datagrams queued on s, sent to its name one by one. */
-static void refill_by_name(const struct lz_usock *u, char *data, int prog_fd)
+/* The socket of this process bound to `name` (that process's descriptor number), or -1. */
+static int bound_to(const struct lz_image *img, const char *name, uint32_t len)
+{
+    for (size_t i = 0; img && len && i < img->nusocks; i++) {
+        const struct lz_usock *o = &img->usocks[i];
+        if (o->addr_len == len && !memcmp(o->addr, name, len) && !(o->flags & (LZ_US_ORPHAN | LZ_US_UNLINKED))) return o->fd;
+    }
+    return -1;
+}
+
+/* The datagrams queued on s, sent to its name one by one: from their
+ * sender when it is a socket of this process (img, with every descriptor in
+ * place), so the sender's name is there to reply to; else from a scratch
+ * socket (unnamed). */
+static void refill_by_name(const struct lz_usock *u, char *data, const char *from, const struct lz_image *img, int prog_fd)
 {
     if (!data) return;
     int t = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -154,13 +171,24 @@ static void refill_by_name(const struct lz_usock *u, char *data, int prog_fd)
     restore_set_buf(t, SO_SNDBUF, SO_SNDBUFFORCE, (uint32_t)(2 * u->q.bytes + 1024ull * u->q.nmsgs + 65536));
     struct sockaddr_un sa;
     socklen_t l = make_addr(&sa, u->addr, u->addr_len);
+    uint64_t at = 0;
     for (uint64_t off = 0; off < u->q.bytes;) {
-        uint32_t len;
+        uint32_t len, fl = 0;
         memcpy(&len, data + off, 4);
         off += 4;
+        int s = t;
+        if (from) {
+            memcpy(&fl, from + at, 4);
+            int own = bound_to(img, from + at + 4, fl);
+            if (own >= 0) s = own;
+            at += 4 + fl;
+        }
         ssize_t n;
-        do n = sendto(t, data + off, len, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&sa, l);
+        do n = sendto(s, data + off, len, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&sa, l);
         while (n < 0 && errno == EINTR);
+        if (n < 0 && s != t) /* its sender cannot send (shut, full): unnamed then */
+            do n = sendto(t, data + off, len, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&sa, l);
+            while (n < 0 && errno == EINTR);
         if (n != (ssize_t)len)
             restore_fail("cannot put back the %u datagrams queued on descriptor %d: %s", u->q.nmsgs, prog_fd,
                          n < 0 ? strerror(errno) : "short write");
@@ -205,6 +233,10 @@ static int make_orphan(const struct lz_usock *u, char *data, int prog_fd)
     return sv[0];
 }
 
+/* Datagram queues refilled once every descriptor is in place (their senders may be among them). */
+static int deferred[256];
+static int ndeferred;
+
 int restore_usock_make(const struct lz_usock *u, void *data, const char *cwd)
 {
     int s;
@@ -214,12 +246,12 @@ int restore_usock_make(const struct lz_usock *u, void *data, const char *cwd)
         s = socket(AF_UNIX, sock_type(&u->q) | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (s < 0) restore_fail("cannot make the socket of descriptor %d again: %s", u->fd, strerror(errno));
         int back = u->addr_len ? enter_cwd(cwd) : -1;
-        int named = u->addr_len && bind_name(u, s, u->fd) == 0;
+        int named = u->addr_len && bind_name(u, s, u->fd, (char **)&data) == 0;
         if ((u->flags & LZ_US_LISTEN) && listen(s, (int)u->backlog) < 0)
             restore_fail("descriptor %d cannot listen again: %s", u->fd, strerror(errno));
         if (data && (!named || u->q.kind != LZ_CH_DGRAM))
             restore_fail("descriptor %d holds data that only a named datagram socket can", u->fd);
-        refill_by_name(u, data, u->fd);
+        refill_by_name(u, data, NULL, NULL, u->fd);
         leave_cwd(back);
     }
     set_options(u, s);
@@ -234,6 +266,11 @@ int restore_usock_open(struct restore_ctx *rc, const struct lz_fd *f)
     void *data;
     if (lz_chan_data(rc->ckpt_dir, &rc->img, &u->q, &data, why, sizeof why) < 0)
         restore_fail("checkpoint %llu is damaged: %s", (unsigned long long)rc->index, why);
+    if (data && u->q.kind == LZ_CH_DGRAM && !(u->flags & (LZ_US_ORPHAN | LZ_US_UNLINKED)) && ndeferred < (int)(sizeof deferred / sizeof *deferred)) {
+        free(data); /* read again, with its senders, by restore_usocks_finish */
+        data = NULL;
+        deferred[ndeferred++] = u->fd;
+    }
     int s = restore_usock_make(u, data, lz_str(&rc->img, rc->img.proc->cwd));
     restore_set_flags(s, f->flags, f->fd);
     return s;
@@ -243,6 +280,18 @@ void restore_usocks_finish(struct restore_ctx *rc)
 {
     const struct lz_image *img = &rc->img;
     int back = -1;
+    for (int k = 0; k < ndeferred; k++) { /* before the clients connect: their sends go to the server's name */
+        const struct lz_usock *u = lz_usock_of(img, deferred[k]);
+        char why[LZ_PATH_MAX + 512];
+        void *data, *from;
+        if (lz_chan_data(rc->ckpt_dir, img, &u->q, &data, why, sizeof why) < 0 ||
+            lz_usock_senders(rc->ckpt_dir, img, u, &from, why, sizeof why) < 0)
+            restore_fail("checkpoint %llu is damaged: %s", (unsigned long long)rc->index, why);
+        if (back < 0) back = enter_cwd(lz_str(img, img->proc->cwd));
+        refill_by_name(u, data, from, img, u->fd);
+        free(from);
+    }
+    ndeferred = 0;
     for (size_t i = 0; i < img->nusocks; i++) {
         const struct lz_usock *u = &img->usocks[i];
         if (!(u->flags & LZ_US_CONNECT)) continue;

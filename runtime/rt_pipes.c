@@ -27,6 +27,8 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <stddef.h>
 
 #ifndef SPLICE_F_NONBLOCK
 #define SPLICE_F_NONBLOCK 2
@@ -209,7 +211,7 @@ static int check_socket(struct rt_ckpt *ck, const struct lz_fd *f, long *nl, str
  * with SO_PEEK_OFF on, each MSG_PEEK goes on where the previous one ended
  * (one whole message per call for datagrams, kept with its length). */
 static int peek_queue(struct rt_ckpt *ck, const struct lz_fd *f, const struct sockinfo *si, struct lz_chan *c,
-                      char **data, size_t cap)
+                      char **data, size_t cap, struct rt_senders *from)
 {
     int msgs = si->type != SOCK_STREAM;
     int saved = -1, zero = 0, inq = 0;
@@ -236,6 +238,8 @@ static int peek_queue(struct rt_ckpt *ck, const struct lz_fd *f, const struct so
         union { struct cmsghdr h; char b[512]; } ctl;
         mh.msg_control = &ctl;
         mh.msg_controllen = sizeof ctl;
+        struct sockaddr_un sa; /* a datagram's sender, when asked for */
+        if (from) { mh.msg_name = &sa; mh.msg_namelen = sizeof sa; }
         long n = lz_sc3(SYS_recvmsg, f->fd, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC | (msgs ? MSG_TRUNC : 0));
         int rights = 0;
         for (struct cmsghdr *cm = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm)) {
@@ -257,6 +261,15 @@ static int peek_queue(struct rt_ckpt *ck, const struct lz_fd *f, const struct so
             memcpy(buf + len, &l, 4);
             len += 4;
             c->nmsgs++;
+        }
+        if (from) { /* u32 length of sun_path (0: unnamed) + its bytes */
+            long nl = (long)mh.msg_namelen - (long)offsetof(struct sockaddr_un, sun_path);
+            uint32_t l = nl <= 0 ? 0 : nl > 108 ? 108 : (uint32_t)nl;
+            if (l && sa.sun_path[0]) l = (uint32_t)strnlen(sa.sun_path, l);
+            if (from->len + 4 + l > from->cap) { why = "too many datagrams queued on the socket"; break; }
+            memcpy(from->buf + from->len, &l, 4);
+            memcpy(from->buf + from->len + 4, sa.sun_path, l);
+            from->len += 4 + l;
         }
         len += (size_t)n;
         payload += (uint64_t)n;
@@ -311,10 +324,10 @@ static int hidden_messages(int type, long peer, const char *buf, size_t len)
 }
 
 int rt_peek_socket(struct rt_ckpt *ck, const struct lz_fd *f, int type, uint32_t shutdown, struct lz_chan *c, char **data,
-                   size_t cap)
+                   size_t cap, struct rt_senders *from)
 {
     struct sockinfo si = {0, shutdown, type};
-    return peek_queue(ck, f, &si, c, data, cap);
+    return peek_queue(ck, f, &si, c, data, cap, from);
 }
 
 static int capture_socket(struct rt_ckpt *ck, const struct lz_fd *f, const struct sockinfo *si, long peer,
@@ -342,7 +355,7 @@ static int capture_socket(struct rt_ckpt *ck, const struct lz_fd *f, const struc
     if (peer >= 0) getopt_int((int)peer, SOL_SOCKET, SO_SNDBUF, &peer_sndbuf);
     else peer_sndbuf = (int)(c->capacity > c->sndbuf ? c->capacity : c->sndbuf); /* the peer is another process's */
     size_t cap = 4 * (size_t)peer_sndbuf + (1u << 20);
-    if (peek_queue(ck, f, si, c, data, cap) < 0) return -1;
+    if (peek_queue(ck, f, si, c, data, cap, NULL) < 0) return -1;
     if (si->type != SOCK_STREAM && peer >= 0 && hidden_messages(si->type, peer, *data, c->bytes))
         return refuse(ck, f, "a local socket holding empty messages that the kernel no longer shows to a peek (an "
                              "earlier checkpoint or the program peeked at them); it can be checkpointed once they are read");

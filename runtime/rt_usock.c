@@ -140,10 +140,11 @@ static int usock_slot(struct rt_ckpt *ck, size_t cap)
 }
 
 /* One socket: its record in *u (data in *data), or -1 with ck->err. */
-static int capture_one(struct rt_ckpt *ck, const struct lz_fd *f, const struct diag *d, long nl, struct lz_usock *u, char **data)
+static int capture_one(struct rt_ckpt *ck, const struct lz_fd *f, const struct diag *d, long nl, struct lz_usock *u, char **data,
+                       char **from)
 {
     memset(u, 0, sizeof *u);
-    *data = NULL;
+    *data = *from = NULL;
     u->fd = f->fd;
     u->q.ino = f->ino;
     u->q.kind = d->type == SOCK_STREAM ? LZ_CH_STREAM : d->type == SOCK_DGRAM ? LZ_CH_DGRAM : LZ_CH_SEQPACKET;
@@ -204,7 +205,17 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *f, const struct d
     int saved = -1;
     getopt_int(f->fd, SO_PEEK_OFF, &saved);
     size_t cap = 4 * (size_t)(u->q.capacity > u->q.sndbuf ? u->q.capacity : u->q.sndbuf) + (1u << 20);
-    if (rt_peek_socket(ck, f, (int)d->type, d->shutdown, &u->q, data, cap) < 0) return -1;
+    /* a datagram server's: who sent each (its reply goes there) */
+    struct rt_senders snd = {NULL, 0, 0};
+    if (d->type == SOCK_DGRAM && !(u->flags & LZ_US_ORPHAN)) {
+        snd.cap = 1024 * (4 + 108);
+        if (!(snd.buf = arena_alloc(&ck->arena, snd.cap))) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
+    }
+    if (rt_peek_socket(ck, f, (int)d->type, d->shutdown, &u->q, data, cap, snd.buf ? &snd : NULL) < 0) return -1;
+    if (u->q.nmsgs && snd.len) {
+        *from = snd.buf;
+        u->from_bytes = (uint32_t)snd.len;
+    }
     u->q.peek_off = saved;
     return 0;
 }
@@ -240,7 +251,8 @@ int rt_capture_usocks(struct rt_ckpt *ck)
     if (n == 0) return 0;
     ck->usocks = arena_alloc(&ck->arena, n * sizeof *ck->usocks);
     ck->usock_data = arena_alloc(&ck->arena, n * sizeof *ck->usock_data);
-    if (!ck->usocks || !ck->usock_data) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
+    ck->usock_from = arena_alloc(&ck->arena, n * sizeof *ck->usock_from);
+    if (!ck->usocks || !ck->usock_data || !ck->usock_from) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     long nl = -1;
     int rc = 0;
     for (size_t i = 0; i < ck->nfds && rc == 0; i++) {
@@ -250,7 +262,7 @@ int rt_capture_usocks(struct rt_ckpt *ck)
         int r = classify(ck, f, &nl, &d);
         if (r <= 0) { rc = r; continue; }
         if (usock_slot(ck, n) < 0) { rc = -1; break; }
-        rc = capture_one(ck, f, &d, nl, &ck->usocks[ck->nusocks], &ck->usock_data[ck->nusocks]);
+        rc = capture_one(ck, f, &d, nl, &ck->usocks[ck->nusocks], &ck->usock_data[ck->nusocks], &ck->usock_from[ck->nusocks]);
         if (rc) break;
         struct lz_usock *u = &ck->usocks[ck->nusocks++];
         f->kind = LZ_FD_USOCK;
@@ -258,6 +270,11 @@ int rt_capture_usocks(struct rt_ckpt *ck)
             char name[48];
             rt_fmt(name, sizeof name, "usock.%llu", (unsigned long long)u->q.ino);
             u->q.path = strings_add(&ck->strings, name);
+        }
+        if (u->from_bytes) {
+            char name[48];
+            rt_fmt(name, sizeof name, "usock.%llu.from", (unsigned long long)u->q.ino);
+            u->from_path = strings_add(&ck->strings, name);
         }
     }
     if (nl >= 0) lz_sc1(SYS_close, nl);
@@ -274,6 +291,11 @@ int rt_store_usocks(struct rt_ckpt *ck)
         u->q.xxh3 = lz_hash(ck->usock_data[k], u->q.bytes);
         rt_fmt(path, sizeof path, "%s/%s", ck->tmpdir, ck->strings.buf + u->q.path);
         long e = rt_write_file(path, ck->usock_data[k], u->q.bytes);
+        if (e == 0 && u->from_bytes) {
+            u->from_xxh3 = lz_hash(ck->usock_from[k], u->from_bytes);
+            rt_fmt(path, sizeof path, "%s/%s", ck->tmpdir, ck->strings.buf + u->from_path);
+            e = rt_write_file(path, ck->usock_from[k], u->from_bytes);
+        }
         if (e < 0) return rt_fail(ck, "cannot keep the data queued on a local socket", e);
     }
     return 0;

@@ -46,6 +46,10 @@ int lz_chan_data(const char *ckpt_dir, const struct lz_image *img, const struct 
 const struct lz_chan *lz_fifo_chan(const struct lz_image *img, const struct lz_fd *f);
 /* The local socket record of descriptor fd (store/usocks.c), or NULL. */
 const struct lz_usock *lz_usock_of(const struct lz_image *img, int32_t fd);
+/* The senders of the datagrams queued on u (per datagram: u32 length + sun_path),
+ * read from ckpt_dir and checked: 0 and *data malloc'ed (NULL: none kept), or -1 and why. */
+int lz_usock_senders(const char *ckpt_dir, const struct lz_image *img, const struct lz_usock *u, void **data, char *why,
+                     size_t whylen);
 /* Every LZ_FD_USOCK descriptor has exactly one well-formed record: 0, or -1 and why. */
 int lz_usocks_valid(const struct lz_image *img, char *why, size_t whylen);
 /* The same from the data file's path (another process's part). */

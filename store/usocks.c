@@ -3,6 +3,7 @@
  * them (restorer/restore_usock.c). */
 #include "manifest.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define FAIL(...) do { snprintf(why, whylen, __VA_ARGS__); return -1; } while (0)
@@ -38,10 +39,48 @@ int lz_usocks_valid(const struct lz_image *img, char *why, size_t whylen)
         if (ok && (u->flags & LZ_US_LISTEN)) ok = c->kind != LZ_CH_DGRAM && !c->bytes && !(u->flags & (LZ_US_ORPHAN | LZ_US_CONNECT));
         if (ok && (u->flags & LZ_US_CONNECT)) ok = c->kind == LZ_CH_DGRAM && u->peer_len > 0 && !c->bytes && !(u->flags & LZ_US_ORPHAN);
         if (ok && (u->flags & (LZ_US_UNLINKED | LZ_US_MODE))) ok = u->addr_len > 0 && u->addr[0];
+        if (ok && u->from_bytes) { /* the senders' file: beside a datagram queue, a plain name */
+            const char *fn = u->from_path < img->strings_len ? img->strings + u->from_path : "";
+            ok = c->kind == LZ_CH_DGRAM && c->nmsgs && u->from_bytes <= (4ull + sizeof u->addr) * c->nmsgs && u->from_path &&
+                 memchr(fn, 0, img->strings_len - u->from_path) && *fn && strcmp(fn, ".") && strcmp(fn, "..") && !strchr(fn, '/');
+        }
+        if (ok && !u->from_bytes) ok = u->from_path == 0 && u->from_xxh3 == 0;
         if (!ok) FAIL("manifest local socket record %zu is malformed", i);
     }
     for (size_t j = 0; j < img->nfds; j++)
         if (img->fds[j].kind == LZ_FD_USOCK && !lz_usock_of(img, img->fds[j].fd))
             FAIL("manifest descriptor %d is malformed", img->fds[j].fd);
+    return 0;
+}
+
+int lz_usock_senders(const char *ckpt_dir, const struct lz_image *img, const struct lz_usock *u, void **data, char *why,
+                     size_t whylen)
+{
+    *data = NULL;
+    if (!u->from_bytes) return 0;
+    struct lz_chan c;
+    memset(&c, 0, sizeof c);
+    c.ino = u->q.ino;
+    c.kind = LZ_CH_STREAM; /* (checked as bytes; the entries below) */
+    c.path = u->from_path;
+    c.bytes = u->from_bytes;
+    c.xxh3 = u->from_xxh3;
+    if (lz_chan_data(ckpt_dir, img, &c, data, why, whylen) < 0) return -1;
+    const char *b = *data;
+    uint64_t off = 0;
+    uint32_t n = 0;
+    for (; off + 4 <= u->from_bytes; n++) {
+        uint32_t l;
+        memcpy(&l, b + off, 4);
+        off += 4 + (uint64_t)l;
+        if (l > sizeof u->addr) break;
+    }
+    if (off != u->from_bytes || n != u->q.nmsgs) {
+        snprintf(why, whylen, "%s, the senders of the datagrams of socket:[%llu], does not name %u senders", lz_str(img, u->from_path),
+                 (unsigned long long)u->q.ino, u->q.nmsgs);
+        free(*data);
+        *data = NULL;
+        return -1;
+    }
     return 0;
 }

@@ -169,6 +169,11 @@ int lz_check_chans(const char *ckpt_dir, const struct lz_image *img, uint64_t in
             return -1;
         }
         free(data);
+        if (lz_usock_senders(ckpt_dir, img, &img->usocks[i], &data, inner, sizeof inner) < 0) {
+            snprintf(why, whylen, "checkpoint %" PRIu64 " is damaged: %s", index, inner);
+            return -1;
+        }
+        free(data);
     }
     for (size_t i = 0; i < img->nfds; i++) {
         const struct lz_fd *f = &img->fds[i];

@@ -196,7 +196,7 @@ CHAN = _L("lz_chan", 80,
           "I shutdown, i peek_off, I sockflags, 16s reserved")
 USOCK = _L("lz_usock", 360,
            "80s q, i fd, I flags, I backlog, I addr_len, I peer_len, I mode, I uid, I gid, q rcvtimeo_us, "
-           "q sndtimeo_us, 108s addr, 108s peer_addr, 16s reserved")
+           "q sndtimeo_us, 108s addr, 108s peer_addr, I from_path, I from_bytes, Q from_xxh3")
 EVENT = _L("lz_event", 64,
            "i fd, I kind, I flags, i clockid, Q count, Q mask, q value_ns, q interval_ns, i target, I pad, Q data")
 TREE_HEADER = _L("lz_tree_header", 48, "8s magic, I version, I nprocs, I nshared, I pad, Q index, Q job0, Q job1")

@@ -99,6 +99,23 @@ static void recv_msg(int s, const char *want, const char *what)
     if (strcmp(buf, want)) { printf("FAIL %s: got '%s', want '%s'\n", what, buf, want); exit(3); }
 }
 
+/* A datagram and who sent it (a path, or "" for an unnamed sender). */
+static void recv_from(int s, const char *want, const char *sender, const char *what)
+{
+    char buf[256];
+    struct sockaddr_un sa;
+    socklen_t l = sizeof sa;
+    memset(&sa, 0, sizeof sa);
+    ssize_t r = recvfrom(s, buf, sizeof buf - 1, 0, (struct sockaddr *)&sa, &l);
+    if (r < 0) fail(what);
+    buf[r] = 0;
+    const char *got = l > offsetof(struct sockaddr_un, sun_path) ? sa.sun_path : "";
+    if (strcmp(buf, want) || strcmp(got, sender)) {
+        printf("FAIL %s: got '%s' from '%s', want '%s' from '%s'\n", what, buf, got, want, sender);
+        exit(3);
+    }
+}
+
 static int getint(int s, int opt)
 {
     int v = -1;
@@ -257,8 +274,8 @@ int main(int argc, char **argv)
         socklen_t gl = sizeof got;
         CHECK(getsockopt(d, SOL_SOCKET, SO_RCVTIMEO, &got, &gl) == 0 && got.tv_sec == 1 && got.tv_usec >= 490000 &&
               got.tv_usec <= 510000, "SO_RCVTIMEO kept");
-        snprintf(m, sizeof m, "dg %d a", c); recv_msg(d, m, "queued datagram a");
-        snprintf(m, sizeof m, "dg %d b", c); recv_msg(d, m, "queued datagram b");
+        snprintf(m, sizeof m, "dg %d a", c); recv_from(d, m, "client.sock", "queued datagram a");
+        snprintf(m, sizeof m, "dg %d b", c); recv_from(d, m, "client.sock", "queued datagram b");
         if (tree) { snprintf(m, sizeof m, "kid %02d", c); m[6] = 0; recv_msg(d, m, "the child's datagram"); }
         name_is(dc, 1, "dgram.sock", 10, "datagram client's peer");
         name_is(dc, 0, "client.sock", 11, "datagram client's name");
