@@ -140,7 +140,7 @@ static int usock_slot(struct rt_ckpt *ck, size_t cap)
 }
 
 /* One socket: its record in *u (data in *data), or -1 with ck->err. */
-static int capture_one(struct rt_ckpt *ck, const struct lz_fd *f, const struct diag *d, long nl, struct lz_usock *u, char **data,
+static int capture_one(struct rt_ckpt *ck, const struct lz_fd *f, const struct diag *d, struct lz_usock *u, char **data,
                        char **from)
 {
     memset(u, 0, sizeof *u);
@@ -195,7 +195,6 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *f, const struct d
         if (inq > 0)
             return refuse(ck, f, "a local datagram socket connected to a name, with datagrams from it not read yet "
                                  "(they could only be put back by that socket); the checkpoint can be taken once they are read");
-        (void)nl;
         return 0;
     }
     /* (a datagram socket others connected to says "established" too: it has no peer of its own) */
@@ -262,7 +261,7 @@ int rt_capture_usocks(struct rt_ckpt *ck)
         int r = classify(ck, f, &nl, &d);
         if (r <= 0) { rc = r; continue; }
         if (usock_slot(ck, n) < 0) { rc = -1; break; }
-        rc = capture_one(ck, f, &d, nl, &ck->usocks[ck->nusocks], &ck->usock_data[ck->nusocks], &ck->usock_from[ck->nusocks]);
+        rc = capture_one(ck, f, &d, &ck->usocks[ck->nusocks], &ck->usock_data[ck->nusocks], &ck->usock_from[ck->nusocks]);
         if (rc) break;
         struct lz_usock *u = &ck->usocks[ck->nusocks++];
         f->kind = LZ_FD_USOCK;
