@@ -148,6 +148,50 @@ static const struct lz_fd *fd_record(const struct lz_image *img, int fd)
     return NULL;
 }
 
+/* Open deleted files whose inode processes hold through descriptions of
+ * their own (each opened it before it was deleted): one inode, made by the
+ * nearest common ancestor of its holders, every description opened through
+ * it (restorer/restore_ghost.c).  Before plan_files: a shared description
+ * of it is opened from this object. */
+static int plan_ghost_inodes(struct restart_tree *rt, const char *ckpt, struct objs *o, char *why, size_t whylen)
+{
+    const struct lz_tree *t = &rt->tree;
+    for (size_t k = 0; k < t->nprocs; k++) {
+        if (t->procs[k].state != LZ_TP_LIVE) continue;
+        const struct lz_image *img = &rt->imgs[k];
+        for (size_t i = 0; i < img->nfds; i++) {
+            const struct lz_fd *f = &img->fds[i];
+            if (f->kind != LZ_FD_GHOST) continue;
+            int seen = 0;
+            for (size_t j = 0; j < o->n && !seen; j++)
+                seen = o->v[j].kind == LZ_PO_GHOSTINO && o->v[j].ghost.dev == f->dev && o->v[j].ghost.ino == f->ino;
+            if (seen) continue;
+            int32_t creator = t->procs[k].pid;
+            size_t holders = 1;
+            for (size_t q = k + 1; q < t->nprocs; q++) {
+                int holds = 0;
+                for (size_t m = 0; t->procs[q].state == LZ_TP_LIVE && m < rt->imgs[q].nfds && !holds; m++)
+                    holds = rt->imgs[q].fds[m].kind == LZ_FD_GHOST && rt->imgs[q].fds[m].dev == f->dev &&
+                            rt->imgs[q].fds[m].ino == f->ino;
+                if (holds) { holders++; creator = common_ancestor(t, creator, t->procs[q].pid); }
+            }
+            if (holders < 2) continue; /* one process's: its restorer makes it */
+            char part[LZ_PATH_MAX];
+            lz_tree_part_dir(part, sizeof part, ckpt, &t->procs[k]);
+            struct lz_plan_obj *ob = new_obj(o);
+            if (!ob) { snprintf(why, whylen, "out of memory"); return -1; }
+            ob->kind = LZ_PO_GHOSTINO;
+            ob->creator = creator;
+            ob->ghost = *f;
+            if ((size_t)snprintf(ob->path, sizeof ob->path, "%s/%s", part, lz_str(img, f->path)) >= sizeof ob->path) {
+                snprintf(why, whylen, "the store's path is too long");
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Open file descriptions of regular files, directories and devices that
  * several processes share (the tree's groups).  A dup inside one process
  * follows its original; stdio from the launcher and deleted files are made
@@ -374,7 +418,8 @@ int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index,
     }
     /* the objects, and whether their descriptors fit: all before any file changes */
     struct objs o = {0};
-    if (plan_pipes(rt, ckpt, &o, why, whylen) < 0 || plan_files(rt, ckpt, &o, why, whylen) < 0 ||
+    if (plan_pipes(rt, ckpt, &o, why, whylen) < 0 || plan_ghost_inodes(rt, ckpt, &o, why, whylen) < 0 ||
+        plan_files(rt, ckpt, &o, why, whylen) < 0 ||
         plan_shm(rt, &o, why, whylen) < 0 || plan_socks(rt, ckpt, &o, why, whylen) < 0) {
         free(o.v); free(o.h);
         return -1;

@@ -86,7 +86,9 @@ int restore_ghost_open(struct restore_ctx *rc, const struct lz_fd *f, const char
     if (t < 0) {
         char gp[LZ_PATH_MAX + 128];
         snprintf(gp, sizeof gp, "%s/%s", rc->ckpt_dir, name);
-        t = restore_ghost_file(gp, rc->ckpt_dir, f);
+        int ino = restore_tree_ghost_fd(f->dev, f->ino); /* the job's, made by an ancestor */
+        t = ino >= 0 ? fcntl(ino, F_DUPFD_CLOEXEC, 3) : restore_ghost_file(gp, rc->ckpt_dir, f);
+        if (t < 0) restore_fail("cannot reopen descriptor %d: %s", f->fd, strerror(errno));
         int p = fcntl(t, F_DUPFD_CLOEXEC, image_max_fd(&rc->img) + 16); /* above the program's numbers */
         if (p < 0) restore_fail("cannot reopen descriptor %d: %s", f->fd, strerror(errno));
         close(t);

@@ -139,12 +139,23 @@ static void make_objects(void)
             place(sv[1], o->fd2, what);
             continue;
         }
-        if (o->kind == LZ_PO_GHOST) {
-            char dir[LZ_PATH_MAX];
-            snprintf(dir, sizeof dir, "%s", o->path);
-            char *slash = strrchr(dir, '/');
-            if (slash) *slash = 0;
-            int t = restore_ghost_file(o->path, dir, &o->ghost);
+        if (o->kind == LZ_PO_GHOST || o->kind == LZ_PO_GHOSTINO) {
+            /* the inode: made here, or inherited from the inode object (made before, by an ancestor) */
+            int ino = o->kind == LZ_PO_GHOST ? restore_tree_ghost_fd(o->ghost.dev, o->ghost.ino) : -1, t;
+            if (ino >= 0) {
+                t = fcntl(ino, F_DUPFD_CLOEXEC, 3);
+            } else {
+                char dir[LZ_PATH_MAX];
+                snprintf(dir, sizeof dir, "%s", o->path);
+                char *slash = strrchr(dir, '/');
+                if (slash) *slash = 0;
+                t = restore_ghost_file(o->path, dir, &o->ghost);
+            }
+            if (t < 0) restore_fail("cannot reopen descriptor %d: %s", o->ghost.fd, strerror(errno));
+            if (o->kind == LZ_PO_GHOSTINO) {
+                place(t, o->fd, "an open deleted file held by processes of the job");
+                continue;
+            }
             int fd = restore_ghost_reopen(t, &o->ghost);
             close(t);
             if (lseek(fd, o->ghost.offset, SEEK_SET) < 0)
@@ -308,6 +319,15 @@ int restore_tree_shared_chan(uint64_t ino)
             return 1;
     }
     return 0;
+}
+
+int restore_tree_ghost_fd(uint64_t dev, uint64_t ino)
+{
+    for (uint32_t j = 0; plan.me && j < plan.h.nobjs; j++)
+        if (plan.objs[j].kind == LZ_PO_GHOSTINO && plan.objs[j].ghost.dev == dev && plan.objs[j].ghost.ino == ino &&
+            fcntl(plan.objs[j].fd, F_GETFD) >= 0)
+            return plan.objs[j].fd;
+    return -1;
 }
 
 int restore_tree_shm_fd(uint64_t dev, uint64_t ino)

@@ -107,6 +107,8 @@ int restore_in_tree(void);
 int restore_tree_main_pid(int own);
 int *restore_tree_fds(const struct lz_image *img, int base);
 int restore_tree_shared_chan(uint64_t ino); /* a pipe or socket the plan makes */
+/* The inode of an open deleted file the plan made for several processes (read-write), or -1. */
+int restore_tree_ghost_fd(uint64_t dev, uint64_t ino);
 int restore_tree_go_fd(void);
 /* The memfd of shared memory object dev/ino, made once for the job; -1: map it anew. */
 int restore_tree_shm_fd(uint64_t dev, uint64_t ino);

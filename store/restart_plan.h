@@ -59,6 +59,9 @@ enum lz_plan_kind {
                       * from `usock` (data file `path`, a relative name in the directory `path2`) */
     LZ_PO_GHOST = 6, /* an open deleted file whose description several processes share (a forked
                       * child's inherited tmpfile): made from `ghost` and its content file `path` */
+    LZ_PO_GHOSTINO = 7, /* the inode of an open deleted file several processes hold through
+                         * descriptions of their own: made from `ghost` and `path` (read-write);
+                         * every description of it in the job is opened through it */
     LZ_PO_SHM = 3, /* shared memory (LZ_R_SHARED_ANON regions with one object's dev/ino in
                     * several processes): a memfd of `offset` bytes; each process maps its
                     * part of it and fills it from its own image (the same bytes) */

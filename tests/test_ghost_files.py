@@ -5,8 +5,8 @@ shares with a forked child and a read-only one opened through a hard link
 twice, it checks from inside that both descriptors are one nameless inode
 again with its mode, modification time, size, hole and bytes, and that the
 child's appends through the shared descriptor move the parent's offset and
-are read through the other (one inode and one description across the two
-processes).  As root and as an ordinary user."""
+are read through the other, the child's own description and a second
+child's (one inode across three processes, one description across two).  As root and as an ordinary user."""
 import re
 import time
 from pathlib import Path

@@ -2,7 +2,9 @@
  * after every restart (tests/test_unix_sockets.py): data.tmp with a hole
  * between two written blocks, a hard link link.tmp to it, both names
  * removed; descriptor A (read-write, at an offset past the end) is shared
- * with a forked child, descriptor B (read-only) was opened through the link.
+ * with a forked child, descriptor B (read-only) was opened through the link,
+ * and the child opens a description of its own of the inode; a second
+ * child holds the inode only through a description of its own.
  *
  * usage: ghost_files CYCLES TRIGGER
  * Cycle c: the child appends "Kc" through the shared A; the parent sets the
@@ -31,7 +33,14 @@ static void fail(const char *what)
 }
 #define CHECK(c, what) do { if (!(c)) fail(what); } while (0)
 
-static int a, b, to_kid[2], from_kid[2];
+static int a, b, to_kid[2], from_kid[2], to_rd[2], from_rd[2];
+
+/* The second child reads two bytes at an offset through its own description. */
+static void reader_read(off_t at, char out[2])
+{
+    CHECK(write(to_rd[1], &at, sizeof at) == sizeof at, "ask the reader");
+    CHECK(read(from_rd[0], out, 2) == 2, "the reader's answer");
+}
 
 /* the child appends two bytes through A */
 static void kid_write(char tag, int c)
@@ -66,14 +75,42 @@ int main(int argc, char **argv)
     CHECK(unlink("data.tmp") == 0 && unlink("link.tmp") == 0, "unlink");
     CHECK(lseek(a, 2 * MiB, SEEK_SET) == 2 * MiB, "lseek");
     CHECK(pipe(to_kid) == 0 && pipe(from_kid) == 0, "pipe");
+    /* a second child holds the inode only through a description of its own */
+    CHECK(pipe(to_rd) == 0 && pipe(from_rd) == 0, "pipe");
+    pid_t rd = fork();
+    CHECK(rd >= 0, "fork the reader");
+    if (rd == 0) {
+        char lp[64];
+        snprintf(lp, sizeof lp, "/proc/self/fd/%d", a);
+        int own = open(lp, O_RDONLY);
+        CHECK(own >= 0, "reader: open its own description");
+        close(a); close(b);
+        for (;;) {
+            off_t at;
+            char got[2] = {0, 0};
+            if (read(to_rd[0], &at, sizeof at) != sizeof at || at < 0) _exit(0);
+            if (pread(own, got, 2, at) != 2) got[0] = got[1] = '?';
+            CHECK(write(from_rd[1], got, 2) == 2, "reader: answer");
+        }
+    }
     pid_t kid = fork();
     CHECK(kid >= 0, "fork");
     if (kid == 0) {
         close(b);
+        /* a description of its own of the same inode (as if opened by name before the unlink) */
+        char lp[64];
+        snprintf(lp, sizeof lp, "/proc/self/fd/%d", a);
+        int own = open(lp, O_RDONLY);
+        CHECK(own >= 0, "child: open its own description");
         for (;;) {
-            char m[2];
+            char m[2], got[2];
             if (read(to_kid[0], m, 2) != 2 || m[0] == 'q') _exit(0);
+            off_t at = lseek(a, 0, SEEK_CUR);
             CHECK(write(a, m, 2) == 2, "child: write through A");
+            struct stat s1, s2;
+            CHECK(fstat(own, &s1) == 0 && fstat(a, &s2) == 0 && s1.st_ino == s2.st_ino, "child: one inode");
+            CHECK(pread(own, got, 2, at) == 2 && got[0] == m[0] && got[1] == m[1], "child: read through its own");
+            CHECK(lseek(own, 0, SEEK_CUR) == 0, "child: its own offset");
             CHECK(write(from_kid[1], "k", 1) == 1, "child: ack");
         }
     }
@@ -105,13 +142,19 @@ int main(int argc, char **argv)
         CHECK(lseek(a, 0, SEEK_CUR) == end, "the shared offset");
         kid_write('P', c); /* after the restart: the same description and inode in both */
         expect_at(end, 'P', c, "the child's bytes after the restart");
+        char seen[2];
+        reader_read(end, seen); /* one inode in the three processes */
+        CHECK(seen[0] == 'P' && seen[1] == '0' + c, "the reader sees the child's bytes");
         end += 2;
         CHECK(lseek(a, 0, SEEK_CUR) == end, "the shared offset moved by the child");
         printf("check %d ok\n", c);
     }
     CHECK(write(to_kid[1], "qq", 2) == 2, "end the child");
+    off_t stop = -1;
+    CHECK(write(to_rd[1], &stop, sizeof stop) == sizeof stop, "end the reader");
     int status;
     CHECK(waitpid(kid, &status, 0) == kid && WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's end");
+    CHECK(waitpid(rd, &status, 0) == rd && WIFEXITED(status) && WEXITSTATUS(status) == 0, "the reader's end");
     printf("done\n");
     return 0;
 }
