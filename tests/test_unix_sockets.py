@@ -248,3 +248,28 @@ def test_malformed_records_refused(how, runner, progs):
         assert r.rc != 0 and len(r.stderr_lines()) == 1 and "malformed" in r.stderr, str(r)
         assert cmd == "verify" or r.stdout == "", str(r)
     assert snapshot(store) == before
+
+
+@pytest.mark.parametrize("pattern", ["usock.*[0-9]", "usock.*.from", "fifo.*"])
+def test_damaged_data_file_refused(pattern, runner, progs):
+    """A datagram server's queue, its senders' file or a named pipe's data
+    with a flipped byte: `verify` and `restart` refuse with one line naming
+    the file, change nothing, run nothing."""
+    prog = "fifo_pair" if pattern.startswith("fifo") else "usock_service"
+    store = runner.base / "store"
+    argv = [progs[prog], "one", "1"] if prog == "usock_service" else [progs[prog], "1"]
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv, runner.base / "trig")
+    proc.wait_for_output(r"^ready 1$", timeout=60)
+    idx = runner.checkpoint(store)
+    kill_program(proc, prog)
+    files = sorted(ckpt_path(store, idx).rglob(pattern))
+    assert files, list(ckpt_path(store, idx).rglob("*"))
+    data = bytearray(files[0].read_bytes())
+    data[len(data) // 2] ^= 0x40
+    files[0].write_bytes(bytes(data))
+    before = snapshot(store)
+    for cmd in ("verify", "restart"):
+        r = runner.lz(cmd, "-d", store, timeout=120)
+        assert r.rc != 0 and len(r.stderr_lines()) == 1 and files[0].name in r.stderr, str(r)
+        assert cmd == "verify" or r.stdout == "", str(r)
+    assert snapshot(store) == before
