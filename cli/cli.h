@@ -111,6 +111,8 @@ struct restart_tree {
  * the restorer reopens by path exists once `plan` is applied: 0, or -1 with why. */
 struct fj_plan;
 int restart_paths_check(const struct lz_image *img, const struct fj_plan *plan, char *why, size_t whylen);
+/* The names the restorer binds or opens besides files: local sockets, named pipes (restart_sockpaths.c). */
+int restart_named_objects_check(const struct lz_image *img, char *why, size_t whylen);
 /* fj_plan_load (files/rollback.h) of a rollback of the store DIR to checkpoint
  * `target`, with what it needs of the store: the job's identity (DIR/job)
  * and every journal directory (ckpt.N/, jrnl.N/).  NULL with why. */

@@ -67,7 +67,9 @@ static int find_shared(struct sv_state *st, struct lz_tree *t, char *why, size_t
              * type) are restored per process: one shared between processes is refused below */
             if (stat(fp, &sb) < 0) continue;
             if ((sb.st_mode & S_IFMT) == 0 && !is_event_object(fp)) continue;
-            if (!(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode) || (sb.st_mode & S_IFMT) == 0))
+            /* (sockets: a listener a parent shares with its children is made once, restart_tree.c) */
+            if (!(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode) || S_ISSOCK(sb.st_mode) ||
+                  (sb.st_mode & S_IFMT) == 0))
                 continue;
             if (n == cap) {
                 cap = cap ? cap * 2 : 64;

@@ -130,6 +130,7 @@ int restart_paths_check(const struct lz_image *img, const struct fj_plan *plan, 
         }
     }
     if (rc == 0) rc = mapped_files_check(img, plan, w, n, why, whylen);
+    if (rc == 0) rc = restart_named_objects_check(img, why, whylen); /* sockets and named pipes (restart_sockpaths.c) */
     free(w);
     return rc;
 }

@@ -105,10 +105,11 @@ static int plan_pipes(struct restart_tree *rt, const char *ckpt, struct objs *o,
         const struct lz_image *img = &rt->imgs[k];
         for (size_t i = 0; i < img->nfds; i++) {
             const struct lz_fd *f = &img->fds[i];
-            if (f->kind != LZ_FD_PIPE) continue;
+            if (f->kind != LZ_FD_PIPE && f->kind != LZ_FD_FIFO) continue; /* (a named pipe is shared as a pipe) */
+            uint32_t ck = f->kind == LZ_FD_FIFO ? LZ_CH_FIFO : LZ_CH_PIPE;
             struct lz_plan_obj *known = NULL;
             for (size_t j = 0; j < o->n && !known; j++)
-                if (o->v[j].kind == LZ_PO_PIPE && o->v[j].chan.ino == f->ino) known = &o->v[j];
+                if (o->v[j].kind == LZ_PO_PIPE && o->v[j].chan.ino == f->ino && o->v[j].chan.kind == ck) known = &o->v[j];
             if (known) {
                 known->creator = common_ancestor(t, known->creator, t->procs[k].pid);
                 continue;
@@ -116,10 +117,10 @@ static int plan_pipes(struct restart_tree *rt, const char *ckpt, struct objs *o,
             int elsewhere = 0;
             for (size_t q = k + 1; q < t->nprocs && !elsewhere; q++)
                 for (size_t m = 0; m < rt->imgs[q].nfds && !elsewhere; m++)
-                    elsewhere = rt->imgs[q].fds[m].kind == LZ_FD_PIPE && rt->imgs[q].fds[m].ino == f->ino;
+                    elsewhere = rt->imgs[q].fds[m].kind == f->kind && rt->imgs[q].fds[m].ino == f->ino;
             if (!elsewhere) continue; /* its own: the restorer makes it (restore_pipes.c) */
             const struct lz_chan *c = NULL;
-            for (size_t m = 0; m < img->nchans; m++) if (img->chans[m].ino == f->ino) c = &img->chans[m];
+            for (size_t m = 0; m < img->nchans; m++) if (img->chans[m].ino == f->ino && img->chans[m].kind == ck) c = &img->chans[m];
             if (!c) {
                 snprintf(why, whylen, "process %d: descriptor %d names pipe:[%llu], which its manifest does not describe",
                          t->procs[k].pid, f->fd, (unsigned long long)f->ino);
@@ -130,6 +131,7 @@ static int plan_pipes(struct restart_tree *rt, const char *ckpt, struct objs *o,
             ob->kind = LZ_PO_PIPE;
             ob->creator = t->procs[k].pid;
             ob->chan = *c;
+            if (ck == LZ_CH_FIFO) snprintf(ob->path2, sizeof ob->path2, "%s", lz_str(img, f->path)); /* where it is opened */
             if (data_path(ob->path, sizeof ob->path, ckpt, &t->procs[k], img, c) < 0) {
                 snprintf(why, whylen, "the store's path is too long");
                 return -1;
@@ -146,11 +148,55 @@ static const struct lz_fd *fd_record(const struct lz_image *img, int fd)
     return NULL;
 }
 
+/* Open deleted files whose inode processes hold through descriptions of
+ * their own (each opened it before it was deleted): one inode, made by the
+ * nearest common ancestor of its holders, every description opened through
+ * it (restorer/restore_ghost.c).  Before plan_files: a shared description
+ * of it is opened from this object. */
+static int plan_ghost_inodes(struct restart_tree *rt, const char *ckpt, struct objs *o, char *why, size_t whylen)
+{
+    const struct lz_tree *t = &rt->tree;
+    for (size_t k = 0; k < t->nprocs; k++) {
+        if (t->procs[k].state != LZ_TP_LIVE) continue;
+        const struct lz_image *img = &rt->imgs[k];
+        for (size_t i = 0; i < img->nfds; i++) {
+            const struct lz_fd *f = &img->fds[i];
+            if (f->kind != LZ_FD_GHOST) continue;
+            int seen = 0;
+            for (size_t j = 0; j < o->n && !seen; j++)
+                seen = o->v[j].kind == LZ_PO_GHOSTINO && o->v[j].ghost.dev == f->dev && o->v[j].ghost.ino == f->ino;
+            if (seen) continue;
+            int32_t creator = t->procs[k].pid;
+            size_t holders = 1;
+            for (size_t q = k + 1; q < t->nprocs; q++) {
+                int holds = 0;
+                for (size_t m = 0; t->procs[q].state == LZ_TP_LIVE && m < rt->imgs[q].nfds && !holds; m++)
+                    holds = rt->imgs[q].fds[m].kind == LZ_FD_GHOST && rt->imgs[q].fds[m].dev == f->dev &&
+                            rt->imgs[q].fds[m].ino == f->ino;
+                if (holds) { holders++; creator = common_ancestor(t, creator, t->procs[q].pid); }
+            }
+            if (holders < 2) continue; /* one process's: its restorer makes it */
+            char part[LZ_PATH_MAX];
+            lz_tree_part_dir(part, sizeof part, ckpt, &t->procs[k]);
+            struct lz_plan_obj *ob = new_obj(o);
+            if (!ob) { snprintf(why, whylen, "out of memory"); return -1; }
+            ob->kind = LZ_PO_GHOSTINO;
+            ob->creator = creator;
+            ob->ghost = *f;
+            if ((size_t)snprintf(ob->path, sizeof ob->path, "%s/%s", part, lz_str(img, f->path)) >= sizeof ob->path) {
+                snprintf(why, whylen, "the store's path is too long");
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Open file descriptions of regular files, directories and devices that
  * several processes share (the tree's groups).  A dup inside one process
  * follows its original; stdio from the launcher and deleted files are made
  * per process, as before. */
-static int plan_files(struct restart_tree *rt, struct objs *o, char *why, size_t whylen)
+static int plan_files(struct restart_tree *rt, const char *ckpt, struct objs *o, char *why, size_t whylen)
 {
     const struct lz_tree *t = &rt->tree;
     for (size_t s = 0; s < t->nshared; s++) {
@@ -162,13 +208,15 @@ static int plan_files(struct restart_tree *rt, struct objs *o, char *why, size_t
         int32_t creator = 0, last_pid = 0;
         const struct lz_fd *model = NULL;
         const struct lz_image *mimg = NULL;
+        ssize_t mk = -1;
         for (size_t r = s; r < t->nshared; r++) {
             if (t->shared[r].group != g) continue;
             ssize_t k = proc_index(t, t->shared[r].pid);
             if (k < 0 || t->procs[k].state != LZ_TP_LIVE) continue;
             const struct lz_fd *f = fd_record(&rt->imgs[k], t->shared[r].fd);
-            if (!f || (f->kind != LZ_FD_FILE && f->kind != LZ_FD_DIR && f->kind != LZ_FD_DEV)) continue;
-            if (!model) model = f, mimg = &rt->imgs[k], creator = t->procs[k].pid;
+            if (!f || (f->kind != LZ_FD_FILE && f->kind != LZ_FD_DIR && f->kind != LZ_FD_DEV && f->kind != LZ_FD_USOCK &&
+                       f->kind != LZ_FD_GHOST)) continue;
+            if (!model) model = f, mimg = &rt->imgs[k], creator = t->procs[k].pid, mk = k;
             else creator = common_ancestor(t, creator, t->procs[k].pid);
             if (t->procs[k].pid != last_pid) nprocs++;
             last_pid = t->procs[k].pid;
@@ -182,6 +230,28 @@ static int plan_files(struct restart_tree *rt, struct objs *o, char *why, size_t
         if (!ob) { snprintf(why, whylen, "out of memory"); return -1; }
         ob->kind = LZ_PO_FILE;
         ob->creator = creator;
+        if (model->kind == LZ_FD_GHOST) { /* an open deleted file: one nameless file (restore_ghost.c) */
+            char part[LZ_PATH_MAX];
+            lz_tree_part_dir(part, sizeof part, ckpt, &t->procs[mk]);
+            ob->kind = LZ_PO_GHOST;
+            ob->ghost = *model;
+            if ((size_t)snprintf(ob->path, sizeof ob->path, "%s/%s", part, lz_str(mimg, model->path)) >= sizeof ob->path) {
+                snprintf(why, whylen, "the store's path is too long");
+                return -1;
+            }
+            continue;
+        }
+        if (model->kind == LZ_FD_USOCK) { /* a local socket: made from its record (restore_usock.c) */
+            const struct lz_usock *u = lz_usock_of(mimg, model->fd);
+            ob->kind = LZ_PO_USOCK;
+            ob->usock = *u; /* (the manifest's check: every LZ_FD_USOCK descriptor has its record) */
+            snprintf(ob->path2, sizeof ob->path2, "%s", lz_str(mimg, mimg->proc->cwd));
+            if (data_path(ob->path, sizeof ob->path, ckpt, &t->procs[mk], mimg, &u->q) < 0) {
+                snprintf(why, whylen, "the store's path is too long");
+                return -1;
+            }
+            continue;
+        }
         ob->flags = model->flags;
         ob->offset = model->offset;
         snprintf(ob->path, sizeof ob->path, "%s", lz_str(mimg, model->path));
@@ -402,7 +472,8 @@ int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index,
     }
     /* the objects, and whether their descriptors fit: all before any file changes */
     struct objs o = {0};
-    if (plan_pipes(rt, ckpt, &o, why, whylen) < 0 || plan_files(rt, &o, why, whylen) < 0 ||
+    if (plan_pipes(rt, ckpt, &o, why, whylen) < 0 || plan_ghost_inodes(rt, ckpt, &o, why, whylen) < 0 ||
+        plan_files(rt, ckpt, &o, why, whylen) < 0 ||
         plan_shm(rt, &o, why, whylen) < 0 || plan_socks(rt, ckpt, &o, why, whylen) < 0 ||
         plan_ptys(rt, ckpt, &o, why, whylen) < 0) {
         free(o.v); free(o.h);

@@ -62,6 +62,7 @@ enum lz_section_type {
     LZ_SEC_EVENTS = 12, /* struct lz_event[]: eventfd, timerfd, signalfd, epoll objects and epoll watches */
     LZ_SEC_PTYS = 15,   /* u64 count, struct lz_pty[count], then their queued bytes (added in version 5
                          * without a bump) */
+    LZ_SEC_USOCKS = 13, /* struct lz_usock[]: local sockets that are not one end of a connected pair */
 };
 
 struct lz_header {
@@ -282,6 +283,11 @@ enum lz_fd_kind {
                        * (N of /dev/pts/N; its lz_pty), `size` 1 for the master (/dev/ptmx), 0 for
                        * the terminal end; `flags` its access mode and O_NONBLOCK.  (Added in version
                        * 5 without a bump.) */
+    LZ_FD_FIFO = 11,  /* a named pipe opened by `path`: `ino`/`dev` are the FIFO's (its lz_chan, kind
+                       * LZ_CH_FIFO, holds the bytes in flight); `flags` its access mode and O_NONBLOCK */
+    LZ_FD_USOCK = 12, /* an AF_UNIX socket that is not one end of a connected pair (listening, bound,
+                       * unconnected, connected to a name, or whose peer is gone): its lz_usock (same
+                       * fd) says how it is made again.  (Both added in version 5 without a bump.) */
 };
 
 struct lz_fd {
@@ -379,6 +385,7 @@ enum lz_chan_kind {
     LZ_CH_STREAM = 2,    /* AF_UNIX SOCK_STREAM; data: the bytes this socket would receive */
     LZ_CH_DGRAM = 3,     /* AF_UNIX SOCK_DGRAM; data: each message as u32 length + bytes */
     LZ_CH_SEQPACKET = 4, /* AF_UNIX SOCK_SEQPACKET; data as for DGRAM */
+    LZ_CH_FIFO = 5,      /* a named pipe: as a pipe; reserved[0] is the FIFO's device */
 };
 #define LZ_CHAN_MAX_BYTES (1u << 30) /* data of one object at most (buffers are far smaller) */
 #define LZ_CHS_PASSCRED 0x1u         /* SO_PASSCRED was on */
@@ -400,7 +407,36 @@ struct lz_chan {
     uint32_t shutdown;  /* socket: 1 receive side shut down, 2 send side (sock_diag's mask) */
     int32_t peek_off;   /* socket: the program's SO_PEEK_OFF (-1: off) */
     uint32_t sockflags; /* LZ_CHS_* */
-    uint64_t reserved[2];
+    uint64_t reserved[2]; /* socket: SO_RCVTIMEO, SO_SNDTIMEO in microseconds (0: none);
+                           * named pipe: its device and mode (LZ_CH_FIFO) */
+};
+
+/* A local socket that is not one end of a connected pair (LZ_FD_USOCK; the
+ * record of descriptor `fd`).  `q` is its receive queue as for a socket of a
+ * pair (kind, data file, buffers, shutdown, SO_PEEK_OFF, SO_PASSCRED), and
+ * each datagram's sender in a second file.  Made again by restorer/restore_usock.c. */
+enum lz_usock_flags {
+    LZ_US_LISTEN = 0x1,   /* listening, with `backlog` */
+    LZ_US_UNLINKED = 0x2, /* bound to a path that no longer names it: bound, then unlinked */
+    LZ_US_ORPHAN = 0x4,   /* connected, its peer closed: reads give the queue, then end of file */
+    LZ_US_CONNECT = 0x8,  /* a datagram socket connected to the named socket `peer_addr` */
+    LZ_US_MODE = 0x10,    /* `mode`, `uid`, `gid` of the socket file are known */
+};
+struct lz_usock {
+    struct lz_chan q;      /* ino: this socket's inode */
+    int32_t fd;
+    uint32_t flags;        /* LZ_US_* */
+    uint32_t backlog;      /* LISTEN: the backlog listen() was given (as sock_diag reports it) */
+    uint32_t addr_len;     /* bytes of `addr` used (sun_path; abstract names begin with 0); 0: unnamed */
+    uint32_t peer_len;     /* bytes of `peer_addr` used */
+    uint32_t mode, uid, gid; /* the socket file, LZ_US_MODE */
+    int64_t rcvtimeo_us, sndtimeo_us; /* SO_RCVTIMEO, SO_SNDTIMEO (0: none) */
+    char addr[108];        /* getsockname's sun_path; a relative path is the working directory's */
+    char peer_addr[108];   /* CONNECT: getpeername's sun_path */
+    uint32_t from_path;    /* a datagram socket's queue: string offset of the file of its senders,
+                            * per datagram u32 length + sun_path (0: unnamed); 0: none */
+    uint32_t from_bytes;   /* its size */
+    uint64_t from_xxh3;    /* XXH3-64 of it */
 };
 
 /* ckpt.N/tree: the processes of the job at checkpoint N, written by the
@@ -472,6 +508,7 @@ LZ_STATIC_ASSERT(sizeof(struct lz_thread) == 216, "lz_thread size");
 LZ_STATIC_ASSERT(sizeof(struct lz_chan) == 80, "lz_chan size");
 LZ_STATIC_ASSERT(sizeof(struct lz_event) == 64, "lz_event size");
 LZ_STATIC_ASSERT(sizeof(struct lz_pty) == 88, "lz_pty size");
+LZ_STATIC_ASSERT(sizeof(struct lz_usock) == 360, "lz_usock size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_header) == 48, "lz_tree_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_proc) == 72, "lz_tree_proc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_shared) == 16, "lz_tree_shared size");

@@ -26,39 +26,6 @@ int image_max_fd(const struct lz_image *img)
     return maxfd;
 }
 
-/* An open file that had no name: a fresh nameless file with its content. */
-static int reopen_ghost(struct restore_ctx *rc, const struct lz_fd *f, const char *name)
-{
-    char gp[LZ_PATH_MAX + 128], lp[64];
-    snprintf(gp, sizeof gp, "%s/%s", rc->ckpt_dir, name);
-    int in = open(gp, O_RDONLY | O_CLOEXEC);
-    if (in < 0) restore_fail("cannot read the kept content of descriptor %d: %s", f->fd, strerror(errno));
-    int t = open(rc->ckpt_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (t < 0) {
-        snprintf(gp, sizeof gp, "%s/ghost-restore.%d.%d", rc->ckpt_dir, f->fd, (int)getpid());
-        t = open(gp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (t >= 0) unlink(gp);
-    }
-    if (t < 0) restore_fail("cannot create a nameless file for descriptor %d: %s", f->fd, strerror(errno));
-    char buf[65536];
-    ssize_t n;
-    XXH3_state_t st;
-    XXH3_64bits_reset(&st);
-    while ((n = read(in, buf, sizeof buf)) > 0) {
-        XXH3_64bits_update(&st, buf, (size_t)n);
-        if (lz_write_all(t, buf, (size_t)n) < 0) restore_fail("cannot refill descriptor %d: %s", f->fd, strerror(errno));
-    }
-    if (n < 0) restore_fail("cannot read the kept content of descriptor %d: %s", f->fd, strerror(errno));
-    if (XXH3_64bits_digest(&st) != f->xxh3) restore_fail("the kept content of descriptor %d fails its checksum", f->fd);
-    fchmod(t, f->mode & 07777);
-    close(in);
-    snprintf(lp, sizeof lp, "/proc/self/fd/%d", t);
-    int src = open(lp, (int)(f->flags & ~(uint32_t)(O_CREAT | O_EXCL | O_TRUNC | O_TMPFILE | O_DIRECTORY | O_NOFOLLOW)) | O_CLOEXEC);
-    if (src < 0) restore_fail("cannot reopen descriptor %d: %s", f->fd, strerror(errno));
-    close(t);
-    return src;
-}
-
 /* The launcher's descriptor a LZ_FD_STDIO record takes the restarter's of. */
 static int launcher_fd(const struct lz_fd *f)
 {
@@ -87,6 +54,7 @@ void restore_descriptors(struct restore_ctx *rc)
     int *chan = restore_chans(rc, base);
     int *shared = restore_tree_fds(img, base); /* made once for the job (restore_tree.c) */
     int *pty = restore_ptys(rc, base);
+    restore_ghosts_seed(img, shared, base);
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < img->nfds; i++) {
             const struct lz_fd *f = &img->fds[i];
@@ -111,16 +79,21 @@ void restore_descriptors(struct restore_ctx *rc)
                 if (src < 0) { src = open("/dev/null", O_RDWR | O_CLOEXEC); opened = 1; }
                 break;
             case LZ_FD_GHOST:
-                src = reopen_ghost(rc, f, path);
+                src = restore_ghost_open(rc, f, path);
                 opened = 1;
                 break;
             case LZ_FD_PIPE:
+            case LZ_FD_FIFO:
             case LZ_FD_SOCKET:
                 src = chan[i];
                 opened = 1;
                 break;
             case LZ_FD_PTY:
                 src = pty[i];
+                opened = 1;
+                break;
+            case LZ_FD_USOCK:
+                src = restore_usock_open(rc, f);
                 opened = 1;
                 break;
             case LZ_FD_EVENT:
@@ -144,6 +117,9 @@ void restore_descriptors(struct restore_ctx *rc)
     free(pty);
     restore_events_finish(img); /* epoll watches and timers, now that every descriptor is in place */
     restore_pty_foreground(img);
+    restore_ghosts_done();
+    restore_events_finish(img); /* epoll watches and timers, now that every descriptor is in place */
+    restore_usocks_finish(rc);  /* datagram sockets connected to a name */
     /* Close every descriptor the program did not have. */
     char *keep = calloc((size_t)base + 64, 1);
     if (!keep) restore_fail("out of memory");

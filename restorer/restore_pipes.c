@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 static int park(int fd, int base)
@@ -111,7 +112,7 @@ static int getint(int s, int opt)
 
 /* A buffer size as getsockopt reported it (the kernel doubles what is set);
  * beyond the system's maximum only with CAP_NET_ADMIN (the FORCE option). */
-static void set_buf(int s, int opt, int force, uint32_t want)
+void restore_set_buf(int s, int opt, int force, uint32_t want)
 {
     if (getint(s, opt) == (int)want) return;
     int half = (int)(want / 2);
@@ -121,14 +122,14 @@ static void set_buf(int s, int opt, int force, uint32_t want)
 
 /* Queues c's data on socket `to` by sending it from `from`, its peer (whose
  * record is `sender`); data is freed. */
-static void refill_socket(const struct lz_chan *c, char *data, const struct lz_chan *sender, int from, int to_fd)
+void restore_refill_socket(const struct lz_chan *c, char *data, const struct lz_chan *sender, int from, int to_fd)
 {
     if (!data) return;
     /* the data was charged to the sender's buffer, each message with its
      * overhead: room for all of it meanwhile (set to the recorded size after) */
     uint64_t room = 2 * c->bytes + 1024ull * c->nmsgs + 65536;
     if (room < sender->sndbuf) room = sender->sndbuf;
-    if (room > (uint64_t)getint(from, SO_SNDBUF)) set_buf(from, SO_SNDBUF, SO_SNDBUFFORCE, room > (1u << 30) ? 1u << 30 : (uint32_t)room);
+    if (room > (uint64_t)getint(from, SO_SNDBUF)) restore_set_buf(from, SO_SNDBUF, SO_SNDBUFFORCE, room > (1u << 30) ? 1u << 30 : (uint32_t)room);
     int msgs = c->kind != LZ_CH_STREAM;
     for (uint64_t off = 0; off < c->bytes;) {
         uint32_t len = c->bytes - off > (1u << 30) ? 1u << 30 : (uint32_t)(c->bytes - off);
@@ -154,16 +155,21 @@ static void fill_pair(const struct lz_chan *a, char *da, const struct lz_chan *b
     sv[0] = park(sv[0], base);
     sv[1] = park(sv[1], base);
     if (sv[0] < 0 || sv[1] < 0) restore_fail("cannot make the socket pair of descriptors %d and %d: %s", fa, fb, strerror(errno));
-    refill_socket(a, da, b, sv[1], fa);
-    refill_socket(b, db, a, sv[0], fb);
+    restore_refill_socket(a, da, b, sv[1], fa);
+    restore_refill_socket(b, db, a, sv[0], fb);
     const struct lz_chan *cs[2] = {a, b};
     for (int k = 0; k < 2; k++) {
         const struct lz_chan *c = cs[k];
         int s = sv[k], one = 1;
-        set_buf(s, SO_SNDBUF, SO_SNDBUFFORCE, c->sndbuf);
-        set_buf(s, SO_RCVBUF, SO_RCVBUFFORCE, c->capacity);
+        restore_set_buf(s, SO_SNDBUF, SO_SNDBUFFORCE, c->sndbuf);
+        restore_set_buf(s, SO_RCVBUF, SO_RCVBUFFORCE, c->capacity);
         if (c->peek_off >= 0) setsockopt(s, SOL_SOCKET, SO_PEEK_OFF, &c->peek_off, sizeof c->peek_off);
         if (c->sockflags & LZ_CHS_PASSCRED) setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
+        for (int t = 0; t < 2; t++)
+            if (c->reserved[t] && c->reserved[t] < (1ull << 62)) {
+                struct timeval tv = {(time_t)(c->reserved[t] / 1000000), (suseconds_t)(c->reserved[t] % 1000000)};
+                setsockopt(s, SOL_SOCKET, t ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, sizeof tv);
+            }
         /* after the refill: a shut send side refuses it */
         if (c->shutdown & 1) shutdown(s, SHUT_RD);
         if (c->shutdown & 2) shutdown(s, SHUT_WR);
@@ -204,6 +210,13 @@ int *restore_chans(struct restore_ctx *rc, int base)
         const struct lz_chan *c = &img->chans[k];
         if (c->kind == LZ_CH_PIPE) {
             if (!restore_tree_shared_chan(c->ino)) make_pipe(rc, c, base, src); /* else made once for the job */
+            continue;
+        }
+        if (c->kind == LZ_CH_FIFO) {
+            const char *path = NULL;
+            for (size_t i = 0; i < img->nfds && !path; i++)
+                if (img->fds[i].kind == LZ_FD_FIFO && img->fds[i].ino == c->ino) path = lz_str(img, img->fds[i].path);
+            if (path && !restore_tree_shared_chan(c->ino)) restore_fifo_ends(img, c->ino, restore_new_fifo(c, load(rc, c), path, base), base, src);
             continue;
         }
         if (c->ino > c->peer || restore_tree_shared_chan(c->ino)) continue; /* made with its peer; or for the job */

@@ -148,6 +148,38 @@ static void make_objects(void)
             place(restore_pty_object(o->path, (uint32_t)o->offset), o->fd, what);
             continue;
         }
+        if (o->kind == LZ_PO_GHOST || o->kind == LZ_PO_GHOSTINO) {
+            /* the inode: made here, or inherited from the inode object (made before, by an ancestor) */
+            int ino = o->kind == LZ_PO_GHOST ? restore_tree_ghost_fd(o->ghost.dev, o->ghost.ino) : -1, t;
+            if (ino >= 0) {
+                t = fcntl(ino, F_DUPFD_CLOEXEC, 3);
+            } else {
+                char dir[LZ_PATH_MAX];
+                snprintf(dir, sizeof dir, "%s", o->path);
+                char *slash = strrchr(dir, '/');
+                if (slash) *slash = 0;
+                t = restore_ghost_file(o->path, dir, &o->ghost);
+            }
+            if (t < 0) restore_fail("cannot reopen descriptor %d: %s", o->ghost.fd, strerror(errno));
+            if (o->kind == LZ_PO_GHOSTINO) {
+                place(t, o->fd, "an open deleted file held by processes of the job");
+                continue;
+            }
+            int fd = restore_ghost_reopen(t, &o->ghost);
+            close(t);
+            if (lseek(fd, o->ghost.offset, SEEK_SET) < 0)
+                restore_fail("cannot restore the offset of descriptor %d: %s", o->ghost.fd, strerror(errno));
+            place(fd, o->fd, "an open deleted file shared by processes of the job");
+            continue;
+        }
+        if (o->kind == LZ_PO_USOCK) {
+            char why[LZ_PATH_MAX + 512];
+            void *data;
+            if (lz_chan_data_path(o->path, &o->usock.q, &data, why, sizeof why) < 0) restore_fail("%s", why);
+            snprintf(what, sizeof what, "the local socket shared by processes of the job");
+            place(restore_usock_make(&o->usock, data, o->path2), o->fd, what);
+            continue;
+        }
         if (o->kind == LZ_PO_SHM) {
             snprintf(what, sizeof what, "the memory shared by processes of the job");
             int fd = memfd_create("lazarus-shared", 0);
@@ -159,6 +191,12 @@ static void make_objects(void)
         char why[LZ_PATH_MAX + 512];
         void *data;
         if (lz_chan_data_path(o->path, &o->chan, &data, why, sizeof why) < 0) restore_fail("%s", why);
+        if (o->chan.kind == LZ_CH_FIFO) { /* a named pipe: its keeper, twice (each holder takes one) */
+            int k = restore_new_fifo(&o->chan, data, o->path2, 3);
+            place(fcntl(k, F_DUPFD_CLOEXEC, 3), o->fd2, what);
+            place(k, o->fd, what);
+            continue;
+        }
         int ends[2];
         restore_new_pipe(&o->chan, data, 3, what, ends);
         place(ends[0], o->fd, what);
@@ -294,8 +332,10 @@ int *restore_tree_fds(const struct lz_image *img, int base)
             /* its ends as make_pipe gives them, where this process holds the pipe
              * (it inherited the object only if it descends from its maker) */
             int holds = 0;
-            for (size_t i = 0; i < img->nfds && !holds; i++) holds = img->fds[i].kind == LZ_FD_PIPE && img->fds[i].ino == o->chan.ino;
-            if (holds) restore_pipe_ends(img, o->chan.ino, take(o->fd, base, -1), take(o->fd2, base, -1), base, src);
+            int fk = o->chan.kind == LZ_CH_FIFO ? LZ_FD_FIFO : LZ_FD_PIPE;
+            for (size_t i = 0; i < img->nfds && !holds; i++) holds = (int)img->fds[i].kind == fk && img->fds[i].ino == o->chan.ino;
+            if (holds && fk == LZ_FD_FIFO) restore_fifo_ends(img, o->chan.ino, take(o->fd, base, -1), base, src);
+            else if (holds) restore_pipe_ends(img, o->chan.ino, take(o->fd, base, -1), take(o->fd2, base, -1), base, src);
             continue;
         }
         for (size_t i = 0; i < img->nfds; i++) {
@@ -307,10 +347,12 @@ int *restore_tree_fds(const struct lz_image *img, int base)
             if (o->kind == LZ_PO_SOCK && f->kind == LZ_FD_SOCKET && (f->ino == o->chan.ino || f->ino == o->chan2.ino)) {
                 src[i] = take(f->ino == o->chan.ino ? o->fd : o->fd2, base, f->fd);
                 restore_set_flags(src[i], f->flags, f->fd); /* O_NONBLOCK belongs to the description */
-            } else if (o->kind == LZ_PO_FILE) {
+            } else if (o->kind == LZ_PO_FILE || o->kind == LZ_PO_USOCK || o->kind == LZ_PO_GHOST) {
                 for (uint32_t k = 0; k < plan.h.nholds; k++)
-                    if (plan.holds[k].obj == j && plan.holds[k].pid == plan.me->pid && plan.holds[k].fd == f->fd)
+                    if (plan.holds[k].obj == j && plan.holds[k].pid == plan.me->pid && plan.holds[k].fd == f->fd) {
                         src[i] = take(o->fd, base, f->fd);
+                        if (o->kind == LZ_PO_USOCK) restore_set_flags(src[i], f->flags, f->fd);
+                    }
             }
         }
     }
@@ -332,6 +374,15 @@ int restore_tree_shared_pty(uint64_t index)
     for (uint32_t j = 0; plan.me && j < plan.h.nobjs; j++)
         if (plan.objs[j].kind == LZ_PO_PTY && (uint64_t)plan.objs[j].offset == index) return 1;
     return 0;
+}
+
+int restore_tree_ghost_fd(uint64_t dev, uint64_t ino)
+{
+    for (uint32_t j = 0; plan.me && j < plan.h.nobjs; j++)
+        if (plan.objs[j].kind == LZ_PO_GHOSTINO && plan.objs[j].ghost.dev == dev && plan.objs[j].ghost.ino == ino &&
+            fcntl(plan.objs[j].fd, F_GETFD) >= 0)
+            return plan.objs[j].fd;
+    return -1;
 }
 
 int restore_tree_shm_fd(uint64_t dev, uint64_t ino)

@@ -71,10 +71,39 @@ void restore_pty_foreground(const struct lz_image *img);
 void restore_new_pipe(const struct lz_chan *c, char *data, int base, const char *what, int ends[2]);
 void restore_pipe_ends(const struct lz_image *img, uint64_t ino, int r, int w, int base, int *src);
 void restore_set_flags(int fd, uint32_t flags, int prog_fd);
+/* A named pipe (restore_fifo.c): opened (or made) again at `path` with c's
+ * capacity and data (freed), as a read-write keeper parked at >= base; then
+ * the process's descriptor records of it opened through the keeper (closed). */
+int restore_new_fifo(const struct lz_chan *c, char *data, const char *path, int base);
+void restore_fifo_ends(const struct lz_image *img, uint64_t ino, int keeper, int base, int *src);
+/* A socket buffer size as getsockopt reported it (FORCE beyond the system's maximum). */
+void restore_set_buf(int s, int opt, int force, uint32_t want);
+/* Queues c's data (freed) on the peer of `from` by sending it from `from`
+ * (whose record, for its send buffer, is `sender`); to_fd names it in messages. */
+void restore_refill_socket(const struct lz_chan *c, char *data, const struct lz_chan *sender, int from, int to_fd);
+/* Local sockets that are not pair ends (restore_usock.c): the socket of
+ * LZ_FD_USOCK descriptor f made again (bound, listening, refilled; close-on-exec);
+ * then, with every descriptor in place, the datagram sockets connected to a name. */
+int restore_usock_open(struct restore_ctx *rc, const struct lz_fd *f);
+/* The same from a record and its data (freed; the plan's object shared by
+ * processes of the job), a relative name taken in `cwd`. */
+int restore_usock_make(const struct lz_usock *u, void *data, const char *cwd);
+void restore_usocks_finish(struct restore_ctx *rc);
 /* A socket pair shared by processes of the job (restore_tree.c): made and
  * refilled from the data files of its two records, parked at >= base. */
 void restore_socket_pair(const struct lz_chan *a, const char *path_a, const struct lz_chan *b, const char *path_b, int base,
                          int sv[2]);
+/* Open deleted files (restore_ghost.c): a nameless file made from the kept
+ * content file (holes, mode, mtime; checksum checked) in tmpdir, read-write;
+ * a description of it with f's flags; descriptor f's open file, one inode
+ * per original inode in the process (restore_ghosts_done closes them). */
+int restore_ghost_file(const char *content, const char *tmpdir, const struct lz_fd *f);
+int restore_ghost_reopen(int t, const struct lz_fd *f);
+int restore_ghost_open(struct restore_ctx *rc, const struct lz_fd *f, const char *name);
+void restore_ghosts_done(void);
+/* The inodes of the deleted files the job's plan made (restore_tree_fds's
+ * shared[]): this process's other descriptors of them open the same one. */
+void restore_ghosts_seed(const struct lz_image *img, const int *shared, int base);
 void restore_process_state(struct restore_ctx *rc);
 void restore_mm(struct restore_ctx *rc);
 int restore_exe_fd(struct restore_ctx *rc);
@@ -100,6 +129,8 @@ void restore_sessions_init(const struct lz_plan_proc *procs, uint32_t n);
 int restore_sessions_defer(const struct lz_plan_proc *me);
 int32_t restore_sessions_cur_sid(void);
 int restore_sessions_clone(const struct lz_plan_proc *q);
+/* The inode of an open deleted file the plan made for several processes (read-write), or -1. */
+int restore_tree_ghost_fd(uint64_t dev, uint64_t ino);
 int restore_tree_go_fd(void);
 /* The memfd of shared memory object dev/ino, made once for the job; -1: map it anew. */
 int restore_tree_shm_fd(uint64_t dev, uint64_t ino);

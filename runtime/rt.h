@@ -126,6 +126,9 @@ struct rt_ckpt {
     struct lz_event *events; size_t nevents; /* event-loop objects and epoll watches (rt_events.c) */
     struct lz_pty *ptys; size_t nptys; /* pseudo-terminals whose master this process holds (rt_pty.c) */
     char *pty_data; size_t pty_bytes; /* their queued bytes, lz_pty.data indexes them */
+    struct lz_usock *usocks; size_t nusocks; /* local sockets that are not pair ends (rt_usock.c) */
+    char **usock_data;               /* per usock, its queued data (usocks[k].q.bytes) */
+    char **usock_from;               /* per usock, its datagrams' senders (usocks[k].from_bytes) */
     struct rt_strings strings;
     struct rt_region_dirty *rdirty;  /* one per region */
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
@@ -169,6 +172,17 @@ int rt_capture_fds(struct rt_ckpt *ck);
  * writer stores the data beside the manifest.  0 or -1 (ck->err). */
 int rt_capture_chans(struct rt_ckpt *ck);
 int rt_store_chans(struct rt_ckpt *ck);
+/* The receive queue of socket f (of `type`, `shutdown` as sock_diag says)
+ * into *data (from the arena, at most cap bytes), without consuming it;
+ * c->bytes and c->nmsgs set; with `from`, each datagram's sender appended
+ * there.  0 or -1 (ck->err). */
+struct rt_senders { char *buf; size_t len, cap; }; /* per datagram: u32 length + sun_path of its sender */
+int rt_peek_socket(struct rt_ckpt *ck, const struct lz_fd *f, int type, uint32_t shutdown, struct lz_chan *c, char **data,
+                   size_t cap, struct rt_senders *from);
+/* Local sockets that are not one end of a connected pair (rt_usock.c):
+ * before rt_capture_chans, they become LZ_FD_USOCK with their lz_usock. */
+int rt_capture_usocks(struct rt_ckpt *ck);
+int rt_store_usocks(struct rt_ckpt *ck);
 /* The state of the eventfd, timerfd, signalfd and epoll descriptors (after
  * the dups are known), from /proc/self/fdinfo.  0 or -1 (ck->err). */
 int rt_capture_events(struct rt_ckpt *ck);

@@ -91,6 +91,11 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
     }
     /* made by the program: known to be restorable once the dups are known (rt_pipes.c) */
     if (S_ISFIFO(st.st_mode) && !strncmp(path, "pipe:[", 6)) { out->kind = LZ_FD_PIPE; return 0; }
+    if (S_ISFIFO(st.st_mode) && path[0] == '/' && !deleted) { /* a named pipe: by path, its data as a pipe's */
+        out->kind = LZ_FD_FIFO;
+        out->path = strings_add(&ck->strings, path);
+        return 0;
+    }
     if (S_ISSOCK(st.st_mode) && !strncmp(path, "socket:[", 8)) { out->kind = LZ_FD_SOCKET; return 0; }
     /* event-loop objects: their state is rt_events.c's */
     static const char *const events[] = {"anon_inode:[eventfd]", "anon_inode:[timerfd]", "anon_inode:[signalfd]",
@@ -101,7 +106,7 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
             out->path = strings_add(&ck->strings, path);
             return 0;
         }
-    const char *what = deleted ? "a deleted file" : S_ISSOCK(st.st_mode) ? "a socket" : S_ISFIFO(st.st_mode) ? "a pipe"
+    const char *what = deleted ? "a deleted file" : S_ISSOCK(st.st_mode) ? "a socket" : S_ISFIFO(st.st_mode) ? (deleted ? "a named pipe whose name was removed" : "a pipe")
                      : S_ISCHR(st.st_mode) ? "a character device" : "of a kind Lazarus cannot restore yet";
     rt_fmt(ck->err, sizeof ck->err, "descriptor %d (%s) is %s", fd, path, what);
     return -1;
@@ -145,7 +150,7 @@ int rt_capture_fds(struct rt_ckpt *ck)
                 break;
             }
         }
-    if (rt_capture_chans(ck) < 0) return -1;
+    if (rt_capture_usocks(ck) < 0 || rt_capture_chans(ck) < 0) return -1;
     if (rt_capture_ptys(ck) < 0) return -1;
     return rt_capture_events(ck);
 }

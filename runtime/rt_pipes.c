@@ -27,6 +27,8 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <stddef.h>
 
 #ifndef SPLICE_F_NONBLOCK
 #define SPLICE_F_NONBLOCK 2
@@ -34,7 +36,8 @@
 
 static int refuse(struct rt_ckpt *ck, const struct lz_fd *f, const char *what)
 {
-    rt_fmt(ck->err, sizeof ck->err, "descriptor %d (%s:[%llu]) is %s", f->fd, f->kind == LZ_FD_PIPE ? "pipe" : "socket",
+    rt_fmt(ck->err, sizeof ck->err, "descriptor %d (%s:[%llu]) is %s", f->fd,
+           f->kind == LZ_FD_PIPE ? "pipe" : f->kind == LZ_FD_FIFO ? "fifo" : "socket",
            (unsigned long long)f->ino, what);
     return -1;
 }
@@ -42,13 +45,13 @@ static int refuse(struct rt_ckpt *ck, const struct lz_fd *f, const char *what)
 static int refuse_err(struct rt_ckpt *ck, const struct lz_fd *f, const char *what, long err)
 {
     rt_fmt(ck->err, sizeof ck->err, "descriptor %d (%s:[%llu]): %s (errno %ld)", f->fd,
-           f->kind == LZ_FD_PIPE ? "pipe" : "socket", (unsigned long long)f->ino, what, -err);
+           f->kind == LZ_FD_PIPE ? "pipe" : f->kind == LZ_FD_FIFO ? "fifo" : "socket", (unsigned long long)f->ino, what, -err);
     return -1;
 }
 
 static int is_chan_end(const struct lz_fd *f)
 {
-    return (f->kind == LZ_FD_PIPE || f->kind == LZ_FD_SOCKET) && f->dup_of < 0;
+    return (f->kind == LZ_FD_PIPE || f->kind == LZ_FD_FIFO || f->kind == LZ_FD_SOCKET) && f->dup_of < 0;
 }
 
 
@@ -74,7 +77,7 @@ static int capture_pipe(struct rt_ckpt *ck, size_t first, struct lz_chan *c, cha
     const struct lz_fd *rd = NULL, *wr = NULL;
     for (size_t i = first; i < ck->nfds; i++) {
         const struct lz_fd *f = &ck->fds[i];
-        if (f->kind != LZ_FD_PIPE || f->dup_of >= 0 || f->ino != f0->ino) continue;
+        if (f->kind != f0->kind || f->dup_of >= 0 || f->ino != f0->ino || f->dev != f0->dev) continue;
         if (f->flags & O_DIRECT) return refuse(ck, f, "a pipe in packet mode (O_DIRECT), which Lazarus cannot restore yet");
         if ((f->flags & O_ACCMODE) != O_WRONLY && !rd) rd = f;
         if ((f->flags & O_ACCMODE) != O_RDONLY && !wr) wr = f;
@@ -83,7 +86,8 @@ static int capture_pipe(struct rt_ckpt *ck, size_t first, struct lz_chan *c, cha
      * process is stopped now, and the restart matches the ends by inode) */
     memset(c, 0, sizeof *c);
     c->ino = f0->ino;
-    c->kind = LZ_CH_PIPE;
+    c->kind = f0->kind == LZ_FD_FIFO ? LZ_CH_FIFO : LZ_CH_PIPE;
+    if (f0->kind == LZ_FD_FIFO) { c->reserved[0] = f0->dev; c->reserved[1] = f0->mode & 07777; }
     long cap = lz_sc2(SYS_fcntl, f0->fd, F_GETPIPE_SZ);
     if (cap <= 0) return refuse_err(ck, f0, "cannot read the pipe's size", cap);
     c->capacity = (uint32_t)cap;
@@ -191,10 +195,8 @@ static int check_socket(struct rt_ckpt *ck, const struct lz_fd *f, long *nl, str
         return refuse(ck, f, "a local socket of a type Lazarus cannot restore");
     if (getopt_int(f->fd, SOL_SOCKET, SO_ACCEPTCONN, &listening) == 0 && listening)
         return refuse(ck, f, "a listening socket, which Lazarus cannot restore yet");
-    struct sockaddr_storage ss;
-    int len = sizeof ss;
-    if (lz_sc3(SYS_getsockname, f->fd, &ss, &len) < 0 || len > (int)sizeof(sa_family_t))
-        return refuse(ck, f, "a local socket bound to a name, which Lazarus cannot restore yet");
+    /* (a name is kept only by rt_usock.c's sockets: an end of a connection
+     * made by connect/accept comes back as an end of a pair, unnamed) */
     if (*nl < 0) {
         *nl = lz_sc3(SYS_socket, AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
         if (*nl < 0) return refuse_err(ck, f, "cannot ask the kernel for the socket's peer (sock_diag)", *nl);
@@ -209,7 +211,7 @@ static int check_socket(struct rt_ckpt *ck, const struct lz_fd *f, long *nl, str
  * with SO_PEEK_OFF on, each MSG_PEEK goes on where the previous one ended
  * (one whole message per call for datagrams, kept with its length). */
 static int peek_queue(struct rt_ckpt *ck, const struct lz_fd *f, const struct sockinfo *si, struct lz_chan *c,
-                      char **data, size_t cap)
+                      char **data, size_t cap, struct rt_senders *from)
 {
     int msgs = si->type != SOCK_STREAM;
     int saved = -1, zero = 0, inq = 0;
@@ -231,11 +233,25 @@ static int peek_queue(struct rt_ckpt *ck, const struct lz_fd *f, const struct so
         memset(&mh, 0, sizeof mh);
         mh.msg_iov = &iov;
         mh.msg_iovlen = 1;
-        long n = lz_sc3(SYS_recvmsg, f->fd, &mh, MSG_PEEK | MSG_DONTWAIT | (msgs ? MSG_TRUNC : 0));
+        /* credentials (SO_PASSCRED on either end) are made again by the
+         * refill; descriptors a peek installs are closed at once */
+        union { struct cmsghdr h; char b[512]; } ctl;
+        mh.msg_control = &ctl;
+        mh.msg_controllen = sizeof ctl;
+        struct sockaddr_un sa; /* a datagram's sender, when asked for */
+        if (from) { mh.msg_name = &sa; mh.msg_namelen = sizeof sa; }
+        long n = lz_sc3(SYS_recvmsg, f->fd, &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC | (msgs ? MSG_TRUNC : 0));
+        int rights = 0;
+        for (struct cmsghdr *cm = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+            rights = 1;
+            for (size_t k = 0; k < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) lz_sc1(SYS_close, ((int *)CMSG_DATA(cm))[k]);
+        }
+        if (rights) { why = "a local socket with descriptors in flight, which Lazarus cannot restore"; break; }
         if (n == -EINTR) continue;
         if (n == -EAGAIN) break;
         if (n < 0) { e = n; why = "cannot look at the data queued on the socket"; break; }
-        if (mh.msg_flags & MSG_CTRUNC) { why = "a local socket with descriptors or credentials in flight, which Lazarus cannot restore"; break; }
+        if (mh.msg_flags & MSG_CTRUNC) { why = "a local socket with descriptors in flight, which Lazarus cannot restore"; break; }
         /* end of the stream (the peer shut its side); for SEQPACKET an empty
          * message and the end look alike: the end once every byte was seen */
         if (n == 0 && (!msgs || (si->type == SOCK_SEQPACKET && (si->shutdown & 1) && payload == (uint64_t)inq))) break;
@@ -245,6 +261,15 @@ static int peek_queue(struct rt_ckpt *ck, const struct lz_fd *f, const struct so
             memcpy(buf + len, &l, 4);
             len += 4;
             c->nmsgs++;
+        }
+        if (from) { /* u32 length of sun_path (0: unnamed) + its bytes */
+            long nl = (long)mh.msg_namelen - (long)offsetof(struct sockaddr_un, sun_path);
+            uint32_t l = nl <= 0 ? 0 : nl > 108 ? 108 : (uint32_t)nl;
+            if (l && sa.sun_path[0]) l = (uint32_t)strnlen(sa.sun_path, l);
+            if (from->len + 4 + l > from->cap) { why = "too many datagrams queued on the socket"; break; }
+            memcpy(from->buf + from->len, &l, 4);
+            memcpy(from->buf + from->len + 4, sa.sun_path, l);
+            from->len += 4 + l;
         }
         len += (size_t)n;
         payload += (uint64_t)n;
@@ -298,6 +323,13 @@ static int hidden_messages(int type, long peer, const char *buf, size_t len)
     return hidden;
 }
 
+int rt_peek_socket(struct rt_ckpt *ck, const struct lz_fd *f, int type, uint32_t shutdown, struct lz_chan *c, char **data,
+                   size_t cap, struct rt_senders *from)
+{
+    struct sockinfo si = {0, shutdown, type};
+    return peek_queue(ck, f, &si, c, data, cap, from);
+}
+
 static int capture_socket(struct rt_ckpt *ck, const struct lz_fd *f, const struct sockinfo *si, long peer,
                           struct lz_chan *c, char **data)
 {
@@ -310,6 +342,12 @@ static int capture_socket(struct rt_ckpt *ck, const struct lz_fd *f, const struc
     if (getopt_int(f->fd, SOL_SOCKET, SO_RCVBUF, &v) == 0) c->capacity = (uint32_t)v;
     if (getopt_int(f->fd, SOL_SOCKET, SO_SNDBUF, &v) == 0) c->sndbuf = (uint32_t)v;
     if (getopt_int(f->fd, SOL_SOCKET, SO_PASSCRED, &v) == 0 && v) c->sockflags |= LZ_CHS_PASSCRED;
+    for (int k = 0; k < 2; k++) { /* SO_RCVTIMEO, SO_SNDTIMEO in microseconds */
+        struct { int64_t sec, usec; } tv = {0, 0};
+        int len = sizeof tv;
+        if (lz_sc5(SYS_getsockopt, f->fd, SOL_SOCKET, k ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, &len) == 0)
+            c->reserved[k] = (uint64_t)(tv.sec * 1000000 + tv.usec);
+    }
     if (!c->capacity || !c->sndbuf) return refuse(ck, f, "a local socket whose buffer sizes cannot be read");
     /* what is queued here was charged to the peer's send buffer (at most one
      * message over it); untouched scratch pages cost nothing */
@@ -317,7 +355,7 @@ static int capture_socket(struct rt_ckpt *ck, const struct lz_fd *f, const struc
     if (peer >= 0) getopt_int((int)peer, SOL_SOCKET, SO_SNDBUF, &peer_sndbuf);
     else peer_sndbuf = (int)(c->capacity > c->sndbuf ? c->capacity : c->sndbuf); /* the peer is another process's */
     size_t cap = 4 * (size_t)peer_sndbuf + (1u << 20);
-    if (peek_queue(ck, f, si, c, data, cap) < 0) return -1;
+    if (peek_queue(ck, f, si, c, data, cap, NULL) < 0) return -1;
     if (si->type != SOCK_STREAM && peer >= 0 && hidden_messages(si->type, peer, *data, c->bytes))
         return refuse(ck, f, "a local socket holding empty messages that the kernel no longer shows to a peek (an "
                              "earlier checkpoint or the program peeked at them); it can be checkpointed once they are read");
@@ -383,9 +421,10 @@ int rt_capture_chans(struct rt_ckpt *ck)
     for (size_t i = 0; i < ck->nfds && rc == 0; i++) {
         const struct lz_fd *f = &ck->fds[i];
         if (!is_chan_end(f)) continue;
-        if (f->kind == LZ_FD_PIPE) {
+        if (f->kind == LZ_FD_PIPE || f->kind == LZ_FD_FIFO) {
             int seen = 0; /* by its first description */
-            for (size_t k = 0; k < ck->nchans && !seen; k++) seen = ck->chans[k].ino == f->ino;
+            uint32_t kind = f->kind == LZ_FD_FIFO ? LZ_CH_FIFO : LZ_CH_PIPE;
+            for (size_t k = 0; k < ck->nchans && !seen; k++) seen = ck->chans[k].ino == f->ino && ck->chans[k].kind == kind;
             if (seen) continue;
             long k = chan_slot(ck, n);
             rc = k < 0 ? -1 : capture_pipe(ck, i, &ck->chans[k], &ck->chan_data[k]);
@@ -410,7 +449,8 @@ int rt_capture_chans(struct rt_ckpt *ck)
         struct lz_chan *c = &ck->chans[k];
         if (!c->bytes) continue;
         char name[48];
-        rt_fmt(name, sizeof name, "%s.%llu", c->kind == LZ_CH_PIPE ? "pipe" : "sock", (unsigned long long)c->ino);
+        rt_fmt(name, sizeof name, "%s.%llu", c->kind == LZ_CH_PIPE ? "pipe" : c->kind == LZ_CH_FIFO ? "fifo" : "sock",
+               (unsigned long long)c->ino);
         c->path = strings_add(&ck->strings, name);
     }
     return 0;

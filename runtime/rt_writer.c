@@ -18,8 +18,8 @@
 
 /* A manifest holds one section of each type (enum lz_section_type); its
  * size counts one more, each with up to 8 bytes of padding. */
-#define RT_NSECTIONS 13 /* PTYS (15) is the thirteenth: 13 and 14 belong to other branches (lead: renumber at merge) */
-_Static_assert(RT_NSECTIONS == LZ_SEC_EVENTS + 1, "one section of each type");
+/* How many sections write_manifest() puts, one of each type (a branch that adds one counts it here). */
+#define RT_NSECTIONS 14
 
 long rt_write_file(const char *path, const void *buf, size_t len)
 {
@@ -85,20 +85,29 @@ static long copy_ghost(int fd, const char *to)
     long out = lz_sc4(SYS_openat, AT_FDCWD, to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (out < 0) { lz_sc1(SYS_close, in); return out; }
     long rc = 0;
-    int64_t off_in = 0;
-    for (;;) {
-        long n = lz_sc6(SYS_copy_file_range, in, (long)&off_in, out, 0, 1 << 30, 0);
+    int64_t off_in = 0, size = lz_sc3(SYS_lseek, in, 0, SEEK_END);
+    if (size < 0) rc = size;
+    while (rc == 0) {
+        /* its holes stay holes (SEEK_DATA: the next data at or after off_in) */
+        int64_t data = off_in < size ? lz_sc3(SYS_lseek, in, off_in, SEEK_DATA) : size;
+        if (data > off_in || data == -ENXIO) off_in = data < 0 ? size : data;
+        if (off_in >= size) { rc = lz_sc2(SYS_ftruncate, out, size); break; }
+        int64_t hole = lz_sc3(SYS_lseek, in, off_in, SEEK_HOLE);
+        int64_t off_out = off_in;
+        long want = hole > off_in && hole - off_in < (1 << 30) ? (long)(hole - off_in) : 1 << 30;
+        long n = lz_sc6(SYS_copy_file_range, in, (long)&off_in, out, (long)&off_out, want, 0);
         if (n == -EINTR) continue;
         if (n == -EXDEV || n == -EINVAL || n == -EOPNOTSUPP) {
             char buf[16384]; /* another file system type: the slow way */
-            n = lz_sc4(SYS_pread64, in, buf, sizeof buf, off_in);
+            n = lz_sc4(SYS_pread64, in, buf, sizeof buf < (size_t)want ? sizeof buf : (size_t)want, off_in);
             if (n > 0) {
                 for (long w = 0, k; w < n; w += k)
-                    if ((k = lz_sc3(SYS_write, out, buf + w, n - w)) <= 0) { n = k ? k : -EIO; break; }
+                    if ((k = lz_sc4(SYS_pwrite64, out, buf + w, n - w, off_in + w)) <= 0) { n = k ? k : -EIO; break; }
                 if (n > 0) off_in += n;
             }
         }
-        if (n <= 0) { rc = n; break; }
+        if (n == 0) { rc = lz_sc2(SYS_ftruncate, out, off_in); break; } /* (it shrank meanwhile: never in the pause) */
+        if (n < 0) { rc = n; break; }
     }
     if (rc == 0) rc = lz_sc1(SYS_fsync, out);
     lz_sc1(SYS_close, in);
@@ -230,13 +239,14 @@ static int finish(struct rt_ckpt *ck)
         packs[i] = (struct lz_pack){strings_add(&ck->strings, rel), 0, nm->packs[i].size, nm->packs[i].id};
     }
     if (ck->strings.overflow) { rt_fmt(ck->err, sizeof ck->err, "the checkpoint's string table is full"); return -1; }
-    if (rt_store_chans(ck) < 0) return -1;
+    if (rt_store_chans(ck) < 0 || rt_store_usocks(ck) < 0) return -1;
     if (hash_ghosts(ck) < 0) return -1;
 
     size_t size = sizeof(struct lz_header) + (RT_NSECTIONS + 1) * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
                   ck->proc->ngroups * sizeof(uint32_t) +
                   ck->nchans * sizeof(struct lz_chan) + ck->nevents * sizeof(struct lz_event) +
                   8 + ck->nptys * sizeof(struct lz_pty) + ck->pty_bytes +
+                  ck->nusocks * sizeof(struct lz_usock) +
                   ck->nthreads * sizeof(struct lz_thread) +
                   ck->nregions * sizeof(struct lz_region) + nm->nextents * sizeof(struct lz_extent) +
                   nm->nframes * sizeof(struct lz_frame) + ck->nfds * sizeof(struct lz_fd) +
@@ -274,6 +284,7 @@ static int finish(struct rt_ckpt *ck)
     p = put_section(p, LZ_SEC_GROUPS, ck->groups, ck->proc->ngroups * sizeof(uint32_t));
     p = put_section(p, LZ_SEC_EVENTS, ck->events, ck->nevents * sizeof *ck->events);
     p = put_ptys(p, ck);
+    p = put_section(p, LZ_SEC_USOCKS, ck->usocks, ck->nusocks * sizeof *ck->usocks);
     h->pause_ns = rt_pause_ns(ck);
     h->durable_ns = rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* the pack is on disk, the manifest follows */
     ck->durable_ns = h->durable_ns;

@@ -25,7 +25,7 @@ int lz_chan_data(const char *ckpt_dir, const struct lz_image *img, const struct 
 int lz_chan_data_path(const char *path, const struct lz_chan *c, void **data, char *why, size_t whylen)
 {
     *data = NULL;
-    const char *what = c->kind == LZ_CH_PIPE ? "pipe" : "socket";
+    const char *what = c->kind == LZ_CH_PIPE ? "pipe" : c->kind == LZ_CH_FIFO ? "fifo" : "socket";
     if (c->bytes == 0) return 0;
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     int fd = open(path, O_RDONLY | O_CLOEXEC);

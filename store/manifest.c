@@ -41,7 +41,14 @@ static int plain_name(const struct lz_image *img, uint32_t off)
 static const struct lz_chan *find_chan(const struct lz_image *img, uint64_t ino)
 {
     for (size_t i = 0; i < img->nchans; i++)
-        if (img->chans[i].ino == ino) return &img->chans[i];
+        if (img->chans[i].ino == ino && img->chans[i].kind != LZ_CH_FIFO) return &img->chans[i];
+    return NULL;
+}
+
+const struct lz_chan *lz_fifo_chan(const struct lz_image *img, const struct lz_fd *f)
+{
+    for (size_t i = 0; i < img->nchans; i++)
+        if (img->chans[i].ino == f->ino && img->chans[i].kind == LZ_CH_FIFO) return &img->chans[i];
     return NULL;
 }
 
@@ -132,14 +139,17 @@ static int check_fds(struct lz_image *img, char *why, size_t whylen)
     for (size_t i = 0; i < img->nchans; i++) {
         const struct lz_chan *c = &img->chans[i];
         int sock = c->kind == LZ_CH_STREAM || c->kind == LZ_CH_DGRAM || c->kind == LZ_CH_SEQPACKET;
+        int pipe = c->kind == LZ_CH_PIPE || c->kind == LZ_CH_FIFO; /* (a named pipe's data is a pipe's) */
         int msgs = c->kind == LZ_CH_DGRAM || c->kind == LZ_CH_SEQPACKET;
-        if ((c->kind != LZ_CH_PIPE && !sock) || c->ino == 0 || c->bytes > LZ_CHAN_MAX_BYTES ||
+        if ((!pipe && !sock) || c->ino == 0 || c->bytes > LZ_CHAN_MAX_BYTES ||
             (c->bytes ? !plain_name(img, c->path) : c->path != 0) || (msgs ? c->bytes < 4ull * c->nmsgs : c->nmsgs != 0) ||
-            c->capacity == 0 || (c->kind == LZ_CH_PIPE && (c->bytes > c->capacity || c->peer || c->sndbuf || c->shutdown)) ||
+            c->capacity == 0 || (pipe && (c->bytes > c->capacity || c->peer || c->sndbuf || c->shutdown)) ||
             (sock && (c->sndbuf == 0 || c->shutdown > 3 || c->peek_off < -1)) || c->sockflags & ~(LZ_CHS_PASSCRED | LZ_CHS_REMOTE) ||
             (!sock && c->sockflags))
             FAIL("manifest pipe or socket record %zu is malformed", i);
-        if (find_chan(img, c->ino) != c) FAIL("manifest pipe or socket record %zu is malformed", i);
+        for (size_t j = 0; j < i; j++)
+            if (img->chans[j].ino == c->ino && (img->chans[j].kind == LZ_CH_FIFO) == (c->kind == LZ_CH_FIFO))
+                FAIL("manifest pipe or socket record %zu is malformed", i);
         if (sock && !(c->sockflags & LZ_CHS_REMOTE)) { /* both ends, each the other's peer, of one type */
             const struct lz_chan *p = c->peer != c->ino ? find_chan(img, c->peer) : NULL;
             if (!p || p->peer != c->ino || p->kind != c->kind) FAIL("manifest pipe or socket record %zu is malformed", i);
@@ -162,15 +172,18 @@ static int check_fds(struct lz_image *img, char *why, size_t whylen)
             if (!c || (c->kind == LZ_CH_PIPE) != (f->kind == LZ_FD_PIPE) || (f->flags & O_ACCMODE) == 3)
                 FAIL("manifest descriptor %d is malformed", f->fd);
         }
+        if (f->kind == LZ_FD_FIFO && (!lz_fifo_chan(img, f) || (f->flags & O_ACCMODE) == 3 || lz_str(img, f->path)[0] != '/'))
+            FAIL("manifest descriptor %d is malformed", f->fd);
     }
-    if (check_events(img, why, whylen) < 0) return -1;
+    if (check_events(img, why, whylen) < 0 || lz_usocks_valid(img, why, whylen) < 0) return -1;
     if (check_ptys(img, why, whylen) < 0) return -1;
     /* a socket is one open file: exactly one descriptor opens it (others are dups) */
     for (size_t i = 0; i < img->nchans; i++) {
         const struct lz_chan *c = &img->chans[i];
         int n = 0;
         for (size_t j = 0; j < img->nfds; j++)
-            n += (img->fds[j].kind == LZ_FD_PIPE || img->fds[j].kind == LZ_FD_SOCKET) && img->fds[j].ino == c->ino;
+            n += c->kind == LZ_CH_FIFO ? img->fds[j].kind == LZ_FD_FIFO && img->fds[j].ino == c->ino
+                                       : (img->fds[j].kind == LZ_FD_PIPE || img->fds[j].kind == LZ_FD_SOCKET) && img->fds[j].ino == c->ino;
         if (n == 0 || (c->kind != LZ_CH_PIPE && n != 1)) FAIL("manifest pipe or socket record %zu is malformed", i);
     }
     return 0;
@@ -303,6 +316,9 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
             img->pty_data_len = n - sizeof k - (size_t)k * sizeof(struct lz_pty);
             break;
         }
+        case LZ_SEC_USOCKS:
+            if (n % sizeof(struct lz_usock)) FAIL("manifest local socket list is malformed");
+            img->usocks = p; img->nusocks = n / sizeof(struct lz_usock); break;
         case LZ_SEC_THREADS:
             if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
             img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;

@@ -20,6 +20,7 @@ struct lz_image {
     const struct lz_event *events;   size_t nevents;
     const struct lz_pty *ptys;       size_t nptys;   /* pseudo-terminals whose master the process held */
     const char *pty_data;            size_t pty_data_len; /* their queued bytes (lz_pty.data) */
+    const struct lz_usock *usocks;   size_t nusocks;
     const char *strings;             size_t strings_len;
     const void *auxv;                size_t auxv_len;
     const uint32_t *groups;          /* the supplementary groups, proc->ngroups of them */
@@ -43,6 +44,16 @@ const char *lz_trigger_name(uint32_t trigger);
  * reason naming the file. */
 int lz_chan_data(const char *ckpt_dir, const struct lz_image *img, const struct lz_chan *c, void **data,
                  char *why, size_t whylen);
+/* The record of the named pipe LZ_FD_FIFO descriptor f opens, or NULL. */
+const struct lz_chan *lz_fifo_chan(const struct lz_image *img, const struct lz_fd *f);
+/* The local socket record of descriptor fd (store/usocks.c), or NULL. */
+const struct lz_usock *lz_usock_of(const struct lz_image *img, int32_t fd);
+/* The senders of the datagrams queued on u (per datagram: u32 length + sun_path),
+ * read from ckpt_dir and checked: 0 and *data malloc'ed (NULL: none kept), or -1 and why. */
+int lz_usock_senders(const char *ckpt_dir, const struct lz_image *img, const struct lz_usock *u, void **data, char *why,
+                     size_t whylen);
+/* Every LZ_FD_USOCK descriptor has exactly one well-formed record: 0, or -1 and why. */
+int lz_usocks_valid(const struct lz_image *img, char *why, size_t whylen);
 /* The same from the data file's path (another process's part). */
 int lz_chan_data_path(const char *path, const struct lz_chan *c, void **data, char *why, size_t whylen);
 #endif

@@ -57,10 +57,18 @@ enum lz_plan_kind {
     LZ_PO_FILE = 2,
     LZ_PO_SOCK = 4, /* a socket pair whose ends different processes hold: fd is end `chan`,
                      * fd2 end `chan2`, each refilled from its own record's data */
-    LZ_PO_PTY = 5, /* a pseudo-terminal whose ends, or whose session, several processes have:
+    LZ_PO_PTY = 8, /* a pseudo-terminal whose ends, or whose session, several processes have:
                     * its master at fd; `offset` its index, `path` the part directory of the
                     * process that recorded it (its lz_pty, and queued bytes, are there);
                     * pty_sid and pty_fg its session and foreground group (0: none) */
+    LZ_PO_USOCK = 5, /* a local socket (LZ_FD_USOCK: a listener a parent shares with the children it
+                      * forked, say) whose open file description several processes share: made
+                      * from `usock` (data file `path`, a relative name in the directory `path2`) */
+    LZ_PO_GHOST = 6, /* an open deleted file whose description several processes share (a forked
+                      * child's inherited tmpfile): made from `ghost` and its content file `path` */
+    LZ_PO_GHOSTINO = 7, /* the inode of an open deleted file several processes hold through
+                         * descriptions of their own: made from `ghost` and `path` (read-write);
+                         * every description of it in the job is opened through it */
     LZ_PO_SHM = 3, /* shared memory (LZ_R_SHARED_ANON regions with one object's dev/ino in
                     * several processes): a memfd of `offset` bytes; each process maps its
                     * part of it and fills it from its own image (the same bytes) */
@@ -79,6 +87,8 @@ struct lz_plan_obj {
     struct lz_chan chan2;   /* socket pair: the other end */
     char path2[LZ_PATH_MAX];
     int32_t pty_sid, pty_fg; /* pty */
+    struct lz_usock usock; /* LZ_PO_USOCK: its record */
+    struct lz_fd ghost;    /* LZ_PO_GHOST: the first holder's record (mode, mtime, checksum, flags, offset) */
 };
 
 /* Process pid's descriptor fd is file object obj (pipes are matched by inode). */

@@ -162,6 +162,19 @@ int lz_check_chans(const char *ckpt_dir, const struct lz_image *img, uint64_t in
         }
         free(data);
     }
+    for (size_t i = 0; i < img->nusocks; i++) {
+        void *data;
+        if (lz_chan_data(ckpt_dir, img, &img->usocks[i].q, &data, inner, sizeof inner) < 0) {
+            snprintf(why, whylen, "checkpoint %" PRIu64 " is damaged: %s", index, inner);
+            return -1;
+        }
+        free(data);
+        if (lz_usock_senders(ckpt_dir, img, &img->usocks[i], &data, inner, sizeof inner) < 0) {
+            snprintf(why, whylen, "checkpoint %" PRIu64 " is damaged: %s", index, inner);
+            return -1;
+        }
+        free(data);
+    }
     for (size_t i = 0; i < img->nfds; i++) {
         const struct lz_fd *f = &img->fds[i];
         if (f->kind != LZ_FD_GHOST) continue;

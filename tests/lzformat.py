@@ -58,10 +58,11 @@ TREE_MAGIC = b"LZRSTREE"
 
 SEC_PROC, SEC_REGIONS, SEC_EXTENTS, SEC_FDS, SEC_STRINGS, SEC_PACKS = 1, 2, 3, 4, 5, 6
 SEC_AUXV, SEC_FRAMES, SEC_THREADS, SEC_CHANS, SEC_GROUPS, SEC_EVENTS = 7, 8, 9, 10, 11, 12
+SEC_USOCKS = 13
 SECTION_NAMES = {SEC_PROC: "proc", SEC_REGIONS: "regions", SEC_EXTENTS: "extents", SEC_FDS: "fds",
                  SEC_STRINGS: "strings", SEC_PACKS: "packs", SEC_AUXV: "auxv", SEC_FRAMES: "frames",
                  SEC_THREADS: "threads", SEC_CHANS: "chans", SEC_GROUPS: "groups",
-                 SEC_EVENTS: "events", 15: "ptys"}
+                 SEC_EVENTS: "events", SEC_USOCKS: "usocks", 15: "ptys"}
 SEC_PTYS = 15
 
 FRAME_ZERO = 0xFFFFFFFF
@@ -69,8 +70,9 @@ CODEC_NONE, CODEC_ZERO, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3
 
 FD_FILE, FD_DIR, FD_DEV, FD_STDIO, FD_DUP, FD_CTL, FD_GHOST, FD_PIPE, FD_SOCKET, FD_EVENT = range(1, 11)
 FD_PTY = 14
+FD_FIFO, FD_USOCK = 11, 12
 EV_EVENTFD, EV_TIMERFD, EV_SIGNALFD, EV_EPOLL, EV_WATCH = range(1, 6)
-CH_PIPE, CH_STREAM, CH_DGRAM, CH_SEQPACKET = 1, 2, 3, 4
+CH_PIPE, CH_STREAM, CH_DGRAM, CH_SEQPACKET, CH_FIFO = 1, 2, 3, 4, 5
 TH_CKPT = 0x1
 TP_LIVE, TP_ZOMBIE = 1, 2
 
@@ -194,6 +196,9 @@ THREAD = _L("lz_thread", 216,
 CHAN = _L("lz_chan", 80,
           "Q ino, Q peer, I kind, I path, Q bytes, Q xxh3, I nmsgs, I capacity, I sndbuf, "
           "I shutdown, i peek_off, I sockflags, 16s reserved")
+USOCK = _L("lz_usock", 360,
+           "80s q, i fd, I flags, I backlog, I addr_len, I peer_len, I mode, I uid, I gid, q rcvtimeo_us, "
+           "q sndtimeo_us, 108s addr, 108s peer_addr, I from_path, I from_bytes, Q from_xxh3")
 EVENT = _L("lz_event", 64,
            "i fd, I kind, I flags, i clockid, Q count, Q mask, q value_ns, q interval_ns, i target, I pad, Q data")
 PTY = _L("lz_pty", 88,
@@ -221,13 +226,14 @@ FJ_STRINGS = {FJ_INODE, FJ_NAME, FJ_MOVED, FJ_DIRTIME}
 
 # every layout, for the offsetof() check of test_format_unit.py ("job0"/"job1"
 # stand for C's job[0]/job[1])
-LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT, PTY,
+LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT, PTY, USOCK,
            TREE_HEADER, TREE_PROC, TREE_SHARED,
            FJ_REC, FJ_INODE_L, FJ_DATA_L, FJ_NAME_L, FJ_MOVED_L, FJ_DIRTIME_L, FJ_BEGIN_L, FJ_END_L]
 
 # the arrays of records a section holds
 SECTION_LAYOUT = {SEC_REGIONS: REGION, SEC_EXTENTS: EXTENT, SEC_FDS: FD, SEC_PACKS: PACK,
-                  SEC_FRAMES: FRAME, SEC_THREADS: THREAD, SEC_CHANS: CHAN, SEC_EVENTS: EVENT}
+                  SEC_FRAMES: FRAME, SEC_THREADS: THREAD, SEC_CHANS: CHAN, SEC_EVENTS: EVENT,
+                  SEC_USOCKS: USOCK}
 
 
 def _pad8(n: int) -> int:
@@ -336,6 +342,7 @@ class Manifest:
     threads = property(lambda self: self.records(SEC_THREADS))
     chans = property(lambda self: self.records(SEC_CHANS))
     events = property(lambda self: self.records(SEC_EVENTS))
+    usocks = property(lambda self: self.records(SEC_USOCKS))
 
     def ptys(self) -> list[dict]:
         """The PTYS section: each record's fields, and `data` its queued bytes

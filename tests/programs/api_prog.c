@@ -68,7 +68,7 @@ int main(int argc, char **argv)
         heap[i] = i * 0x9e3779b97f4a7c15ull;
 
     if (with_sock) {
-        int s = socket(AF_UNIX, SOCK_STREAM, 0);
+        int s = socket(AF_NETLINK, SOCK_RAW, 0); /* NETLINK_ROUTE: a socket Lazarus does not restore */
         if (s < 0 || dup2(s, 9) != 9) {
             perror("socket");
             return 1;

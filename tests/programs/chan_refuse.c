@@ -4,7 +4,8 @@
  *   chan_refuse KIND FILE1 FILE2
  *
  * KIND: halfpair (a socket pair whose other end was closed), listen (a
- * listening AF_UNIX socket), inet (a listening TCP socket on 127.0.0.1),
+ * listening AF_UNIX socket) -- both restored now (test_unix_sockets.py), no
+ * longer used --, inet (a listening TCP socket on 127.0.0.1),
  * childpipe (the write end of a pipe whose read end a child process holds),
  * childsock (a socket pair whose other end a child process holds),
  * outsock (a socket pair whose other end an orphan outside the job holds),
