@@ -2,7 +2,8 @@
  * at their offsets, the launcher's (0/1/2 terminals, pipes and files...)
  * taken from `lazarus restart`,
  * pipes and socket pairs the program made rebuilt with their data
- * (restore_pipes.c), event-loop objects made anew with their state, epolls
+ * (restore_pipes.c), TCP and UDP sockets bound, listening and connected
+ * again (restore_inet.c), event-loop objects made anew with their state, epolls
  * re-filled last (restore_events.c), shared descriptions re-shared with dup,
  * the control socket re-attached. */
 #include "restorer.h"
@@ -84,6 +85,7 @@ void restore_descriptors(struct restore_ctx *rc)
     if (rc->ctl_fd != ctl) close(rc->ctl_fd);
     restore_report_fd = ctl;
     int *chan = restore_chans(rc, base);
+    int *inet = restore_inet(rc, base);
     int *shared = restore_tree_fds(img, base); /* made once for the job (restore_tree.c) */
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < img->nfds; i++) {
@@ -117,6 +119,10 @@ void restore_descriptors(struct restore_ctx *rc)
                 src = chan[i];
                 opened = 1;
                 break;
+            case LZ_FD_INET:
+                src = inet[i];
+                opened = 1;
+                break;
             case LZ_FD_EVENT:
                 src = restore_event_open(img, f);
                 opened = 1;
@@ -134,6 +140,7 @@ void restore_descriptors(struct restore_ctx *rc)
                 restore_fail("cannot restore the offset of descriptor %d (%s): %s", f->fd, path, strerror(errno));
         }
     free(chan);
+    free(inet);
     free(shared);
     restore_events_finish(img); /* epoll watches and timers, now that every descriptor is in place */
     /* Close every descriptor the program did not have. */

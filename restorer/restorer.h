@@ -47,6 +47,9 @@ void restore_descriptors(struct restore_ctx *rc);
  * descriptor record of a pipe or socket, an open file parked at >= base to
  * be moved to its number (-1 for the other records); malloc'ed. */
 int *restore_chans(struct restore_ctx *rc, int base);
+/* TCP and UDP sockets made anew (restore_inet.c): per descriptor record, the
+ * socket parked at >= base (-1 for the other records); malloc'ed. */
+int *restore_inet(struct restore_ctx *rc, int base);
 /* eventfd, timerfd, signalfd, epoll (restore_events.c): the object of
  * LZ_FD_EVENT descriptor f, made anew (close-on-exec; the caller places it);
  * then, with every descriptor in place, the epoll watches and the timers. */

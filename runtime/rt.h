@@ -124,6 +124,8 @@ struct rt_ckpt {
     struct lz_chan *chans; size_t nchans; /* pipes and socket pairs (rt_pipes.c) */
     char **chan_data;                /* per chan, its data in flight (chans[k].bytes) */
     struct lz_event *events; size_t nevents; /* event-loop objects and epoll watches (rt_events.c) */
+    struct lz_inet *inets; size_t ninets; /* TCP and UDP sockets (rt_inet.c) */
+    char **inet_data;                /* per inet, the bytes queued to be read (inets[k].bytes) */
     struct rt_strings strings;
     struct rt_region_dirty *rdirty;  /* one per region */
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
@@ -170,6 +172,10 @@ int rt_store_chans(struct rt_ckpt *ck);
 /* The state of the eventfd, timerfd, signalfd and epoll descriptors (after
  * the dups are known), from /proc/self/fdinfo.  0 or -1 (ck->err). */
 int rt_capture_events(struct rt_ckpt *ck);
+/* TCP and UDP sockets (rt_inet.c): their state in the pause, then their
+ * queued data beside the manifest.  0 or -1 (ck->err). */
+int rt_capture_inet(struct rt_ckpt *ck);
+int rt_store_inet(struct rt_ckpt *ck);
 /* A new file of the checkpoint (O_EXCL, 0600), written and fsynced: 0 or -errno. */
 long rt_write_file(const char *path, const void *buf, size_t len);
 int rt_capture_regions(struct rt_ckpt *ck);

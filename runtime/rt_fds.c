@@ -1,7 +1,8 @@
 /* The descriptor table: regular files and directories by path, identity,
  * offset and flags; the launcher's descriptors (rt_launcher.c) and 0/1/2
  * terminals are re-attached to the restarter's; a few character devices are
- * reopened; pipes and socket pairs the program made are rt_pipes.c's, eventfd, timerfd, signalfd
+ * reopened; pipes and socket pairs the program made are rt_pipes.c's, TCP and UDP
+ * sockets rt_inet.c's, eventfd, timerfd, signalfd
  * and epoll descriptors rt_events.c's.  Anything else makes the checkpoint
  * fail with a message naming the descriptor. */
 #include "rt.h"
@@ -12,6 +13,7 @@
 #include <fcntl.h>
 #include <linux/kcmp.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -81,7 +83,12 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
     }
     /* made by the program: known to be restorable once the dups are known (rt_pipes.c) */
     if (S_ISFIFO(st.st_mode) && !strncmp(path, "pipe:[", 6)) { out->kind = LZ_FD_PIPE; return 0; }
-    if (S_ISSOCK(st.st_mode) && !strncmp(path, "socket:[", 8)) { out->kind = LZ_FD_SOCKET; return 0; }
+    if (S_ISSOCK(st.st_mode) && !strncmp(path, "socket:[", 8)) {
+        int dom = 0, dlen = sizeof dom; /* TCP and UDP are rt_inet.c's */
+        lz_sc5(SYS_getsockopt, fd, SOL_SOCKET, SO_DOMAIN, &dom, &dlen);
+        out->kind = dom == AF_INET || dom == AF_INET6 ? LZ_FD_INET : LZ_FD_SOCKET;
+        return 0;
+    }
     /* event-loop objects: their state is rt_events.c's */
     static const char *const events[] = {"anon_inode:[eventfd]", "anon_inode:[timerfd]", "anon_inode:[signalfd]",
                                          "anon_inode:[eventpoll]", NULL};
@@ -135,6 +142,6 @@ int rt_capture_fds(struct rt_ckpt *ck)
                 break;
             }
         }
-    if (rt_capture_chans(ck) < 0) return -1;
+    if (rt_capture_chans(ck) < 0 || rt_capture_inet(ck) < 0) return -1;
     return rt_capture_events(ck);
 }

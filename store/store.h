@@ -28,6 +28,8 @@ struct lz_job {
     char compress[32];   /* --compress: "none", "lz4", "zstd", "zstd:LEVEL" ("" = default) */
     int job_stdio;       /* `stdio=job` (run --job-stdio): regular files on the main program's
                           * 0/1/2 are the job's; `stdio=launcher` (default): the launcher's */
+    int tcp_refuse;      /* `tcp=refuse` (run --tcp=refuse): a TCP connection to outside fails the
+                          * checkpoint; `tcp=reset` (default): it comes back reset */
     /* the last checkpoint that failed (shown by `list` while no later one succeeded) */
     uint64_t failed_index;
     int64_t failed_ns;   /* CLOCK_REALTIME */

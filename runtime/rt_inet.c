@@ -1,0 +1,280 @@
+/* TCP and UDP sockets (AF_INET, AF_INET6), read in the pause into struct
+ * lz_inet records (format.h) without touching their data:
+ *   - a listening socket: its address, backlog and options (a connection
+ *     still waiting in its accept queue fails the checkpoint: it has no
+ *     descriptor to hold it, and what its client sent cannot be seen);
+ *   - a bound or unbound socket: its address; a UDP socket its peer too
+ *     (the datagrams queued on it are not kept: UDP may lose them);
+ *   - a TCP connection whose two ends this process holds (an echo server and
+ *     its client in one event loop): both ends, each with the bytes queued to
+ *     be read on it, copied with MSG_PEEK.  Bytes still in a send queue
+ *     (SIOCOUTQ) cannot be read from user space without TCP_REPAIR: the pause
+ *     waits a little for them to reach the peer, and fails the checkpoint if
+ *     they do not;
+ *   - a TCP connection to anything else (another host, a process outside the
+ *     job, another process of the job): by the job's policy (`run --tcp`,
+ *     LAZARUS_TCP): `reset` (default) records it to come back reset,
+ *     `refuse` fails the checkpoint naming it.
+ * The restorer makes them anew (restorer/restore_inet.c). */
+#include "rt.h"
+#include "hash.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sockios.h>
+#include <netinet/tcp.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+static int tcp_refuse; /* LAZARUS_TCP=refuse */
+
+__attribute__((constructor)) static void rt_inet_policy(void)
+{
+    const char *p = rt_env("LAZARUS_TCP");
+    tcp_refuse = p && !strcmp(p, "refuse");
+}
+
+static const char *const tcp_states[] = {"?", "ESTABLISHED", "SYN_SENT", "SYN_RECV", "FIN_WAIT1", "FIN_WAIT2", "TIME_WAIT",
+                                         "CLOSE", "CLOSE_WAIT", "LAST_ACK", "LISTEN", "CLOSING"};
+
+/* "127.0.0.1:5000", "[::1]:5000" */
+static void addr_text(char *out, size_t len, uint32_t family, const uint8_t *a, uint16_t port)
+{
+    char ip[INET6_ADDRSTRLEN];
+    if (!inet_ntop((int)family, a, ip, sizeof ip)) rt_fmt(ip, sizeof ip, "?");
+    rt_fmt(out, len, family == AF_INET6 ? "[%s]:%u" : "%s:%u", ip, port);
+}
+
+static void describe(char *out, size_t len, const struct lz_inet *s)
+{
+    char l[64], p[64];
+    addr_text(l, sizeof l, s->family, s->local, s->lport);
+    addr_text(p, sizeof p, s->family, s->peer, s->pport);
+    if (s->pport) rt_fmt(out, len, "%s %s -> %s", s->type == SOCK_STREAM ? "TCP" : "UDP", l, p);
+    else rt_fmt(out, len, "%s %s", s->type == SOCK_STREAM ? "TCP" : "UDP", l);
+}
+
+static int refuse(struct rt_ckpt *ck, const struct lz_inet *s, const char *what)
+{
+    char d[160];
+    describe(d, sizeof d, s);
+    rt_fmt(ck->err, sizeof ck->err, "descriptor %d (%s) is %s", s->fd, d, what);
+    return -1;
+}
+
+static long opt(int fd, int level, int name, void *v, int len)
+{
+    return lz_sc5(SYS_getsockopt, fd, level, name, v, &len);
+}
+
+static int opt_int(int fd, int level, int name)
+{
+    int v = 0;
+    return opt(fd, level, name, &v, sizeof v) < 0 ? 0 : v;
+}
+
+/* address and port of a sockaddr_in/_in6 into rec's fields */
+static void take_addr(const struct sockaddr_storage *ss, uint8_t a[16], uint16_t *port, uint32_t *scope)
+{
+    memset(a, 0, 16);
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *s4 = (const void *)ss;
+        memcpy(a, &s4->sin_addr, 4);
+        *port = ntohs(s4->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const void *)ss;
+        memcpy(a, &s6->sin6_addr, 16);
+        *port = ntohs(s6->sin6_port);
+        if (scope) *scope = s6->sin6_scope_id;
+    } else {
+        *port = 0;
+    }
+}
+
+/* The socket's addresses, type and options; its state is decided later. */
+static int read_socket(struct rt_ckpt *ck, const struct lz_fd *f, struct lz_inet *s, int *tcpstate)
+{
+    int fd = f->fd;
+    memset(s, 0, sizeof *s);
+    s->fd = fd;
+    s->peer_fd = -1;
+    s->family = (uint32_t)opt_int(fd, SOL_SOCKET, SO_DOMAIN);
+    s->type = (uint32_t)opt_int(fd, SOL_SOCKET, SO_TYPE);
+    int proto = opt_int(fd, SOL_SOCKET, SO_PROTOCOL);
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    memset(&ss, 0, sizeof ss);
+    if (lz_sc3(SYS_getsockname, fd, &ss, &len) == 0) take_addr(&ss, s->local, &s->lport, &s->scope);
+    len = sizeof ss;
+    memset(&ss, 0, sizeof ss);
+    if (lz_sc3(SYS_getpeername, fd, &ss, &len) == 0) take_addr(&ss, s->peer, &s->pport, NULL);
+    if (!((s->type == SOCK_STREAM && proto == IPPROTO_TCP) || (s->type == SOCK_DGRAM && proto == IPPROTO_UDP)))
+        return refuse(ck, s, "a network socket other than TCP or UDP (raw, ICMP, SCTP, UDP-Lite...), which Lazarus cannot restore");
+    uint32_t o = 0;
+    if (opt_int(fd, SOL_SOCKET, SO_REUSEADDR)) o |= LZ_INO_REUSEADDR;
+    if (opt_int(fd, SOL_SOCKET, SO_REUSEPORT)) o |= LZ_INO_REUSEPORT;
+    if (opt_int(fd, SOL_SOCKET, SO_KEEPALIVE)) o |= LZ_INO_KEEPALIVE;
+    if (opt_int(fd, SOL_SOCKET, SO_BROADCAST)) o |= LZ_INO_BROADCAST;
+    if (s->family == AF_INET6 && opt_int(fd, IPPROTO_IPV6, IPV6_V6ONLY)) o |= LZ_INO_V6ONLY;
+    struct linger lg = {0, 0};
+    if (opt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) == 0 && lg.l_onoff) { o |= LZ_INO_LINGER; s->linger = lg.l_linger; }
+    struct timeval tv = {0, 0};
+    if (opt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0) s->rcvtimeo_us = tv.tv_sec * 1000000ll + tv.tv_usec;
+    tv = (struct timeval){0, 0};
+    if (opt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0) s->sndtimeo_us = tv.tv_sec * 1000000ll + tv.tv_usec;
+    s->rcvbuf = (uint32_t)opt_int(fd, SOL_SOCKET, SO_RCVBUF);
+    s->sndbuf = (uint32_t)opt_int(fd, SOL_SOCKET, SO_SNDBUF);
+    *tcpstate = 0;
+    if (s->type == SOCK_STREAM) {
+        if (opt_int(fd, IPPROTO_TCP, TCP_NODELAY)) o |= LZ_INO_NODELAY;
+        s->keepidle = opt_int(fd, IPPROTO_TCP, TCP_KEEPIDLE);
+        s->keepintvl = opt_int(fd, IPPROTO_TCP, TCP_KEEPINTVL);
+        s->keepcnt = opt_int(fd, IPPROTO_TCP, TCP_KEEPCNT);
+        struct tcp_info ti;
+        memset(&ti, 0, sizeof ti);
+        if (opt(fd, IPPROTO_TCP, TCP_INFO, &ti, sizeof ti) < 0) return refuse(ck, s, "a TCP socket whose state cannot be read");
+        *tcpstate = ti.tcpi_state;
+        if (ti.tcpi_state == TCP_LISTEN) {
+            s->backlog = ti.tcpi_sacked; /* a listener's: sk_max_ack_backlog */
+            if (ti.tcpi_unacked) { /* its accept queue */
+                char why[200];
+                rt_fmt(why, sizeof why, "a listening socket with %u connection(s) not yet accepted, which Lazarus cannot "
+                       "restore (the checkpoint can be taken once the program has accepted them)", ti.tcpi_unacked);
+                return refuse(ck, s, why);
+            }
+        }
+        if (ti.tcpi_state == TCP_FIN_WAIT2) o |= LZ_INO_SHUT_WR;
+    }
+    s->opts = o;
+    return 0;
+}
+
+static int same_end(const struct lz_inet *a, const struct lz_inet *b)
+{
+    return a->family == b->family && a->type == b->type && !memcmp(a->local, b->peer, 16) && a->lport == b->pport &&
+           !memcmp(a->peer, b->local, 16) && a->pport == b->lport;
+}
+
+static int open_state(int st)
+{
+    return st == TCP_ESTABLISHED || st == TCP_CLOSE_WAIT || st == TCP_FIN_WAIT2;
+}
+
+/* Waits (at most ~200 ms, in the pause) until no end of a connection inside
+ * the process has bytes in its send queue: they are then in the peer's
+ * receive queue, where a peek sees them. */
+static int drain_send_queues(struct rt_ckpt *ck, struct lz_inet *v, size_t n)
+{
+    for (int round = 0;; round++) {
+        size_t busy = n;
+        int left = 0;
+        for (size_t i = 0; i < n && busy == n; i++) {
+            if (v[i].state != LZ_IN_CONNECTED || v[i].type != SOCK_STREAM) continue;
+            if (lz_sc3(SYS_ioctl, v[i].fd, SIOCOUTQ, &left) == 0 && left > 0) busy = i;
+        }
+        if (busy == n) return 0;
+        if (round == 200) {
+            char why[300];
+            rt_fmt(why, sizeof why, "one end of a TCP connection with %d byte(s) it sent still in its send queue (its peer, "
+                   "descriptor %d, does not read: its receive buffer is full); Lazarus cannot read a TCP send queue: the "
+                   "checkpoint can be taken once the peer has read", left, v[busy].peer_fd);
+            return refuse(ck, &v[busy], why);
+        }
+        struct timespec ts = {0, 1000000};
+        lz_sc2(SYS_nanosleep, &ts, 0);
+    }
+}
+
+static int peek_queue(struct rt_ckpt *ck, struct lz_inet *s, char **data)
+{
+    int inq = 0;
+    long e = lz_sc3(SYS_ioctl, s->fd, SIOCINQ, &inq);
+    if (e < 0) return refuse(ck, s, "a TCP socket whose queued data cannot be measured");
+    *data = NULL;
+    if (inq <= 0) return 0;
+    char *buf = arena_alloc(&ck->arena, (size_t)inq);
+    if (!buf) return refuse(ck, s, "a TCP socket with more queued data than the checkpoint's scratch memory holds");
+    long n;
+    do n = lz_sc6(SYS_recvfrom, s->fd, (long)buf, (size_t)inq, MSG_PEEK | MSG_DONTWAIT, 0, 0);
+    while (n == -EINTR);
+    if (n != inq) return refuse(ck, s, "a TCP socket whose queued data could not all be seen");
+    s->bytes = (uint64_t)inq;
+    *data = buf;
+    return 0;
+}
+
+int rt_capture_inet(struct rt_ckpt *ck)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < ck->nfds; i++) n += ck->fds[i].kind == LZ_FD_INET;
+    ck->ninets = 0;
+    if (!n) return 0;
+    ck->inets = arena_alloc(&ck->arena, n * sizeof *ck->inets);
+    ck->inet_data = arena_alloc(&ck->arena, n * sizeof *ck->inet_data);
+    int *st = arena_alloc(&ck->arena, n * sizeof *st);
+    if (!ck->inets || !ck->inet_data || !st) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
+    struct lz_inet *v = ck->inets;
+    for (size_t i = 0; i < ck->nfds; i++)
+        if (ck->fds[i].kind == LZ_FD_INET) {
+            if (read_socket(ck, &ck->fds[i], &v[ck->ninets], &st[ck->ninets]) < 0) return -1;
+            ck->inet_data[ck->ninets++] = NULL;
+        }
+    /* each socket's state; a TCP connection's ends matched by their addresses */
+    for (size_t i = 0; i < n; i++) {
+        struct lz_inet *s = &v[i];
+        if (s->type == SOCK_DGRAM) {
+            s->state = s->pport ? LZ_IN_CONNECTED : s->lport ? LZ_IN_BOUND : LZ_IN_UNBOUND;
+            continue;
+        }
+        if (st[i] == TCP_LISTEN) { s->state = LZ_IN_LISTEN; continue; }
+        if (st[i] == TCP_CLOSE) { s->state = s->lport ? LZ_IN_BOUND : LZ_IN_UNBOUND; memset(s->peer, 0, 16); s->pport = 0; continue; }
+        size_t j = 0;
+        while (j < n && !(j != i && v[j].type == SOCK_STREAM && st[j] != TCP_LISTEN && same_end(s, &v[j]))) j++;
+        if (j < n && open_state(st[i]) && open_state(st[j])) {
+            s->state = LZ_IN_CONNECTED;
+            s->peer_fd = v[j].fd;
+            continue;
+        }
+        if (j < n) {
+            char why[200];
+            rt_fmt(why, sizeof why, "a TCP connection with descriptor %d of this process that is opening or closing (%s): "
+                   "the checkpoint can be taken once it is open or closed", v[j].fd, tcp_states[st[i] < 12 ? st[i] : 0]);
+            return refuse(ck, s, why);
+        }
+        if (tcp_refuse)
+            return refuse(ck, s, "a TCP connection to outside the process, and the job was started with --tcp=refuse "
+                                 "(`lazarus run --tcp=reset` restores it as a connection the program sees reset)");
+        s->state = LZ_IN_RESET;
+    }
+    if (drain_send_queues(ck, v, n) < 0) return -1;
+    for (size_t i = 0; i < n; i++) {
+        struct lz_inet *s = &v[i];
+        if (s->state != LZ_IN_CONNECTED || s->type != SOCK_STREAM) continue;
+        if (peek_queue(ck, s, &ck->inet_data[i]) < 0) return -1;
+        if (s->bytes) {
+            char name[48];
+            rt_fmt(name, sizeof name, "inet.%d", s->fd);
+            s->path = strings_add(&ck->strings, name);
+        }
+    }
+    return 0;
+}
+
+/* The writer: each connection end's queued bytes in a file of the
+ * checkpoint directory, with its checksum in the record. */
+int rt_store_inet(struct rt_ckpt *ck)
+{
+    char path[LZ_PATH_MAX + 160];
+    for (size_t k = 0; k < ck->ninets; k++) {
+        struct lz_inet *s = &ck->inets[k];
+        if (!s->bytes) continue;
+        s->xxh3 = lz_hash(ck->inet_data[k], s->bytes);
+        rt_fmt(path, sizeof path, "%s/%s", ck->tmpdir, ck->strings.buf + s->path);
+        long e = rt_write_file(path, ck->inet_data[k], s->bytes);
+        if (e < 0) return rt_fail(ck, "cannot keep the data queued on a TCP connection", e);
+    }
+    return 0;
+}
