@@ -82,7 +82,9 @@ static void bind_to(int fd, const struct lz_inet *s)
 
 static void set_buffer(int fd, int name, int force, uint32_t want, int fresh, const struct lz_inet *s)
 {
-    if (!want || (int)want == fresh) return;
+    /* what the program set is even (twice its value); TCP's own tuning of an
+     * unset size may be odd: left to TCP again */
+    if (!want || (int)want == fresh || (want & 1)) return;
     int half = (int)(want / 2); /* the kernel doubles what it is given */
     if (setsockopt(fd, SOL_SOCKET, force, &half, sizeof half) < 0 && setsockopt(fd, SOL_SOCKET, name, &half, sizeof half) < 0)
         restore_fail("cannot set the buffer size of socket descriptor %d: %s", s->fd, strerror(errno));

@@ -2,8 +2,9 @@
 """inet_echo.py echo TRIG CYCLES
 An asyncio TCP echo server and its clients in one process (127.0.0.1, and
 ::1 where the host has IPv6), plus a UDP echo server and a connected UDP
-client on the same loop.  Each TCP client keeps up to 300 messages of
-0..3000 bytes in flight and checks every echoed line against the one it
+client on the same loop.  Each TCP client keeps up to 20 messages of
+0..1500 bytes in flight (within the receive windows: no send queue stays
+full while the program is paused); the server reads 4 KiB every 2 ms, and checks every echoed line against the one it
 sent.  Prints `port P`, `udp U`, then per cycle C: `ready C` (the
 checkpoint may come), waits for the file TRIG.C, then checks that the
 listeners, connections and UDP sockets are the ones it had (addresses,
@@ -34,16 +35,19 @@ def fail(msg):
 
 
 def msg(i):
-    return f"{i}:{chr(97 + i % 26) * (i * 37 % 3000)}\n".encode()
+    return f"{i}:{chr(97 + i % 26) * (i * 37 % 1500)}\n".encode()
 
 
-def opts(sock):
-    """What the program set on a socket, as the kernel shows it."""
+def opts(sock, rcvbuf=False):
+    """What the program set on a socket, as the kernel shows it (not the
+    receive buffer's size, which TCP tunes by itself)."""
     g = sock.getsockopt
     d = {"nonblock": bool(fcntl.fcntl(sock.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK),
          "reuseaddr": g(socket.SOL_SOCKET, socket.SO_REUSEADDR),
-         "rcvbuf": g(socket.SOL_SOCKET, socket.SO_RCVBUF), "sndbuf": g(socket.SOL_SOCKET, socket.SO_SNDBUF),
+         "sndbuf": g(socket.SOL_SOCKET, socket.SO_SNDBUF),
          "name": sock.getsockname()}
+    if rcvbuf:
+        d["rcvbuf"] = g(socket.SOL_SOCKET, socket.SO_RCVBUF)
     if sock.type == socket.SOCK_STREAM:
         d.update(nodelay=g(socket.IPPROTO_TCP, socket.TCP_NODELAY), keepalive=g(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
                  keepidle=g(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE), keepintvl=g(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
@@ -70,11 +74,12 @@ async def wait_trigger(path):
 
 async def echo_handler(reader, writer):
     while True:
-        data = await reader.read(65536)
+        data = await reader.read(4096)
         if not data:
             break
         writer.write(data)
         await writer.drain()
+        await asyncio.sleep(0.002)  # so that bytes wait in the kernel's receive queue
     writer.close()
 
 
@@ -93,6 +98,8 @@ class Client:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 11)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 5)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 96 * 1024)
+        if self.host == "127.0.0.1":  # (set on one: the other's is tuned by TCP)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 80 * 1024)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 3))
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 7, 0))
         self.sock = s
@@ -101,12 +108,12 @@ class Client:
 
     async def write_loop(self):
         while True:
-            while self.sent - self.got >= 300:
+            while self.sent - self.got >= 20:
                 self.more.clear()
                 await self.more.wait()
             self.writer.write(msg(self.sent))
             self.sent += 1
-            if self.sent % 16 == 0:
+            if self.sent % 4 == 0:
                 await self.writer.drain()
 
     async def read_loop(self):
@@ -138,9 +145,10 @@ class Udp(asyncio.DatagramProtocol):
 
 async def echo_main(cycles):
     loop = asyncio.get_running_loop()
-    servers = [await asyncio.start_server(echo_handler, "127.0.0.1", 0)]
+    # limit: the transport stops reading past 2 KiB buffered, so that bytes wait in the kernel
+    servers = [await asyncio.start_server(echo_handler, "127.0.0.1", 0, limit=1024)]
     try:
-        servers.append(await asyncio.start_server(echo_handler, "::1", 0))
+        servers.append(await asyncio.start_server(echo_handler, "::1", 0, limit=1024))
     except OSError:
         pass
     for s in servers:
@@ -165,7 +173,7 @@ async def echo_main(cycles):
     def state():
         socks = [s.sockets[0] for s in servers] + [c.sock for c in clients]
         socks += [ut.get_extra_info("socket"), ct.get_extra_info("socket")]
-        return [opts(s) for s in socks]
+        return [opts(s, s is clients[0].sock) for s in socks]
 
     for c in range(1, cycles + 1):
         for cl in clients:
@@ -211,6 +219,18 @@ async def client_main(cycles, port):
             fail(f"reply {got!r}, not {line!r}")
         n += 1
 
+    async def safe_one(c):
+        """one(), and after a reset (the restart's): say so, connect again"""
+        nonlocal r, w
+        try:
+            await one()
+            return True
+        except (ConnectionResetError, BrokenPipeError) as e:
+            print(f"reset {c} {type(e).__name__}", flush=True)
+            w.close()
+            r, w = await connect()
+            return False
+
     for c in range(1, cycles + 1):
         for _ in range(10):
             await one()
@@ -223,19 +243,13 @@ async def client_main(cycles, port):
                 closed = True
                 print(f"closed {c}", flush=True)
             if not closed:
-                await one()
+                await safe_one(c)
             await asyncio.sleep(0.02)
         if closed:
             r, w = await connect()
         good = 0
         while good < 20:
-            try:
-                await one()
-                good += 1
-            except (ConnectionResetError, BrokenPipeError) as e:
-                print(f"reset {c} {type(e).__name__}", flush=True)
-                w.close()
-                r, w = await connect()
+            good += await safe_one(c)
             await asyncio.sleep(0.02)
         print(f"check {c} ok", flush=True)
     print("done", flush=True)

@@ -1,0 +1,257 @@
+"""TCP and UDP sockets (issue 17): an asyncio echo server and its clients in
+one process (IPv4 and IPv6, messages always in flight both ways) plus a UDP
+echo server and a connected UDP client, checkpointed, SIGKILLed and
+restarted twice: every echoed line right, the listeners on their ports, the
+connections between the same ports, options and flags as set, checked by
+the program and from outside (`ss`, the manifest); a TCP client of a server
+outside the job under `--tcp=reset` (the program sees ECONNRESET once,
+`restart` names the connection) and `--tcp=refuse` (the checkpoint fails
+naming it, and works once it is closed); a port another program took makes
+the restart fail in phase 1 naming it, changing nothing; a malformed record
+is refused.  As root and as an ordinary user."""
+import os
+import re
+import shutil
+import socket
+import socketserver
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import lzformat
+from conftest import PROGRAMS_SRC, ckpt_path, find_program, kill_program, snapshot
+
+DOWN = 1.0
+
+
+@pytest.fixture(scope="module")
+def prog(programs):
+    py = programs.dir / "inet_echo.py"
+    shutil.copy(PROGRAMS_SRC / "inet_echo.py", py)
+    os.chmod(py, 0o644)
+    return py
+
+
+def _ss(*args) -> str:
+    return subprocess.run(["ss", "-Hn", *args], capture_output=True, text=True, timeout=30).stdout
+
+
+def _tcp_lines(ports) -> list[str]:
+    """`ss -tan` lines with one of the ports on either side."""
+    want = {str(p) for p in ports}
+    out = []
+    for line in _ss("-ta").splitlines():
+        f = line.split()
+        if len(f) >= 5 and (f[3].rsplit(":", 1)[-1] in want or f[4].rsplit(":", 1)[-1] in want):
+            out.append(line)
+    return out
+
+
+def _outside_state(ports):
+    """From outside: the listeners on the ports, and the established
+    connections between them (as sets of (local, peer) port pairs)."""
+    listen, estab = set(), set()
+    for line in _tcp_lines(ports):
+        f = line.split()
+        lp, pp = int(f[3].rsplit(":", 1)[-1]), f[4].rsplit(":", 1)[-1]
+        if f[0] == "LISTEN":
+            listen.add(lp)
+        elif f[0] == "ESTAB":
+            estab.add((lp, int(pp)))
+    return listen, estab
+
+
+def _start_echo(runner, prog, *extra):
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", *extra, "--", "python3", prog, "echo", trig, "2")
+    m = proc.wait_for_output(r"^udp (\d+)$", timeout=60)
+    ports = [int(p) for p in re.findall(r"^port (\d+)$", proc.stdout, re.M)]
+    return store, trig, proc, ports, int(m.group(1))
+
+
+def test_asyncio_echo_restarts(runner, prog):
+    """Two checkpoint/SIGKILL/restart cycles: the program checks every reply
+    and its sockets; from outside the same listeners and connections."""
+    store, trig, proc, ports, uport = _start_echo(runner, prog)
+    out = ""
+    in_flight = 0
+    for c in (1, 2):
+        proc.wait_for_output(rf"^ready {c}$", timeout=120)
+        listen0, estab0 = _outside_state(ports)
+        assert set(ports) <= listen0, _tcp_lines(ports)
+        idx = runner.checkpoint(store)
+        m = lzformat.Manifest.load(ckpt_path(store, idx) / "manifest")
+        recs = m.inets
+        kinds = {f.fd: f.kind for f in m.fds}
+        assert all(kinds[r.fd] == lzformat.FD_INET for r in recs)
+        listeners = [r for r in recs if r.state == lzformat.IN_LISTEN]
+        assert sorted(r.lport for r in listeners) == sorted(ports), recs
+        conns = [r for r in recs if r.state == lzformat.IN_CONNECTED and r.type == socket.SOCK_STREAM]
+        assert len(conns) == 2 * len(ports), recs
+        by_fd = {r.fd: r for r in recs}
+        assert all(by_fd[r.peer_fd].peer_fd == r.fd and by_fd[r.peer_fd].lport == r.pport for r in conns), recs
+        in_flight += sum(r.bytes for r in conns)
+        udp = sorted((r.state, r.lport) for r in recs if r.type == socket.SOCK_DGRAM)
+        assert udp[0] == (lzformat.IN_BOUND, uport) and udp[1][0] == lzformat.IN_CONNECTED, udp
+        kill_program(proc, "python3")
+        out += proc.stdout
+        time.sleep(DOWN)
+        proc = runner.start_lz("restart", "-d", store)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not set(ports) <= _outside_state(ports)[0]:
+            time.sleep(0.1)
+        listen1, estab1 = _outside_state(ports)
+        assert set(ports) <= listen1, _tcp_lines(ports)
+        # each connection again between its server port and a client port
+        assert {p for p, _ in estab1 if p in ports} == set(ports), _tcp_lines(ports)
+        assert {(a, b) for a, b in estab0 if a in ports} & {(a, b) for a, b in estab1 if a in ports}, \
+            ("no connection kept its ports", estab0, estab1)
+        assert "restored reset" not in proc.stderr
+        runner.touch(Path(f"{trig}.{c}"))
+        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=120)
+        assert "FAIL" not in proc.stdout, proc.stdout + proc.stderr
+    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
+    out += proc.stdout
+    assert re.search(r"^done$", out, re.M), out
+    assert in_flight, "no data in flight at either checkpoint"
+
+
+class _LineEcho(socketserver.StreamRequestHandler):
+    def handle(self):
+        for line in self.rfile:
+            self.wfile.write(line)
+
+
+@pytest.fixture
+def outside_server():
+    """A line echo server of the test's own (outside every job)."""
+    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _LineEcho)
+    srv.daemon_threads = True
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_outside_connection_reset(runner, prog, outside_server):
+    """--tcp=reset (the default): the connection to the outside server comes
+    back reset: `restart` says so in one line naming it, the program's next
+    call fails with ECONNRESET, it connects again and goes on."""
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "python3", prog, "client", trig, "2", outside_server)
+    for c in (1, 2):
+        proc.wait_for_output(rf"^ready {c}$", timeout=60)
+        assert "tcp=reset" in (store / "job").read_text()
+        runner.checkpoint(store)
+        kill_program(proc, "python3")
+        time.sleep(DOWN)
+        proc = runner.start_lz("restart", "-d", store)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "restored reset" not in proc.stderr:
+            time.sleep(0.05)
+        lines = [ln for ln in proc.stderr.splitlines() if "restored reset" in ln]
+        assert len(lines) == 1 and f"-> 127.0.0.1:{outside_server}" in lines[0], proc.stderr
+        runner.touch(Path(f"{trig}.{c}"))
+        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
+        assert re.search(rf"^reset {c} ConnectionResetError$", proc.stdout, re.M), proc.stdout + proc.stderr
+    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
+
+
+def test_outside_connection_refused(runner, prog, outside_server):
+    """--tcp=refuse: a checkpoint while the connection is open fails with one
+    line naming the descriptor and the connection, the program runs on;
+    once it closed the connection the checkpoint works, and the restarted
+    program connects again."""
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--tcp=refuse", "--", "python3", prog, "client", trig, "2",
+                           outside_server)
+    for c in (1, 2):
+        proc.wait_for_output(rf"^ready {c}$", timeout=60)
+        assert "tcp=refuse" in (store / "job").read_text()
+        res = runner.lz("checkpoint", "-d", store, timeout=120)
+        assert res.rc != 0, str(res)
+        assert re.search(rf"descriptor \d+ \(TCP 127\.0\.0\.1:\d+ -> 127\.0\.0\.1:{outside_server}\).*--tcp=refuse",
+                         res.stderr), str(res)
+        assert len(res.stderr.strip().splitlines()) == 1, str(res)
+        runner.touch(Path(f"{trig}.close.{c}"))
+        proc.wait_for_output(rf"^closed {c}$", timeout=60)
+        runner.checkpoint(store)
+        kill_program(proc, "python3")
+        time.sleep(DOWN)
+        proc = runner.start_lz("restart", "-d", store)
+        runner.touch(Path(f"{trig}.{c}"))
+        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
+        assert "reset" not in proc.stdout and "restored reset" not in proc.stderr, proc.stdout + proc.stderr
+    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
+
+
+def test_taken_port_refuses_restart(runner, prog):
+    """Another program listening on the job's port after the kill: `restart`
+    fails in phase 1 with one line naming the port, the store is unchanged
+    and no process is left; once the port is free the restart completes."""
+    store, trig, proc, ports, uport = _start_echo(runner, prog)
+    proc.wait_for_output(r"^ready 1$", timeout=120)
+    runner.checkpoint(store)
+    kill_program(proc, "python3")
+    thief = socket.socket()
+    thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    thief.bind(("127.0.0.1", ports[0]))
+    thief.listen(1)
+    try:
+        before = snapshot(store)
+        res = runner.lz("restart", "-d", store, timeout=60)
+        assert res.rc != 0, str(res)
+        assert len(res.stderr.strip().splitlines()) == 1, str(res)
+        assert f"TCP port {ports[0]} " in res.stderr and "nothing was changed" in res.stderr, str(res)
+        after = snapshot(store)
+        assert {k: v for k, v in before.items() if k != "lock"} == {k: v for k, v in after.items() if k != "lock"}
+    finally:
+        thief.close()
+    proc = runner.start_lz("restart", "-d", store)
+    time.sleep(0.5)
+    runner.touch(Path(f"{trig}.1"))
+    proc.wait_for_output(r"^check 1 ok$|^FAIL", timeout=120)
+    assert "FAIL" not in proc.stdout, proc.stdout + proc.stderr
+    proc.kill()
+
+
+@pytest.mark.parametrize("how", ["state", "peer", "nodata"])
+def test_malformed_inet_record_refused(how, runner, prog):
+    """A sealed manifest whose socket record has an unknown state, a
+    connection end naming no other end, or a data file that is gone: the
+    restart is refused with one line, and nothing runs."""
+    store, trig, proc, ports, uport = _start_echo(runner, prog)
+    proc.wait_for_output(r"^ready 1$", timeout=120)
+    for _ in range(20):  # one with bytes in flight, for "nodata"
+        idx = runner.checkpoint(store)
+        path = ckpt_path(store, idx) / "manifest"
+        if any(r.bytes for r in lzformat.Manifest.load(path).inets):
+            break
+    kill_program(proc, "python3")
+    m = lzformat.Manifest.load(path)
+    recs = m.inets
+    if how == "state":
+        m.set(recs[0], "state", 9)
+        m.save(path)
+    elif how == "peer":
+        m.set(next(r for r in recs if r.state == lzformat.IN_CONNECTED and r.type == socket.SOCK_STREAM), "peer_fd", 999)
+        m.save(path)
+    else:
+        r = next(r for r in recs if r.bytes)
+        os.unlink(ckpt_path(store, idx) / m.string(r.path))
+    res = runner.lz("restart", "-d", store, timeout=60)
+    assert res.rc != 0 and len(res.stderr.strip().splitlines()) == 1, str(res)
+    assert ("malformed" if how != "nodata" else "missing or damaged") in res.stderr, str(res)
+    assert find_program(os.getpid()) is None
+
+
+def test_bad_tcp_option(runner):
+    res = runner.lz("run", "-d", runner.base / "s", "--tcp=maybe", "--", "true")
+    assert res.rc == 2 and "--tcp is 'reset' or 'refuse'" in res.stderr, str(res)
