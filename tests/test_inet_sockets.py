@@ -255,3 +255,46 @@ def test_malformed_inet_record_refused(how, runner, prog):
 def test_bad_tcp_option(runner):
     res = runner.lz("run", "-d", runner.base / "s", "--tcp=maybe", "--", "true")
     assert res.rc == 2 and "--tcp is 'reset' or 'refuse'" in res.stderr, str(res)
+
+
+SHARED = """
+import os, socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(4)
+pid = os.fork()
+if pid == 0:
+    time.sleep(600)
+    os._exit(0)
+print("ready", s.fileno(), flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+os.kill(pid, 9)
+os.waitpid(pid, 0)
+print("closed", flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.02)
+"""
+
+
+def test_socket_shared_with_a_child_refused(runner):
+    """A listening socket a forked child inherited: the checkpoint fails with
+    one line naming both processes and the descriptor, the program runs on,
+    and checkpoints work (the listener restored) once the child is gone."""
+    store = runner.base / "store"
+    script = runner.base / "shared.py"
+    script.write_text(SHARED)
+    f1, f2 = runner.base / "f1", runner.base / "f2"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "python3", script, f1, f2)
+    fd = proc.wait_for_output(r"^ready (\d+)$", timeout=60).group(1)
+    res = runner.lz("checkpoint", "-d", store, timeout=120)
+    assert res.rc != 0 and len(res.stderr.strip().splitlines()) == 1, str(res)
+    assert re.search(rf"descriptor {fd} of process \d+ \(a TCP or UDP socket\) is shared with process \d+", res.stderr), \
+        str(res)
+    runner.touch(f1)
+    proc.wait_for_output(r"^closed$", timeout=30)
+    idx = runner.checkpoint(store)
+    recs = lzformat.Manifest.load(ckpt_path(store, idx) / "manifest").inets
+    assert [r.state for r in recs] == [lzformat.IN_LISTEN], recs
+    runner.touch(f2)
+    assert proc.wait(timeout=60) == 0, proc.stderr
