@@ -90,6 +90,12 @@ static void set_buffer(int fd, int name, int force, uint32_t want, int fresh, co
         restore_fail("cannot set the buffer size of socket descriptor %d: %s", s->fd, strerror(errno));
 }
 
+static void grow_sndbuf(int fd, uint64_t bytes)
+{
+    int v = bytes > (1u << 30) ? 1 << 30 : (int)bytes + (1 << 20);
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof v) < 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+}
+
 /* Every option the program set, once the socket is in its state. */
 static void set_options(int fd, const struct lz_inet *s, int rcv0, int snd0)
 {
@@ -171,8 +177,11 @@ static void connect_pair(struct restore_ctx *rc, const struct lz_inet *a, const 
     set_buffer(s, SO_RCVBUF, SO_RCVBUFFORCE, a->rcvbuf, fresh[0][0], a);
     set_buffer(c, SO_RCVBUF, SO_RCVBUFFORCE, b->rcvbuf, fresh[1][0], b);
     char *da = read_data(rc, a), *db = read_data(rc, b);
-    if (da) send_all(c, da, a->bytes, a);
-    if (db) send_all(s, db, b->bytes, b);
+    /* what the receiver's window does not take waits in the sender's queue, as
+     * it did (a full window): the sender's buffer made large enough for the
+     * time being, then as it was */
+    if (da) { grow_sndbuf(c, a->bytes); send_all(c, da, a->bytes, a); set_buffer(c, SO_SNDBUF, SO_SNDBUFFORCE, b->sndbuf & ~1u, -1, b); }
+    if (db) { grow_sndbuf(s, b->bytes); send_all(s, db, b->bytes, b); set_buffer(s, SO_SNDBUF, SO_SNDBUFFORCE, a->sndbuf & ~1u, -1, a); }
     free(da);
     free(db);
     if ((a->opts & LZ_INO_SHUT_WR) && shutdown(s, SHUT_WR) < 0) restore_fail("cannot shut descriptor %d: %s", a->fd, strerror(errno));

@@ -22,12 +22,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sockios.h>
-#include <netinet/tcp.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+
+/* include/net/tcp_states.h (linux/tcp.h has tcp_info with its newer fields, not these) */
+enum { TCP_ESTABLISHED = 1, TCP_SYN_SENT, TCP_SYN_RECV, TCP_FIN_WAIT1, TCP_FIN_WAIT2, TCP_TIME_WAIT, TCP_CLOSE,
+       TCP_CLOSE_WAIT, TCP_LAST_ACK, TCP_LISTEN, TCP_CLOSING };
 
 static int tcp_refuse; /* LAZARUS_TCP=refuse */
 
@@ -163,35 +167,103 @@ static int open_state(int st)
     return st == TCP_ESTABLISHED || st == TCP_CLOSE_WAIT || st == TCP_FIN_WAIT2;
 }
 
-/* Waits (at most ~200 ms, in the pause) until no end of a connection inside
- * the process has bytes in its send queue: they are then in the peer's
- * receive queue, where a peek sees them. */
-static int drain_send_queues(struct rt_ckpt *ck, struct lz_inet *v, size_t n)
+static int tcp_info_of(int fd, struct tcp_info *ti)
 {
-    for (int round = 0;; round++) {
-        size_t busy = n;
-        int left = 0;
-        for (size_t i = 0; i < n && busy == n; i++) {
+    memset(ti, 0, sizeof *ti);
+    return opt(fd, IPPROTO_TCP, TCP_INFO, ti, sizeof *ti) < 0 ? -1 : 0;
+}
+
+/* The bytes end a has sent or queued to send that its peer has not received
+ * up to stream position pos: a's position at its last queued byte (data sent
+ * once, retransmissions taken off, plus what is not sent yet: the SYN is
+ * not counted, as in the peer's received bytes) less pos.  -1 if unknown. */
+static long unreceived(const struct lz_inet *a, uint64_t pos, uint64_t *end)
+{
+    struct tcp_info t;
+    if (tcp_info_of(a->fd, &t) < 0 || t.tcpi_bytes_retrans > t.tcpi_bytes_sent) return -1;
+    *end = t.tcpi_bytes_sent - t.tcpi_bytes_retrans + t.tcpi_notsent_bytes;
+    return *end >= pos ? (long)(*end - pos) : -1;
+}
+
+/* A send queue's bytes the peer has not received cannot be read from user
+ * space but in TCP repair mode (CAP_NET_ADMIN: CRIU's way).  As root, they are
+ * peeked there and appended to what the peer will read (rec b, whose queue
+ * was already peeked: *data, b->bytes).  Otherwise the pause waits (at most
+ * ~200 ms: delayed ACKs; what arrives then is not in the peeked copy, so the
+ * ordinary user's case is exact only when nothing was left: see LIMITS) and
+ * the checkpoint fails
+ * naming the connection if they are still there. */
+static int take_send_queue(struct rt_ckpt *ck, const struct lz_inet *a, struct lz_inet *b, uint64_t pos, char **data)
+{
+    uint64_t end = 0;
+    long left = unreceived(a, pos, &end);
+    if (left > 0) {
+        int on = 1;
+        if (lz_sc5(SYS_setsockopt, a->fd, IPPROTO_TCP, TCP_REPAIR, &on, sizeof on) == 0) {
+            int q = TCP_SEND_QUEUE, off = TCP_REPAIR_OFF_NO_WP, outq = 0;
+            long e = lz_sc5(SYS_setsockopt, a->fd, IPPROTO_TCP, TCP_REPAIR_QUEUE, &q, sizeof q);
+            if (e == 0) e = lz_sc3(SYS_ioctl, a->fd, SIOCOUTQ, &outq);
+            char *buf = e == 0 && outq > 0 ? arena_alloc(&ck->arena, (size_t)outq + (size_t)b->bytes) : NULL;
+            long n = -ENOMEM;
+            if (buf) {
+                do n = lz_sc6(SYS_recvfrom, a->fd, (long)(buf + b->bytes), (size_t)outq, MSG_PEEK | MSG_DONTWAIT, 0, 0);
+                while (n == -EINTR);
+            }
+            lz_sc5(SYS_setsockopt, a->fd, IPPROTO_TCP, TCP_REPAIR, &off, sizeof off);
+            int reuse = !!(a->opts & LZ_INO_REUSEADDR); /* leaving repair mode clears it */
+            lz_sc5(SYS_setsockopt, a->fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse);
+            /* the queue holds [end - n, end); the peer's peek ended at end - left */
+            if (n != outq || left > n)
+                return refuse(ck, a, "one end of a TCP connection whose send queue could not be read in repair mode");
+            if (b->bytes) memcpy(buf, *data, b->bytes);
+            memmove(buf + b->bytes, buf + b->bytes + (n - left), (size_t)left);
+            b->bytes += (uint64_t)left;
+            *data = buf;
+            return 0;
+        }
+    }
+    if (left == 0) return 0;
+    char why[360];
+    if (left < 0) return refuse(ck, a, "one end of a TCP connection whose send queue cannot be measured");
+    rt_fmt(why, sizeof why, "one end of a TCP connection with %ld byte(s) it sent that its peer, descriptor %d, has not "
+           "received (its receive buffer is full); without CAP_NET_ADMIN (TCP repair mode) Lazarus cannot read a TCP "
+           "send queue: the checkpoint can be taken once the peer has read", left, b->fd);
+    return refuse(ck, a, why);
+}
+
+/* Before the receive queues are peeked: waits (at most ~200 ms, in the pause)
+ * until each end of a connection inside the process has received all its
+ * peer sent, as loopback delivers at once unless the receive window is full. */
+static void wait_received(const struct lz_inet *v, size_t n)
+{
+    for (int round = 0; round < 200; round++) {
+        int busy = 0;
+        for (size_t i = 0; i < n && !busy; i++) {
             if (v[i].state != LZ_IN_CONNECTED || v[i].type != SOCK_STREAM) continue;
-            if (lz_sc3(SYS_ioctl, v[i].fd, SIOCOUTQ, &left) == 0 && left > 0) busy = i;
+            size_t j = 0;
+            while (v[j].fd != v[i].peer_fd) j++;
+            struct tcp_info t;
+            uint64_t end = 0;
+            if (tcp_info_of(v[i].fd, &t) == 0 && unreceived(&v[j], t.tcpi_bytes_received, &end) > 0) busy = 1;
         }
-        if (busy == n) return 0;
-        if (round == 200) {
-            char why[300];
-            rt_fmt(why, sizeof why, "one end of a TCP connection with %d byte(s) it sent still in its send queue (its peer, "
-                   "descriptor %d, does not read: its receive buffer is full); Lazarus cannot read a TCP send queue: the "
-                   "checkpoint can be taken once the peer has read", left, v[busy].peer_fd);
-            return refuse(ck, &v[busy], why);
-        }
+        if (!busy) return;
         struct timespec ts = {0, 1000000};
         lz_sc2(SYS_nanosleep, &ts, 0);
     }
 }
 
-static int peek_queue(struct rt_ckpt *ck, struct lz_inet *s, char **data)
+/* The receive queue of s, and where in the stream it ends (*pos: the bytes
+ * received when it was measured; more may arrive while it is peeked). */
+static int peek_queue(struct rt_ckpt *ck, struct lz_inet *s, char **data, uint64_t *pos)
 {
     int inq = 0;
-    long e = lz_sc3(SYS_ioctl, s->fd, SIOCINQ, &inq);
+    long e = -EAGAIN;
+    for (int round = 0; round < 10 && e == -EAGAIN; round++) {
+        struct tcp_info x, y;
+        if (tcp_info_of(s->fd, &x) < 0 || lz_sc3(SYS_ioctl, s->fd, SIOCINQ, &inq) < 0 || tcp_info_of(s->fd, &y) < 0) break;
+        e = x.tcpi_bytes_received == y.tcpi_bytes_received ? 0 : -EAGAIN;
+        *pos = y.tcpi_bytes_received;
+    }
     if (e < 0) return refuse(ck, s, "a TCP socket whose queued data cannot be measured");
     *data = NULL;
     if (inq <= 0) return 0;
@@ -249,11 +321,19 @@ int rt_capture_inet(struct rt_ckpt *ck)
                                  "(`lazarus run --tcp=reset` restores it as a connection the program sees reset)");
         s->state = LZ_IN_RESET;
     }
-    if (drain_send_queues(ck, v, n) < 0) return -1;
-    for (size_t i = 0; i < n; i++) {
+    wait_received(v, n);
+    uint64_t *pos = arena_alloc(&ck->arena, n * sizeof *pos);
+    if (!pos) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
+    for (size_t i = 0; i < n; i++) /* what each end will read: its receive queue */
+        if (v[i].state == LZ_IN_CONNECTED && v[i].type == SOCK_STREAM &&
+            peek_queue(ck, &v[i], &ck->inet_data[i], &pos[i]) < 0)
+            return -1;
+    for (size_t i = 0; i < n; i++) { /* and what its peer sent that has not reached it */
         struct lz_inet *s = &v[i];
         if (s->state != LZ_IN_CONNECTED || s->type != SOCK_STREAM) continue;
-        if (peek_queue(ck, s, &ck->inet_data[i]) < 0) return -1;
+        size_t j = 0;
+        while (v[j].fd != s->peer_fd) j++;
+        if (take_send_queue(ck, &v[j], s, pos[i], &ck->inet_data[i]) < 0) return -1;
         if (s->bytes) {
             char name[48];
             rt_fmt(name, sizeof name, "inet.%d", s->fd);

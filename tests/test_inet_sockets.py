@@ -120,6 +120,47 @@ def test_asyncio_echo_restarts(runner, prog):
     assert in_flight, "no data in flight at either checkpoint"
 
 
+def test_full_send_queue(runner, prog):
+    """A connection inside the process whose reader does not read: both its
+    receive queue and the writer's send queue are full.  As root the send
+    queue is read in TCP repair mode: two cycles, every byte back in order
+    (the manifest's record holds more than the receive queue could).  As an
+    ordinary user the checkpoint fails with one line naming the connection and
+    CAP_NET_ADMIN; once the reader has read, it works."""
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "python3", prog, "bulk", trig, "2")
+    before = 0
+    for c in (1, 2):
+        if c > 1:
+            runner.touch(Path(f"{trig}.fill.{c}"))
+        written = int(proc.wait_for_output(rf"^ready {c} (\d+)$", timeout=60).group(1))
+        if runner.mode == "user":
+            res = runner.lz("checkpoint", "-d", store, timeout=120)
+            assert res.rc != 0 and len(res.stderr.strip().splitlines()) == 1, str(res)
+            assert re.search(r"descriptor \d+ \(TCP 127\.0\.0\.1:\d+ -> 127\.0\.0\.1:\d+\) is one end of a TCP "
+                             r"connection with \d+ byte\(s\) it sent that its peer, descriptor \d+, has not received.*"
+                             r"CAP_NET_ADMIN", res.stderr), str(res)
+            runner.touch(Path(f"{trig}.{c}"))
+            proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
+            runner.checkpoint(store)  # nothing in flight now
+            before = written
+            continue
+        idx = runner.checkpoint(store)
+        recs = lzformat.Manifest.load(ckpt_path(store, idx) / "manifest").inets
+        conn = [r for r in recs if r.state == lzformat.IN_CONNECTED]
+        assert len(conn) == 2 and sum(r.bytes for r in conn) == written - before, (written, before, recs)
+        assert max(r.bytes for r in conn) > max(r.rcvbuf for r in conn), recs  # the send queue's bytes too
+        kill_program(proc, "python3")
+        time.sleep(DOWN)
+        proc = runner.start_lz("restart", "-d", store)
+        runner.touch(Path(f"{trig}.{c}"))
+        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
+        assert "FAIL" not in proc.stdout, proc.stdout + proc.stderr
+        before = written
+    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
+
+
 class _LineEcho(socketserver.StreamRequestHandler):
     def handle(self):
         for line in self.rfile:

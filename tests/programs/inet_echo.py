@@ -18,13 +18,22 @@ message and its reply every 20 ms.  Per cycle: `ready C`, waits for TRIG.C,
 then goes on: an ECONNRESET (a restart with --tcp=reset) prints `reset C`
 and it connects again; `check C ok` once 20 more replies came back right.
 With TRIG.close.C present instead it closes the connection, prints
-`closed C`, waits for TRIG.C and connects again."""
+`closed C`, waits for TRIG.C and connects again.
+
+inet_echo.py bulk TRIG CYCLES
+A TCP connection inside the process whose receiving end does not read: the
+sending end writes (from cycle 2 on once TRIG.fill.C exists) a known byte
+pattern until the kernel takes no more (the receive queue and the send queue
+both full), prints `ready C W` (W bytes
+written in all), waits for TRIG.C, then reads and checks every byte written
+so far, prints `check C ok`.  `done` at the end."""
 import asyncio
 import fcntl
 import os
 import socket
 import struct
 import sys
+import time
 
 TRIG = ""
 
@@ -255,9 +264,40 @@ async def client_main(cycles, port):
     print("done", flush=True)
 
 
+def bulk_main(cycles):
+    lsn = socket.socket()
+    lsn.bind(("127.0.0.1", 0))
+    lsn.listen(1)
+    snd = socket.create_connection(lsn.getsockname())
+    rcv, _ = lsn.accept()
+    snd.setblocking(False)
+    pat = bytes(range(251)) * 1100
+    written = got = 0
+    for c in range(1, cycles + 1):
+        while c > 1 and not os.path.exists(f"{TRIG}.fill.{c}"):
+            time.sleep(0.05)
+        while True:
+            try:
+                written += snd.send(pat[written % 251:written % 251 + 262144])
+            except BlockingIOError:
+                break
+        print(f"ready {c} {written}", flush=True)
+        while not os.path.exists(f"{TRIG}.{c}"):
+            time.sleep(0.05)
+        while got < written:
+            d = rcv.recv(262144)
+            if not d or d != pat[got % 251:got % 251 + len(d)]:
+                fail(f"byte {got}: {d[:16]!r} is not the pattern")
+            got += len(d)
+        print(f"check {c} ok", flush=True)
+    print("done", flush=True)
+
+
 if __name__ == "__main__":
     TRIG = sys.argv[2]
     if sys.argv[1] == "echo":
         asyncio.run(echo_main(int(sys.argv[3])))
+    elif sys.argv[1] == "bulk":
+        bulk_main(int(sys.argv[3]))
     else:
         asyncio.run(client_main(int(sys.argv[3]), int(sys.argv[4])))
