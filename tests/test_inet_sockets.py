@@ -29,10 +29,10 @@ DOWN = 1.0
 
 @pytest.fixture(scope="module")
 def prog(programs):
-    py = programs.dir / "inet_echo.py"
-    shutil.copy(PROGRAMS_SRC / "inet_echo.py", py)
-    os.chmod(py, 0o644)
-    return py
+    for name in ("inet_echo.py", "inet_tree.py"):
+        shutil.copy(PROGRAMS_SRC / name, programs.dir / name)
+        os.chmod(programs.dir / name, 0o644)
+    return programs.dir / "inet_echo.py"
 
 
 def _ss(*args) -> str:
@@ -339,3 +339,33 @@ def test_socket_shared_with_a_child_refused(runner):
     assert [r.state for r in recs] == [lzformat.IN_LISTEN], recs
     runner.touch(f2)
     assert proc.wait(timeout=60) == 0, proc.stderr
+
+
+def test_connection_between_processes_reset(runner, prog):
+    """A job of two processes: the parent's listener comes back on its port
+    in the parent, the connection from the child to it (between two
+    processes) comes back reset on both sides (two `restored reset` lines),
+    the child connects again and the count goes on without a gap, twice."""
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "python3", prog.parent / "inet_tree.py", trig, "2")
+    port = int(proc.wait_for_output(r"^port (\d+)$", timeout=60).group(1))
+    for c in (1, 2):
+        proc.wait_for_output(rf"^ready {c}$", timeout=60)
+        res = runner.lz("checkpoint", "-d", store, timeout=120)
+        assert res.rc == 0 and "2 processes" in res.stderr, str(res)
+        proc.kill()
+        time.sleep(DOWN)
+        proc = runner.start_lz("restart", "-d", store)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not set([port]) <= _outside_state([port])[0]:
+            time.sleep(0.1)
+        assert port in _outside_state([port])[0], _tcp_lines([port])
+        runner.touch(Path(f"{trig}.{c}"))
+        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
+        assert "FAIL" not in proc.stdout, proc.stdout + proc.stderr
+        assert re.search(rf"^reset parent {c}$", proc.stdout, re.M) and re.search(rf"^reset child {c}$", proc.stdout, re.M), \
+            proc.stdout
+        lines = [ln for ln in proc.stderr.splitlines() if "restored reset" in ln]
+        assert len(lines) == 2 and sum(f"127.0.0.1:{port} ->" in ln for ln in lines) == 1, proc.stderr
+    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
