@@ -117,7 +117,7 @@ int restart_paths_check(const struct lz_image *img, const struct fj_plan *plan, 
  * their queued data is intact (part_dir: the process's part of the
  * checkpoint); then one line on stderr per connection restored reset. */
 int restart_inet_check(const char *part_dir, const struct lz_image *img, int pid, char *why, size_t whylen);
-void restart_inet_report(const struct lz_image *img, int pid);
+void restart_inet_report(const struct lz_image *imgs, size_t nimgs, size_t k, int pid);
 /* fj_plan_load (files/rollback.h) of a rollback of the store DIR to checkpoint
  * `target`, with what it needs of the store: the job's identity (DIR/job)
  * and every journal directory (ckpt.N/, jrnl.N/).  NULL with why. */

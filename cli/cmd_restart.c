@@ -261,7 +261,8 @@ int cmd_restart(int argc, char **argv)
     }
     for (size_t k = 0; k < (several ? rt.tree.nprocs : 1); k++) /* the TCP connections that come back reset */
         if (!several || rt.tree.procs[k].state == LZ_TP_LIVE)
-            restart_inet_report(several ? &rt.imgs[k] : &img, several ? rt.tree.procs[k].pid : img.proc->pid);
+            restart_inet_report(several ? rt.imgs : &img, several ? rt.tree.nprocs : 1, k,
+                                several ? rt.tree.procs[k].pid : img.proc->pid);
 
     /* indices are never reused, also of checkpoints the rollback drops and of
      * failed ones (their jrnl.N and packs/pack.N may remain) */

@@ -213,6 +213,6 @@ int jc_build_tree(struct sv_state *st, struct lz_tree *t, char *why, size_t whyl
             if (i) snprintf(tp->dir, sizeof tp->dir, LZ_PROC_PREFIX "%d", tp->pid);
         }
     }
-    if (find_shared(st, t, why, whylen) < 0 || jc_check_inet_shared(st, why, whylen) < 0) return -1;
+    if (find_shared(st, t, why, whylen) < 0) return -1;
     return t->shared ? 0 : -1;
 }

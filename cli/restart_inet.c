@@ -105,11 +105,29 @@ int restart_inet_check(const char *part_dir, const struct lz_image *img, int pid
     return 0;
 }
 
-void restart_inet_report(const struct lz_image *img, int pid)
+/* The socket whose descriptor's inode is ino, in any of the images. */
+static const struct lz_inet *by_ino(const struct lz_image *imgs, size_t n, uint64_t ino, uint64_t *own)
 {
+    for (size_t k = 0; k < n; k++)
+        for (size_t i = 0; i < imgs[k].ninets; i++)
+            for (size_t j = 0; j < imgs[k].nfds; j++)
+                if (imgs[k].fds[j].fd == imgs[k].inets[i].fd && imgs[k].fds[j].ino == ino) {
+                    *own = ino;
+                    return &imgs[k].inets[i];
+                }
+    return NULL;
+}
+
+void restart_inet_report(const struct lz_image *imgs, size_t nimgs, size_t k, int pid)
+{
+    const struct lz_image *img = &imgs[k];
     for (size_t i = 0; i < img->ninets; i++) {
         const struct lz_inet *s = &img->inets[i];
         if (s->state != LZ_IN_RESET) continue;
+        uint64_t mine = 0, theirs = 0;
+        for (size_t j = 0; j < img->nfds; j++) if (img->fds[j].fd == s->fd) mine = img->fds[j].ino;
+        const struct lz_inet *o = s->peer_ino ? by_ino(imgs, nimgs, s->peer_ino, &theirs) : NULL;
+        if (o && o->peer_ino == mine && mine) continue; /* the other end is another process's: connected again */
         char l[80], p[80];
         addr_text(l, sizeof l, s->family, s->local, s->lport);
         addr_text(p, sizeof p, s->family, s->peer, s->pport);

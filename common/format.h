@@ -337,7 +337,10 @@ enum lz_inet_state {
     LZ_IN_CONNECTED = 4, /* UDP: connected to peer; TCP: one end of a connection whose other end
                           * is descriptor peer_fd of this process, with `bytes` of data queued
                           * to be read here (file `path`) */
-    LZ_IN_RESET = 5,     /* TCP connection to outside the process: comes back reset (ECONNRESET) */
+    LZ_IN_RESET = 5,     /* TCP connection to outside the process: comes back reset (ECONNRESET),
+                          * unless peer_ino names a socket of another process of the job whose
+                          * record names this one back: then the two are connected again, each
+                          * with the `bytes` it had queued to read */
 };
 #define LZ_INO_REUSEADDR 0x1u
 #define LZ_INO_REUSEPORT 0x2u
@@ -365,6 +368,7 @@ struct lz_inet {
     uint32_t path;       /* string: the data file in the checkpoint directory (bytes > 0) */
     uint64_t bytes;      /* CONNECTED TCP: bytes queued to be read here */
     uint64_t xxh3;       /* XXH3-64 of the data file */
+    uint64_t peer_ino;   /* RESET: the inode of the socket at the other end on this host, 0 = none */
 };
 
 /* The launcher's descriptors that may be regular files (0, 1, 2): a process
@@ -473,7 +477,7 @@ LZ_STATIC_ASSERT(sizeof(struct lz_fd) == 80, "lz_fd size");
 LZ_STATIC_ASSERT(sizeof(struct lz_thread) == 216, "lz_thread size");
 LZ_STATIC_ASSERT(sizeof(struct lz_chan) == 80, "lz_chan size");
 LZ_STATIC_ASSERT(sizeof(struct lz_event) == 64, "lz_event size");
-LZ_STATIC_ASSERT(sizeof(struct lz_inet) == 128, "lz_inet size");
+LZ_STATIC_ASSERT(sizeof(struct lz_inet) == 136, "lz_inet size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_header) == 48, "lz_tree_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_proc) == 72, "lz_tree_proc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_shared) == 16, "lz_tree_shared size");

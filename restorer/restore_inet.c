@@ -97,11 +97,11 @@ static void grow_sndbuf(int fd, uint64_t bytes)
 }
 
 /* Every option the program set, once the socket is in its state. */
-static void set_options(int fd, const struct lz_inet *s, int rcv0, int snd0)
+static void set_options(int fd, const struct lz_inet *s, int rcv0, int snd0, int keep_reuse)
 {
     set_buffer(fd, SO_RCVBUF, SO_RCVBUFFORCE, s->rcvbuf, rcv0, s);
     set_buffer(fd, SO_SNDBUF, SO_SNDBUFFORCE, s->sndbuf, snd0, s);
-    set_int(fd, SOL_SOCKET, SO_REUSEADDR, !!(s->opts & LZ_INO_REUSEADDR), s, "SO_REUSEADDR");
+    if (!keep_reuse) set_int(fd, SOL_SOCKET, SO_REUSEADDR, !!(s->opts & LZ_INO_REUSEADDR), s, "SO_REUSEADDR");
     if (s->opts & LZ_INO_BROADCAST) set_int(fd, SOL_SOCKET, SO_BROADCAST, 1, s, "SO_BROADCAST");
     if (s->opts & LZ_INO_LINGER) {
         struct linger lg = {1, s->linger};
@@ -122,12 +122,10 @@ static void set_options(int fd, const struct lz_inet *s, int rcv0, int snd0)
     if (s->keepcnt > 0) set_int(fd, IPPROTO_TCP, TCP_KEEPCNT, s->keepcnt, s, "TCP_KEEPCNT");
 }
 
-/* The data file of s, checked against its checksum; malloc'ed (NULL if none). */
-static char *read_data(struct restore_ctx *rc, const struct lz_inet *s)
+/* The data file of s (path), checked against its checksum; malloc'ed (NULL if none). */
+static char *read_data(const char *path, const struct lz_inet *s)
 {
     if (!s->bytes) return NULL;
-    char path[LZ_PATH_MAX + 128];
-    snprintf(path, sizeof path, "%s/%s", rc->ckpt_dir, lz_str(&rc->img, s->path));
     size_t len = 0;
     char *buf = lz_read_file(path, &len);
     if (!buf || len != s->bytes || lz_hash(buf, len) != s->xxh3)
@@ -150,8 +148,9 @@ static void send_all(int fd, const char *buf, size_t len, const struct lz_inet *
     }
 }
 
-/* The TCP connection between records a (accepting end) and b. */
-static void connect_pair(struct restore_ctx *rc, const struct lz_inet *a, const struct lz_inet *b, int *fa, int *fb,
+/* The TCP connection between records a (accepting end) and b, with the data
+ * files of each (pa, pb). */
+static void connect_pair(const char *pa, const struct lz_inet *a, const char *pb, const struct lz_inet *b, int *fa, int *fb,
                          int fresh[2][2])
 {
     int t = new_socket(a, &fresh[0][0], &fresh[0][1]);
@@ -176,7 +175,7 @@ static void connect_pair(struct restore_ctx *rc, const struct lz_inet *a, const 
     /* room for what each end had queued, then the data, then the FINs */
     set_buffer(s, SO_RCVBUF, SO_RCVBUFFORCE, a->rcvbuf, fresh[0][0], a);
     set_buffer(c, SO_RCVBUF, SO_RCVBUFFORCE, b->rcvbuf, fresh[1][0], b);
-    char *da = read_data(rc, a), *db = read_data(rc, b);
+    char *da = read_data(pa, a), *db = read_data(pb, b);
     /* what the receiver's window does not take waits in the sender's queue, as
      * it did (a full window): the sender's buffer made large enough for the
      * time being, then as it was */
@@ -239,25 +238,32 @@ int *restore_inet(struct restore_ctx *rc, int base)
     if (!src || !made || !fresh) restore_fail("out of memory");
     for (size_t i = 0; i < img->nfds; i++) src[i] = -1;
     if (!img->ninets) { free(made); free(fresh); return src; }
-    for (size_t i = 0; i < img->ninets; i++) made[i] = -1;
+    for (size_t i = 0; i < img->ninets; i++) {
+        made[i] = -1;
+        for (size_t k = 0; k < img->nfds; k++) /* a connection with another process: the plan makes it */
+            if (img->fds[k].fd == img->inets[i].fd && restore_tree_shared_chan(img->fds[k].ino)) made[i] = -2;
+    }
     /* connections inside the process first: their private listener takes the
      * listening port for a moment */
     for (size_t i = 0; i < img->ninets; i++) {
         const struct lz_inet *s = &img->inets[i];
-        if (s->state != LZ_IN_CONNECTED || s->type != SOCK_STREAM || made[i] >= 0) continue;
+        if (s->state != LZ_IN_CONNECTED || s->type != SOCK_STREAM || made[i] != -1) continue;
         size_t j = (size_t)record_of(img, s->peer_fd);
         int f2[2][2];
+        char pi[LZ_PATH_MAX + 128], pj[LZ_PATH_MAX + 128];
+        snprintf(pi, sizeof pi, "%s/%s", rc->ckpt_dir, lz_str(img, s->path));
+        snprintf(pj, sizeof pj, "%s/%s", rc->ckpt_dir, lz_str(img, img->inets[j].path));
         if (accepts(img, s, &img->inets[j])) {
-            connect_pair(rc, s, &img->inets[j], &made[i], &made[j], f2);
+            connect_pair(pi, s, pj, &img->inets[j], &made[i], &made[j], f2);
             fresh[i][0] = f2[0][0]; fresh[i][1] = f2[0][1]; fresh[j][0] = f2[1][0]; fresh[j][1] = f2[1][1];
         } else {
-            connect_pair(rc, &img->inets[j], s, &made[j], &made[i], f2);
+            connect_pair(pj, &img->inets[j], pi, s, &made[j], &made[i], f2);
             fresh[j][0] = f2[0][0]; fresh[j][1] = f2[0][1]; fresh[i][0] = f2[1][0]; fresh[i][1] = f2[1][1];
         }
     }
     for (size_t i = 0; i < img->ninets; i++) {
         const struct lz_inet *s = &img->inets[i];
-        if (made[i] >= 0) continue;
+        if (made[i] != -1) continue;
         if (s->state == LZ_IN_RESET) {
             int r0 = 0, s0 = 0;
             made[i] = reset_socket(s);
@@ -281,7 +287,8 @@ int *restore_inet(struct restore_ctx *rc, int base)
     }
     for (size_t i = 0; i < img->ninets; i++) {
         const struct lz_inet *s = &img->inets[i];
-        if (s->state != LZ_IN_RESET) set_options(made[i], s, fresh[i][0], fresh[i][1]);
+        if (made[i] == -2) continue;
+        if (s->state != LZ_IN_RESET) set_options(made[i], s, fresh[i][0], fresh[i][1], 0);
         int fd = fcntl(made[i], F_DUPFD_CLOEXEC, base);
         if (fd < 0) restore_fail("cannot place socket descriptor %d: %s", s->fd, strerror(errno));
         close(made[i]);
@@ -294,4 +301,13 @@ int *restore_inet(struct restore_ctx *rc, int base)
     free(made);
     free(fresh);
     return src;
+}
+
+void restore_inet_pair(const struct lz_inet *a, const char *pa, const struct lz_inet *b, const char *pb, int sv[2])
+{
+    int fresh[2][2];
+    connect_pair(pa, a, pb, b, &sv[0], &sv[1], fresh);
+    /* SO_REUSEADDR stays on: the listener on a's port is bound after, in its own process */
+    set_options(sv[0], a, fresh[0][0], fresh[0][1], 1);
+    set_options(sv[1], b, fresh[1][0], fresh[1][1], 1);
 }

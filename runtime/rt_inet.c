@@ -22,6 +22,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sockios.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <string.h>
@@ -156,6 +159,54 @@ static int read_socket(struct rt_ckpt *ck, const struct lz_fd *f, struct lz_inet
     return 0;
 }
 
+/* The socket at the other end of TCP connection s on this host (sock_diag,
+ * asked by its addresses): its inode (0: none has a descriptor, or the peer is
+ * another host) and its tcp_info.  0, or -1 if not found. */
+static int diag_peer(long *nl, const struct lz_inet *s, uint64_t *ino, struct tcp_info *ti)
+{
+    if (*nl < 0) *nl = lz_sc3(SYS_socket, AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (*nl < 0) return -1;
+    struct { struct nlmsghdr h; struct inet_diag_req_v2 r; } req;
+    memset(&req, 0, sizeof req);
+    req.h.nlmsg_len = sizeof req;
+    req.h.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    req.h.nlmsg_flags = NLM_F_REQUEST;
+    req.r.sdiag_family = (uint8_t)s->family;
+    req.r.sdiag_protocol = IPPROTO_TCP;
+    req.r.idiag_ext = 1 << (INET_DIAG_INFO - 1);
+    req.r.idiag_states = ~0u;
+    req.r.id.idiag_sport = htons(s->pport); /* the peer's side */
+    req.r.id.idiag_dport = htons(s->lport);
+    memcpy(req.r.id.idiag_src, s->peer, s->family == AF_INET ? 4 : 16);
+    memcpy(req.r.id.idiag_dst, s->local, s->family == AF_INET ? 4 : 16);
+    req.r.id.idiag_cookie[0] = req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+    struct sockaddr_nl sa;
+    memset(&sa, 0, sizeof sa);
+    sa.nl_family = AF_NETLINK;
+    if (lz_sc6(SYS_sendto, *nl, (long)&req, sizeof req, 0, (long)&sa, sizeof sa) < 0) return -1;
+    union { struct nlmsghdr h; char b[8192]; } buf;
+    long n;
+    do n = lz_sc6(SYS_recvfrom, *nl, (long)&buf, sizeof buf, MSG_DONTWAIT, 0, 0);
+    while (n == -EINTR);
+    if (n < (long)sizeof(struct nlmsghdr) || buf.h.nlmsg_len > (uint32_t)n || buf.h.nlmsg_type != SOCK_DIAG_BY_FAMILY ||
+        buf.h.nlmsg_len < NLMSG_LENGTH(sizeof(struct inet_diag_msg)))
+        return -1;
+    const struct inet_diag_msg *m = NLMSG_DATA(&buf.h);
+    *ino = m->idiag_inode;
+    memset(ti, 0, sizeof *ti);
+    const char *a = (const char *)(m + 1), *end = (const char *)&buf + buf.h.nlmsg_len;
+    while (end - a >= (long)sizeof(struct nlattr)) {
+        const struct nlattr *at = (const void *)a;
+        if (at->nla_len < sizeof *at || at->nla_len > end - a) break;
+        if (at->nla_type == INET_DIAG_INFO) {
+            size_t l = at->nla_len - NLA_HDRLEN;
+            memcpy(ti, a + NLA_HDRLEN, l < sizeof *ti ? l : sizeof *ti);
+        }
+        a += NLA_ALIGN(at->nla_len);
+    }
+    return 0;
+}
+
 static int same_end(const struct lz_inet *a, const struct lz_inet *b)
 {
     return a->family == b->family && a->type == b->type && !memcmp(a->local, b->peer, 16) && a->lport == b->pport &&
@@ -252,6 +303,36 @@ static void wait_received(const struct lz_inet *v, size_t n)
     }
 }
 
+/* A connection to another process of this host (peer_ino): once every
+ * process of the job is stopped, waits (at most ~200 ms) until this end has
+ * received all the other end sent, as for one inside the process.  If it
+ * does not (the other end's process is not the job's and goes on sending, or
+ * this end's window is full), peer_ino is dropped: the connection comes back
+ * reset even if the other end is the job's. */
+static int wait_remote(struct lz_inet *v, size_t n, long *nl)
+{
+    for (int round = 0;; round++) {
+        int busy = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!v[i].peer_ino) continue;
+            struct tcp_info me, peer;
+            uint64_t ino = 0;
+            if (tcp_info_of(v[i].fd, &me) < 0 || diag_peer(nl, &v[i], &ino, &peer) < 0 || ino != v[i].peer_ino ||
+                peer.tcpi_bytes_retrans > peer.tcpi_bytes_sent) {
+                v[i].peer_ino = 0;
+                continue;
+            }
+            uint64_t end = peer.tcpi_bytes_sent - peer.tcpi_bytes_retrans + peer.tcpi_notsent_bytes;
+            if (end == me.tcpi_bytes_received) continue;
+            if (round == 200) v[i].peer_ino = 0;
+            else busy = 1;
+        }
+        if (!busy) return 0;
+        struct timespec ts = {0, 1000000};
+        lz_sc2(SYS_nanosleep, &ts, 0);
+    }
+}
+
 /* The receive queue of s, and where in the stream it ends (*pos: the bytes
  * received when it was measured; more may arrive while it is peeked). */
 static int peek_queue(struct rt_ckpt *ck, struct lz_inet *s, char **data, uint64_t *pos)
@@ -289,6 +370,7 @@ int rt_capture_inet(struct rt_ckpt *ck)
     int *st = arena_alloc(&ck->arena, n * sizeof *st);
     if (!ck->inets || !ck->inet_data || !st) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     struct lz_inet *v = ck->inets;
+    long nl = -1; /* sock_diag, once needed */
     for (size_t i = 0; i < ck->nfds; i++)
         if (ck->fds[i].kind == LZ_FD_INET) {
             if (read_socket(ck, &ck->fds[i], &v[ck->ninets], &st[ck->ninets]) < 0) return -1;
@@ -314,26 +396,36 @@ int rt_capture_inet(struct rt_ckpt *ck)
             char why[200];
             rt_fmt(why, sizeof why, "a TCP connection with descriptor %d of this process that is opening or closing (%s): "
                    "the checkpoint can be taken once it is open or closed", v[j].fd, tcp_states[st[i] < 12 ? st[i] : 0]);
+            if (nl >= 0) lz_sc1(SYS_close, nl);
             return refuse(ck, s, why);
         }
-        if (tcp_refuse)
-            return refuse(ck, s, "a TCP connection to outside the process, and the job was started with --tcp=refuse "
+        /* another process of this host holds the other end: one of the job's
+         * (the supervisor tells, cli/job_inet.c; the restart pairs them up)? */
+        struct tcp_info pti;
+        if (open_state(st[i]) && diag_peer(&nl, s, &s->peer_ino, &pti) < 0) s->peer_ino = 0;
+        if (tcp_refuse && !s->peer_ino) {
+            lz_sc1(SYS_close, nl);
+            return refuse(ck, s, "a TCP connection to outside the job, and the job was started with --tcp=refuse "
                                  "(`lazarus run --tcp=reset` restores it as a connection the program sees reset)");
+        }
         s->state = LZ_IN_RESET;
     }
+    if (wait_remote(v, n, &nl) < 0) return -1;
+    if (nl >= 0) lz_sc1(SYS_close, nl);
     wait_received(v, n);
     uint64_t *pos = arena_alloc(&ck->arena, n * sizeof *pos);
     if (!pos) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     for (size_t i = 0; i < n; i++) /* what each end will read: its receive queue */
-        if (v[i].state == LZ_IN_CONNECTED && v[i].type == SOCK_STREAM &&
+        if (((v[i].state == LZ_IN_CONNECTED && v[i].type == SOCK_STREAM) || v[i].peer_ino) &&
             peek_queue(ck, &v[i], &ck->inet_data[i], &pos[i]) < 0)
             return -1;
     for (size_t i = 0; i < n; i++) { /* and what its peer sent that has not reached it */
         struct lz_inet *s = &v[i];
-        if (s->state != LZ_IN_CONNECTED || s->type != SOCK_STREAM) continue;
-        size_t j = 0;
-        while (v[j].fd != s->peer_fd) j++;
-        if (take_send_queue(ck, &v[j], s, pos[i], &ck->inet_data[i]) < 0) return -1;
+        if (s->state == LZ_IN_CONNECTED && s->type == SOCK_STREAM) {
+            size_t j = 0;
+            while (v[j].fd != s->peer_fd) j++;
+            if (take_send_queue(ck, &v[j], s, pos[i], &ck->inet_data[i]) < 0) return -1;
+        }
         if (s->bytes) {
             char name[48];
             rt_fmt(name, sizeof name, "inet.%d", s->fd);

@@ -107,7 +107,8 @@ static int check_inet(struct lz_image *img, char *why, size_t whylen)
                  (s->bytes ? plain_name(img, s->path) : s->path == 0) &&
                  (s->type == SOCK_STREAM || (s->state != LZ_IN_LISTEN && s->state != LZ_IN_RESET));
         int pair = ok && s->type == SOCK_STREAM && s->state == LZ_IN_CONNECTED;
-        if (ok && !pair) ok = s->peer_fd == -1 && s->bytes == 0;
+        if (ok && !pair) ok = s->peer_fd == -1 && (s->bytes == 0 || s->state == LZ_IN_RESET);
+        if (ok && s->peer_ino) ok = s->state == LZ_IN_RESET;
         for (size_t j = 0; ok && j < img->ninets; j++) {
             const struct lz_inet *o = &img->inets[j];
             if (j != i && o->fd == s->fd) ok = 0;

@@ -54,6 +54,9 @@ enum lz_plan_kind {
     LZ_PO_FILE = 2,
     LZ_PO_SOCK = 4, /* a socket pair whose ends different processes hold: fd is end `chan`,
                      * fd2 end `chan2`, each refilled from its own record's data */
+    LZ_PO_TCP = 5, /* a TCP connection whose ends two processes hold: fd is end `inet` (the
+                    * accepting one; chan.ino its socket's inode), fd2 end `inet2` (chan2.ino),
+                    * each with the data it had queued to read (path, path2) */
     LZ_PO_SHM = 3, /* shared memory (LZ_R_SHARED_ANON regions with one object's dev/ino in
                     * several processes): a memfd of `offset` bytes; each process maps its
                     * part of it and fills it from its own image (the same bytes) */
@@ -71,6 +74,7 @@ struct lz_plan_obj {
     char path[LZ_PATH_MAX]; /* file: its path; pipe, socket pair: chan's data file (absolute), "" if empty */
     struct lz_chan chan2;   /* socket pair: the other end */
     char path2[LZ_PATH_MAX];
+    struct lz_inet inet, inet2; /* TCP connection: its two ends' records */
 };
 
 /* Process pid's descriptor fd is file object obj (pipes are matched by inode). */

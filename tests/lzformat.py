@@ -197,10 +197,10 @@ CHAN = _L("lz_chan", 80,
           "I shutdown, i peek_off, I sockflags, 16s reserved")
 EVENT = _L("lz_event", 64,
            "i fd, I kind, I flags, i clockid, Q count, Q mask, q value_ns, q interval_ns, i target, I pad, Q data")
-INET = _L("lz_inet", 128,
+INET = _L("lz_inet", 136,
           "i fd, I family, I type, I state, 16s local, 16s peer, H lport, H pport, I scope, i peer_fd, I opts, "
           "i keepidle, i keepintvl, i keepcnt, i linger, I rcvbuf, I sndbuf, q rcvtimeo_us, q sndtimeo_us, "
-          "I backlog, I path, Q bytes, Q xxh3")
+          "I backlog, I path, Q bytes, Q xxh3, Q peer_ino")
 TREE_HEADER = _L("lz_tree_header", 48, "8s magic, I version, I nprocs, I nshared, I pad, Q index, Q job0, Q job1")
 TREE_PROC = _L("lz_tree_proc", 72, "i pid, i ppid, i pgid, i sid, I state, i status, 16s comm, 32s dir")
 TREE_SHARED = _L("lz_tree_shared", 16, "i group, i pid, i fd, i pad")

@@ -143,7 +143,8 @@ def test_full_send_queue(runner, prog):
                              r"CAP_NET_ADMIN", res.stderr), str(res)
             runner.touch(Path(f"{trig}.{c}"))
             proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
-            runner.checkpoint(store)  # nothing in flight now
+            if c < 2:  # (after the last cycle the program ends)
+                runner.checkpoint(store)  # nothing in flight now
             before = written
             continue
         idx = runner.checkpoint(store)
@@ -218,7 +219,8 @@ def test_outside_connection_refused(runner, prog, outside_server):
         assert "tcp=refuse" in (store / "job").read_text()
         res = runner.lz("checkpoint", "-d", store, timeout=120)
         assert res.rc != 0, str(res)
-        assert re.search(rf"descriptor \d+ \(TCP 127\.0\.0\.1:\d+ -> 127\.0\.0\.1:{outside_server}\).*--tcp=refuse",
+        assert re.search(rf"descriptor \d+ (of process \d+ )?\(TCP 127\.0\.0\.1:\d+ -> 127\.0\.0\.1:{outside_server}\)"
+                         r".*--tcp=refuse",
                          res.stderr), str(res)
         assert len(res.stderr.strip().splitlines()) == 1, str(res)
         runner.touch(Path(f"{trig}.close.{c}"))
@@ -341,31 +343,29 @@ def test_socket_shared_with_a_child_refused(runner):
     assert proc.wait(timeout=60) == 0, proc.stderr
 
 
-def test_connection_between_processes_reset(runner, prog):
-    """A job of two processes: the parent's listener comes back on its port
-    in the parent, the connection from the child to it (between two
-    processes) comes back reset on both sides (two `restored reset` lines),
-    the child connects again and the count goes on without a gap, twice."""
+def test_connection_between_processes(runner, prog):
+    """A job of two processes: the parent's listener and the connection from
+    the child to it (between two processes, a line in flight at each
+    checkpoint) come back connected between the same ports: no reset on
+    either side, no `restored reset` line, the count goes on, twice."""
     store = runner.base / "store"
     trig = runner.base / "trig"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "python3", prog.parent / "inet_tree.py", trig, "2")
     port = int(proc.wait_for_output(r"^port (\d+)$", timeout=60).group(1))
     for c in (1, 2):
         proc.wait_for_output(rf"^ready {c}$", timeout=60)
+        estab0 = _outside_state([port])[1]
         res = runner.lz("checkpoint", "-d", store, timeout=120)
         assert res.rc == 0 and "2 processes" in res.stderr, str(res)
         proc.kill()
         time.sleep(DOWN)
         proc = runner.start_lz("restart", "-d", store)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not set([port]) <= _outside_state([port])[0]:
+        while time.monotonic() < deadline and _outside_state([port])[1] != estab0:
             time.sleep(0.1)
-        assert port in _outside_state([port])[0], _tcp_lines([port])
+        assert _outside_state([port])[1] == estab0, (estab0, _tcp_lines([port]))
         runner.touch(Path(f"{trig}.{c}"))
         proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
-        assert "FAIL" not in proc.stdout, proc.stdout + proc.stderr
-        assert re.search(rf"^reset parent {c}$", proc.stdout, re.M) and re.search(rf"^reset child {c}$", proc.stdout, re.M), \
-            proc.stdout
-        lines = [ln for ln in proc.stderr.splitlines() if "restored reset" in ln]
-        assert len(lines) == 2 and sum(f"127.0.0.1:{port} ->" in ln for ln in lines) == 1, proc.stderr
+        assert "FAIL" not in proc.stdout and "reset" not in proc.stdout, proc.stdout + proc.stderr
+        assert "restored reset" not in proc.stderr, proc.stderr
     assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr

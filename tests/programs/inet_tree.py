@@ -2,12 +2,11 @@
 """inet_tree.py TRIG CYCLES
 Two processes: the parent listens on 127.0.0.1 (port printed as `port P`),
 its forked child (which closed its copy of the listener) connects to it and
-sends numbered lines the parent echoes.  A connection between two processes
-is not restored connected: after a restart each side finds it reset
-(ECONNRESET, or end of stream), says `reset parent C` / `reset child C`,
-the child connects again to the listener (restored in the parent), the
-parent accepts, and the numbering goes on without a gap.  Per cycle: `ready C`
-once 20 lines went through, waits for TRIG.C, `check C ok` once 20 more did.
+sends numbered lines the parent echoes.  A connection found reset (a
+restart that could not reconnect it, `--tcp=reset`) is said (`reset parent
+C` / `reset child`), the child connects again, the parent accepts, and the
+numbering goes on without a gap.  Per cycle: `ready C` once 20 more lines went
+through, waits for TRIG.C, `check C ok` once 20 more did.
 `done` at the end; `FAIL ...` and exit 3 on a wrong line."""
 import os
 import socket
@@ -24,7 +23,7 @@ def fail(msg):
 
 def child(port):
     n = 0
-    for c in range(1, CYCLES + 1):
+    while True:
         s = socket.create_connection(("127.0.0.1", port))
         f = s.makefile("rb")
         while True:
@@ -32,28 +31,16 @@ def child(port):
                 s.sendall(b"%d\n" % n)
                 line = f.readline()
                 if not line:
-                    raise ConnectionResetError("end of stream")
+                    os._exit(0)  # the parent is done
             except (ConnectionResetError, BrokenPipeError):
-                print(f"reset child {c}", flush=True)
+                print("reset child", flush=True)
                 break
             if line != b"%d\n" % n:
                 fail(f"child: {line!r} is not {n}")
             n += 1
             time.sleep(0.01)
+        f.close()
         s.close()
-    # the last connection: until the parent says done
-    s = socket.create_connection(("127.0.0.1", port))
-    f = s.makefile("rb")
-    while True:
-        try:
-            s.sendall(b"%d\n" % n)
-            line = f.readline()
-        except OSError:
-            line = b""
-        if not line:
-            os._exit(0)
-        n += 1
-        time.sleep(0.01)
 
 
 def main():
@@ -68,10 +55,10 @@ def main():
         child(port)
     print(f"port {port}", flush=True)
     expect = 0
-    for c in range(1, CYCLES + 2):
+    c, mark = 1, 20  # cycle c: `ready c` at line `mark`, `check c ok` 20 lines after
+    while True:
         conn, _ = lsn.accept()
         f = conn.makefile("rb")
-        seen = 0
         while True:
             try:
                 line = f.readline()
@@ -85,21 +72,20 @@ def main():
             if got != expect:
                 fail(f"parent: line {got}, expected {expect}")
             expect += 1
-            seen += 1
-            if seen != 20:
-                continue
-            if c > 1:
-                print(f"check {c - 1} ok", flush=True)
-            if c <= CYCLES:
+            if expect == mark:
                 print(f"ready {c}", flush=True)
                 while not os.path.exists(f"{TRIG}.{c}"):
                     time.sleep(0.02)
-            else:
-                f.close()  # (the file object keeps the socket open too)
-                conn.close()
-                os.waitpid(pid, 0)
-                print("done", flush=True)
-                return
+            if expect == mark + 20:
+                print(f"check {c} ok", flush=True)
+                c, mark = c + 1, mark + 40
+                if c > CYCLES:
+                    f.close()  # (the file object keeps the socket open too)
+                    conn.close()
+                    os.waitpid(pid, 0)
+                    print("done", flush=True)
+                    return
+        f.close()
         conn.close()
 
 
