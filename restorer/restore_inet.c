@@ -157,7 +157,12 @@ static void connect_pair(const char *pa, const struct lz_inet *a, const char *pb
     bind_to(t, a);
     if (listen(t, 1) < 0) restore_fail("cannot listen on port %u for descriptor %d: %s", a->lport, a->fd, strerror(errno));
     struct sockaddr_storage to, me;
-    socklen_t tolen = sockaddr_of(a->family, a->local, a->lport, a->scope, &to);
+    /* a's address as b's family sees it: an IPv4 end may face a dual-stack IPv6 one (v4-mapped) */
+    uint8_t at[16];
+    if (a->family == b->family) memcpy(at, a->local, 16);
+    else if (b->family == AF_INET) memcpy(at, a->local + 12, 4);
+    else { memset(at, 0, 10); at[10] = at[11] = 0xff; memcpy(at + 12, a->local, 4); }
+    socklen_t tolen = sockaddr_of(b->family, at, a->lport, b->family == a->family ? a->scope : 0, &to);
     socklen_t melen = sockaddr_of(b->family, b->local, b->lport, b->scope, &me);
     int c = -1;
     for (int fresh_port = 0; fresh_port < 2 && c < 0; fresh_port++) {

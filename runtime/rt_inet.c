@@ -207,10 +207,29 @@ static int diag_peer(long *nl, const struct lz_inet *s, uint64_t *ino, struct tc
     return 0;
 }
 
+/* addr of a socket of family fam as IPv6 (an IPv4 address v4-mapped, as a
+ * dual-stack IPv6 socket sees an IPv4 peer) */
+static void as_v6(uint32_t fam, const uint8_t *addr, uint8_t out[16])
+{
+    if (fam == AF_INET6) { memcpy(out, addr, 16); return; }
+    memset(out, 0, 10);
+    out[10] = out[11] = 0xff;
+    memcpy(out + 12, addr, 4);
+}
+
+static int same_addr(uint32_t fa, const uint8_t *a, uint32_t fb, const uint8_t *b)
+{
+    uint8_t x[16], y[16];
+    as_v6(fa, a, x);
+    as_v6(fb, b, y);
+    return !memcmp(x, y, 16);
+}
+
+/* a and b are the two ends of one connection (an IPv4 end may face a dual-stack IPv6 one) */
 static int same_end(const struct lz_inet *a, const struct lz_inet *b)
 {
-    return a->family == b->family && a->type == b->type && !memcmp(a->local, b->peer, 16) && a->lport == b->pport &&
-           !memcmp(a->peer, b->local, 16) && a->pport == b->lport;
+    return a->type == b->type && same_addr(a->family, a->local, b->family, b->peer) && a->lport == b->pport &&
+           same_addr(a->family, a->peer, b->family, b->local) && a->pport == b->lport;
 }
 
 static int open_state(int st)

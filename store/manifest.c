@@ -114,7 +114,7 @@ static int check_inet(struct lz_image *img, char *why, size_t whylen)
             if (j != i && o->fd == s->fd) ok = 0;
             if (pair && o->fd == s->peer_fd)
                 pair = 2 * (o->peer_fd == s->fd && o->state == LZ_IN_CONNECTED && o->type == SOCK_STREAM && j != i &&
-                            o->family == s->family);
+                            o->type == s->type);
             if (ok && j != i && s->bytes && o->path && !strcmp(lz_str(img, s->path), lz_str(img, o->path))) ok = 0;
         }
         if (!ok || pair == 1) FAIL("manifest network socket record %zu is malformed", i);

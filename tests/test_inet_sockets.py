@@ -373,3 +373,48 @@ def test_connection_between_processes(runner, prog):
         assert "FAIL" not in proc.stdout and "reset" not in proc.stdout, proc.stdout + proc.stderr
         assert "restored reset" not in proc.stderr, proc.stderr
     assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
+
+
+DUALSTACK = """
+import os, socket, sys, time
+lsn = socket.socket(socket.AF_INET6)
+lsn.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+lsn.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+lsn.bind(("::", 0))
+lsn.listen(1)
+cli = socket.create_connection(("127.0.0.1", lsn.getsockname()[1]))  # IPv4, to the dual-stack listener
+srv, peer = lsn.accept()
+assert peer[0] == "::ffff:127.0.0.1", peer
+cli.sendall(b"in flight")
+print("ready", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+assert srv.recv(100) == b"in flight"
+for i in range(100):
+    cli.sendall(b"%d" % i)
+    srv.sendall(srv.recv(100))
+    assert cli.recv(100) == b"%d" % i
+assert srv.getpeername()[0] == "::ffff:127.0.0.1" and cli.getpeername()[1] == lsn.getsockname()[1]
+print("ok", flush=True)
+"""
+
+
+def test_ipv4_client_of_dual_stack_listener(runner):
+    """An IPv4 client and the IPv6 socket a dual-stack listener accepted for
+    it (v4-mapped addresses) in one process: the connection comes back with
+    the bytes in flight and works."""
+    store = runner.base / "store"
+    script = runner.base / "dual.py"
+    script.write_text(DUALSTACK)
+    trig = runner.base / "go"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "python3", script, trig)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    idx = runner.checkpoint(store)
+    recs = lzformat.Manifest.load(ckpt_path(store, idx) / "manifest").inets
+    assert sorted(r.state for r in recs) == [lzformat.IN_LISTEN, lzformat.IN_CONNECTED, lzformat.IN_CONNECTED], recs
+    kill_program(proc, "python3")
+    proc = runner.start_lz("restart", "-d", store)
+    time.sleep(0.5)
+    runner.touch(trig)
+    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
+    assert proc.stdout == "ok\n", proc.stdout + proc.stderr
