@@ -64,6 +64,15 @@ def _outside_state(ports):
     return listen, estab
 
 
+def _fd_flags(pid, fds):
+    """From outside: each descriptor's `flags:` line in /proc/PID/fdinfo (O_NONBLOCK, O_CLOEXEC...)."""
+    out = {}
+    for fd in fds:
+        text = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
+        out[fd] = re.search(r"^flags:\s*(\d+)", text, re.M).group(1)
+    return out
+
+
 def _start_echo(runner, prog, *extra):
     store = runner.base / "store"
     trig = runner.base / "trig"
@@ -89,6 +98,7 @@ def test_asyncio_echo_restarts(runner, prog):
         recs = m.inets
         kinds = {f.fd: f.kind for f in m.fds}
         assert all(kinds[r.fd] == lzformat.FD_INET for r in recs)
+        flags0 = _fd_flags(find_program(proc.pid, "python3"), [r.fd for r in recs])
         listeners = [r for r in recs if r.state == lzformat.IN_LISTEN]
         assert sorted(r.lport for r in listeners) == sorted(ports), recs
         conns = [r for r in recs if r.state == lzformat.IN_CONNECTED and r.type == socket.SOCK_STREAM]
@@ -115,6 +125,10 @@ def test_asyncio_echo_restarts(runner, prog):
         assert {(a, b) for a, b in estab0 if a in ports} & {(a, b) for a, b in estab1 if a in ports}, \
             ("no connection kept its ports", estab0, estab1)
         assert "restored reset" not in proc.stderr
+        pid = None
+        while time.monotonic() < deadline and pid is None:
+            pid = find_program(proc.pid, "python3")
+        assert _fd_flags(pid, list(flags0)) == flags0  # O_NONBLOCK and O_CLOEXEC as they were
         runner.touch(Path(f"{trig}.{c}"))
         proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=120)
         assert "FAIL" not in proc.stdout, proc.stdout + proc.stderr

@@ -53,7 +53,7 @@ def opts(sock, rcvbuf=False):
     g = sock.getsockopt
     d = {"nonblock": bool(fcntl.fcntl(sock.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK),
          "reuseaddr": g(socket.SOL_SOCKET, socket.SO_REUSEADDR),
-         "sndbuf": g(socket.SOL_SOCKET, socket.SO_SNDBUF),
+         "sndbuf": g(socket.SOL_SOCKET, socket.SO_SNDBUF), "reuseport": g(socket.SOL_SOCKET, socket.SO_REUSEPORT),
          "name": sock.getsockname()}
     if rcvbuf:
         d["rcvbuf"] = g(socket.SOL_SOCKET, socket.SO_RCVBUF)
@@ -62,7 +62,8 @@ def opts(sock, rcvbuf=False):
                  keepidle=g(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE), keepintvl=g(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
                  keepcnt=g(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
                  linger=struct.unpack("ii", g(socket.SOL_SOCKET, socket.SO_LINGER, 8)),
-                 rcvtimeo=g(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16))
+                 rcvtimeo=g(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16),
+                 sndtimeo=g(socket.SOL_SOCKET, socket.SO_SNDTIMEO, 16))
     else:
         d["broadcast"] = g(socket.SOL_SOCKET, socket.SO_BROADCAST)
     try:
@@ -111,6 +112,7 @@ class Client:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 80 * 1024)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 3))
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 7, 0))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 2, 500000))
         self.sock = s
         asyncio.ensure_future(self.write_loop())
         asyncio.ensure_future(self.read_loop())
@@ -165,7 +167,7 @@ async def echo_main(cycles):
     clients = [Client(s.sockets[0].getsockname()[0], s.sockets[0].getsockname()[1]) for s in servers]
     for c in clients:
         await c.start()
-    ut, up = await loop.create_datagram_endpoint(lambda: Udp(True), local_addr=("127.0.0.1", 0))
+    ut, up = await loop.create_datagram_endpoint(lambda: Udp(True), local_addr=("127.0.0.1", 0), reuse_port=True)
     ut.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
     uport = ut.get_extra_info("socket").getsockname()[1]
     print(f"udp {uport}", flush=True)
