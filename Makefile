@@ -11,7 +11,7 @@ OBJ     := $(B)/obj
 # link its own versions) and the static restorer.
 STATIC_CODECS := -l:libzstd.a -l:liblz4.a
 
-COMMON_SRC  := common/util.c common/hash_fast.c common/codec.c common/progress.c store/manifest.c store/chans.c store/store.c store/job_file.c store/verify.c store/gc.c store/tree.c store/place.c store/frames_check.c
+COMMON_SRC  := common/util.c common/hash_fast.c common/codec.c common/progress.c store/manifest.c store/chans.c store/store.c store/job_file.c store/verify.c store/inet_data.c store/gc.c store/tree.c store/place.c store/frames_check.c
 RT_SRC      := runtime/rt_init.c runtime/rt_signals.c runtime/rt_capture.c \
                runtime/rt_regions.c runtime/rt_fds.c runtime/rt_writer.c \
                runtime/rt_checkpoint.c runtime/rt_resume.c runtime/rt_files.c runtime/context.S \

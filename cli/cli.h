@@ -113,10 +113,9 @@ struct restart_tree {
  * the restorer reopens by path exists once `plan` is applied: 0, or -1 with why. */
 struct fj_plan;
 int restart_paths_check(const struct lz_image *img, const struct fj_plan *plan, char *why, size_t whylen);
-/* TCP and UDP sockets (restart_inet.c): their ports can be bound again and
- * their queued data is intact (part_dir: the process's part of the
- * checkpoint); then one line on stderr per connection restored reset. */
-int restart_inet_check(const char *part_dir, const struct lz_image *img, int pid, char *why, size_t whylen);
+/* TCP and UDP sockets (restart_inet.c): their ports can be bound again: 0,
+ * or -1 with why; then one line on stderr per connection restored reset. */
+int restart_inet_check(const struct lz_image *img, int pid, char *why, size_t whylen);
 void restart_inet_report(const struct lz_image *imgs, size_t nimgs, size_t k, int pid);
 /* fj_plan_load (files/rollback.h) of a rollback of the store DIR to checkpoint
  * `target`, with what it needs of the store: the job's identity (DIR/job)

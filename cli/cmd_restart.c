@@ -249,11 +249,8 @@ int cmd_restart(int argc, char **argv)
     for (size_t k = 0; k < (several ? rt.tree.nprocs : 1); k++) {
         const struct lz_image *im = several ? &rt.imgs[k] : &img;
         if (several && rt.tree.procs[k].state != LZ_TP_LIVE) continue;
-        char part[LZ_PATH_MAX + 128];
-        if (several) lz_tree_part_dir(part, sizeof part, ckpt, &rt.tree.procs[k]);
-        else snprintf(part, sizeof part, "%s", ckpt);
         if (restart_paths_check(im, plan, why, sizeof why) < 0 ||
-            restart_inet_check(part, im, several ? rt.tree.procs[k].pid : im->proc->pid, why, sizeof why) < 0) {
+            restart_inet_check(im, several ? rt.tree.procs[k].pid : im->proc->pid, why, sizeof why) < 0) {
             lz_err("cannot restart from checkpoint %" PRIu64 ": %s; nothing was changed", index, why);
             fj_plan_free(plan);
             return 1;

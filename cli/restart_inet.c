@@ -2,18 +2,16 @@
  * lz_inet): every port a socket was bound to can be bound again (a probe
  * socket with the options the restorer binds with: SO_REUSEADDR, so that the
  * killed job's connections lingering in TIME_WAIT do not stand in the way
- * when they allow it), and the data queued on each connection is intact.
+ * when they allow it); the data queued on each connection is checked with
+ * the pipes' (store/inet_data.c).
  * Another program that took a port, or a port shared by two processes'
  * records, stops the restart here, before anything changes.  Once phase 1
  * is through, one line per TCP connection that comes back reset. */
 #include "cli.h"
-#include "hash.h"
-#include "util.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -61,26 +59,13 @@ static int probe_bind(const struct lz_inet *s)
 }
 
 /* The ports the restorer will bind for the job's processes (pid: as shown). */
-int restart_inet_check(const char *part_dir, const struct lz_image *img, int pid, char *why, size_t whylen)
+int restart_inet_check(const struct lz_image *img, int pid, char *why, size_t whylen)
 {
     for (size_t i = 0; i < img->ninets; i++) {
         const struct lz_inet *s = &img->inets[i];
         char a[80];
         addr_text(a, sizeof a, s->family, s->local, s->lport);
         const char *proto = s->type == SOCK_STREAM ? "TCP" : "UDP";
-        if (s->bytes) {
-            char path[LZ_PATH_MAX + 128];
-            snprintf(path, sizeof path, "%s/%s", part_dir, lz_str(img, s->path));
-            size_t len = 0;
-            char *buf = lz_read_file(path, &len);
-            int ok = buf && len == s->bytes && lz_hash(buf, len) == s->xxh3;
-            free(buf);
-            if (!ok) {
-                snprintf(why, whylen, "the data queued on descriptor %d of process %d (%s %s) is missing or damaged (%s)",
-                         s->fd, pid, proto, a, path);
-                return -1;
-            }
-        }
         /* bound ports; a connection's end on a port of its own gets a fresh one if need be */
         if (!s->lport || s->state == LZ_IN_UNBOUND || s->state == LZ_IN_RESET) continue;
         if (s->state == LZ_IN_CONNECTED && s->type == SOCK_STREAM) {

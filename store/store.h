@@ -93,6 +93,8 @@ int lz_verify_ckpt(const char *dir, uint64_t index, char *why, size_t whylen);
  * socket (lz_chan_data), the content of every open deleted file — and checks
  * them: 0, or -1 with "checkpoint N is damaged: ...". */
 int lz_check_chans(const char *ckpt_dir, const struct lz_image *img, uint64_t index, char *why, size_t whylen);
+/* The TCP connections' queued data (inet_data.c): 0, or -1 with why. */
+int lz_check_inet_data(const char *ckpt_dir, const struct lz_image *img, uint64_t index, char *why, size_t whylen);
 /* Resolves --at N / newest; returns 0 and the index or -1 with a reason. */
 int lz_store_pick(const char *dir, int have_at, uint64_t at, uint64_t *index, char *why, size_t whylen);
 #endif

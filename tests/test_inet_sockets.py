@@ -286,8 +286,8 @@ def test_taken_port_refuses_restart(runner, prog):
 @pytest.mark.parametrize("how", ["state", "peer", "nodata"])
 def test_malformed_inet_record_refused(how, runner, prog):
     """A sealed manifest whose socket record has an unknown state, a
-    connection end naming no other end, or a data file that is gone: the
-    restart is refused with one line, and nothing runs."""
+    connection end naming no other end, or a data file that is gone:
+    `verify` and `restart` refuse it with one line, and nothing runs."""
     store, trig, proc, ports, uport = _start_echo(runner, prog)
     proc.wait_for_output(r"^ready 1$", timeout=120)
     for _ in range(20):  # one with bytes in flight, for "nodata"
@@ -307,9 +307,10 @@ def test_malformed_inet_record_refused(how, runner, prog):
     else:
         r = next(r for r in recs if r.bytes)
         os.unlink(ckpt_path(store, idx) / m.string(r.path))
-    res = runner.lz("restart", "-d", store, timeout=60)
-    assert res.rc != 0 and len(res.stderr.strip().splitlines()) == 1, str(res)
-    assert ("malformed" if how != "nodata" else "missing or damaged") in res.stderr, str(res)
+    for cmd in ("verify", "restart"):
+        res = runner.lz(cmd, "-d", store, timeout=60)
+        assert res.rc != 0 and len(res.stderr.strip().splitlines()) == 1, str(res)
+        assert ("malformed" if how != "nodata" else "missing or damaged") in res.stderr, str(res)
     assert find_program(os.getpid()) is None
 
 
