@@ -9,7 +9,9 @@
  *     binds: the killed job's connections may linger in TIME_WAIT), listening
  *     with its backlog;
  *   - a bound socket bound; a connected UDP socket connected again;
- *   - a TCP connection to outside the process (`run --tcp=reset`): connected
+ *   - a connection between two processes of the job: made by their nearest
+ *     common ancestor (restore_tree.c) through restore_inet_pair, as above;
+ *   - a TCP connection to outside the job (`run --tcp=reset`): connected
  *     to a private loopback listener whose accepted end is closed with
  *     SO_LINGER 0, so that the program's next call on it fails with ECONNRESET;
  *   - then every socket's options and flags as the program had set them.

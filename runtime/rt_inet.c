@@ -8,13 +8,16 @@
  *   - a TCP connection whose two ends this process holds (an echo server and
  *     its client in one event loop): both ends, each with the bytes queued to
  *     be read on it, copied with MSG_PEEK.  Bytes still in a send queue
- *     (SIOCOUTQ) cannot be read from user space without TCP_REPAIR: the pause
- *     waits a little for them to reach the peer, and fails the checkpoint if
- *     they do not;
- *   - a TCP connection to anything else (another host, a process outside the
- *     job, another process of the job): by the job's policy (`run --tcp`,
- *     LAZARUS_TCP): `reset` (default) records it to come back reset,
- *     `refuse` fails the checkpoint naming it.
+ *     beyond what the peer received can be read only in TCP repair mode
+ *     (root); otherwise the checkpoint fails naming the connection;
+ *   - a TCP connection to another process of this host: the other socket's
+ *     inode (sock_diag) and, once the data sent settled, this end's queue:
+ *     if the other end is the job's, the restart connects the two again
+ *     (cli/restart_tree.c), else it is one to outside:
+ *   - a TCP connection to outside the job (another host, a process not of
+ *     the job): by the job's policy (`run --tcp`, LAZARUS_TCP): `reset`
+ *     (default) records it to come back reset, `refuse` fails the checkpoint
+ *     naming it (for a peer on this host the supervisor tells, cli/job_inet.c).
  * The restorer makes them anew (restorer/restore_inet.c). */
 #include "rt.h"
 #include "hash.h"
