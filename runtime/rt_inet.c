@@ -261,11 +261,9 @@ static long unreceived(const struct lz_inet *a, uint64_t pos, uint64_t *end)
 /* A send queue's bytes the peer has not received cannot be read from user
  * space but in TCP repair mode (CAP_NET_ADMIN: CRIU's way).  As root, they are
  * peeked there and appended to what the peer will read (rec b, whose queue
- * was already peeked: *data, b->bytes).  Otherwise the pause waits (at most
- * ~200 ms: delayed ACKs; what arrives then is not in the peeked copy, so the
- * ordinary user's case is exact only when nothing was left: see LIMITS) and
- * the checkpoint fails
- * naming the connection if they are still there. */
+ * was already peeked: *data, b->bytes, ending at stream position pos).
+ * Otherwise the checkpoint fails naming the connection (wait_received gave
+ * the bytes their chance to arrive before the peek). */
 static int take_send_queue(struct rt_ckpt *ck, const struct lz_inet *a, struct lz_inet *b, uint64_t pos, char **data)
 {
     uint64_t end = 0;
