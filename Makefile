@@ -11,7 +11,7 @@ OBJ     := $(B)/obj
 # link its own versions) and the static restorer.
 STATIC_CODECS := -l:libzstd.a -l:liblz4.a
 
-COMMON_SRC  := common/util.c common/hash_fast.c common/codec.c common/progress.c store/manifest.c store/chans.c store/usocks.c store/store.c store/job_file.c store/verify.c store/gc.c store/tree.c store/place.c store/frames_check.c
+COMMON_SRC  := common/util.c common/hash_fast.c common/codec.c common/progress.c store/manifest.c store/chans.c store/usocks.c store/inet_data.c store/store.c store/job_file.c store/verify.c store/gc.c store/tree.c store/place.c store/frames_check.c
 RT_SRC := \
 	runtime/rt_init.c \
 	runtime/rt_signals.c \
@@ -51,7 +51,8 @@ RT_SRC := \
 	files/track_shared.c \
 	files/track_open.c \
 	files/track_interval.c \
-	runtime/rt_usock.c
+	runtime/rt_usock.c \
+	runtime/rt_inet.c
 
 RESTORE_SRC := \
 	restorer/restore_main.c \
@@ -68,6 +69,7 @@ RESTORE_SRC := \
 	restorer/final_jump.S \
 	restorer/thread_start.S \
 	restorer/restore_usock.c \
+	restorer/restore_inet.c \
 	restorer/restore_fifo.c \
 	restorer/restore_ghost.c
 
@@ -81,6 +83,7 @@ CLI_SRC := \
 	cli/job_members.c \
 	cli/job_tree.c \
 	cli/job_ptys.c \
+	cli/job_inet.c \
 	cli/job_commit.c \
 	cli/cmd_list.c \
 	cli/cmd_verify.c \
@@ -100,7 +103,8 @@ CLI_SRC := \
 	files/outside.c \
 	files/diff.c \
 	files/log_seal.c \
-	cli/restart_sockpaths.c
+	cli/restart_sockpaths.c \
+	cli/restart_inet.c
 
 all: $(B)/bin/lazarus $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so
 

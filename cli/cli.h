@@ -36,6 +36,7 @@ struct cli_opts {
     int force;
     char compress[32];     /* --compress SPEC, checked with lz_codec_parse ("" = not given) */
     int job_stdio;         /* run --job-stdio */
+    int tcp_refuse;        /* run --tcp=refuse (default reset) */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* "1.2 GiB" */
@@ -77,6 +78,7 @@ struct supervisor {
     char excludes[4096];
     char compress[32];   /* the job's --compress, "" = the runtime's default */
     int job_stdio;       /* run --job-stdio: the launcher's regular files on 0/1/2 are the job's */
+    int tcp_refuse;      /* run --tcp=refuse: a TCP connection to outside fails the checkpoint */
     uint64_t job_id[2];  /* DIR/job `id`: written into every tree, passed to the runtime */
 };
 /* Fills `s` for the job in `dir` (shown to the user as `shown`), opens the
@@ -113,6 +115,10 @@ struct fj_plan;
 int restart_paths_check(const struct lz_image *img, const struct fj_plan *plan, char *why, size_t whylen);
 /* The names the restorer binds or opens besides files: local sockets, named pipes (restart_sockpaths.c). */
 int restart_named_objects_check(const struct lz_image *img, char *why, size_t whylen);
+/* TCP and UDP sockets (restart_inet.c): their ports can be bound again: 0,
+ * or -1 with why; then one line on stderr per connection restored reset. */
+int restart_inet_check(const struct lz_image *img, int pid, char *why, size_t whylen);
+void restart_inet_report(const struct lz_image *imgs, size_t nimgs, size_t k, int pid);
 /* fj_plan_load (files/rollback.h) of a rollback of the store DIR to checkpoint
  * `target`, with what it needs of the store: the job's identity (DIR/job)
  * and every journal directory (ckpt.N/, jrnl.N/).  NULL with why. */

@@ -249,12 +249,17 @@ int cmd_restart(int argc, char **argv)
     for (size_t k = 0; k < (several ? rt.tree.nprocs : 1); k++) {
         const struct lz_image *im = several ? &rt.imgs[k] : &img;
         if (several && rt.tree.procs[k].state != LZ_TP_LIVE) continue;
-        if (restart_paths_check(im, plan, why, sizeof why) < 0) {
+        if (restart_paths_check(im, plan, why, sizeof why) < 0 ||
+            restart_inet_check(im, several ? rt.tree.procs[k].pid : im->proc->pid, why, sizeof why) < 0) {
             lz_err("cannot restart from checkpoint %" PRIu64 ": %s; nothing was changed", index, why);
             fj_plan_free(plan);
             return 1;
         }
     }
+    for (size_t k = 0; k < (several ? rt.tree.nprocs : 1); k++) /* the TCP connections that come back reset */
+        if (!several || rt.tree.procs[k].state == LZ_TP_LIVE)
+            restart_inet_report(several ? rt.imgs : &img, several ? rt.tree.nprocs : 1, k,
+                                several ? rt.tree.procs[k].pid : img.proc->pid);
 
     /* indices are never reused, also of checkpoints the rollback drops and of
      * failed ones (their jrnl.N and packs/pack.N may remain) */

@@ -1,4 +1,4 @@
-/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--] PROGRAM [ARG...] */
+/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--] PROGRAM [ARG...] */
 #include "cli.h"
 #include "store_admin.h"
 #include "util.h"
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--] PROGRAM [ARG...]\n"
+    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--] PROGRAM [ARG...]\n"
     "Run PROGRAM (an unmodified, dynamically linked program) under Lazarus and stay\n"
     "in the foreground as its supervisor; exit with its status (128+signal if killed).\n\n"
     "  -d DIR      checkpoint store (default ./lazarus.ckpt); refused if it holds an\n"
@@ -34,7 +34,13 @@ static const char help[] =
     "              Default: they are the launcher's, like a terminal: never rolled back\n"
     "              (Lazarus' own lines stay; what the program wrote after the newest\n"
     "              checkpoint is written again after a restart, so it can appear twice),\n"
-    "              and a restarted program writes to what `lazarus restart` was given\n";
+    "              and a restarted program writes to what `lazarus restart` was given\n"
+    "  --tcp=reset|refuse\n"
+    "              a TCP connection to outside the job (another host, a process not of\n"
+    "              the job): reset (default) restores it as a connection the program\n"
+    "              finds reset (ECONNRESET), and `restart` says so; refuse makes the\n"
+    "              checkpoint fail, naming it.  Listening and UDP sockets, and\n"
+    "              connections inside one process, are restored either way\n";
 
 pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 {
@@ -62,6 +68,7 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     setenv("LAZARUS_DURABILITY", s->durability ? "machine" : "process", 1);
     setenv("LAZARUS_EXCLUDE", s->excludes, 1);
     setenv("LAZARUS_COMPRESS", s->compress, 1);
+    setenv("LAZARUS_TCP", s->tcp_refuse ? "refuse" : "reset", 1);
     if (s->job_stdio) setenv("LAZARUS_JOB_STDIO", "1", 1);
     else unsetenv("LAZARUS_JOB_STDIO");
     char id[33];
@@ -75,7 +82,7 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxcS", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcST", help, &o);
     if (first < 0) return 2;
     if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
     char why[1024];
@@ -118,6 +125,7 @@ int cmd_run(int argc, char **argv)
     snprintf(job.excludes, sizeof job.excludes, "%s", o.excludes);
     snprintf(job.compress, sizeof job.compress, "%s", o.compress);
     job.job_stdio = o.job_stdio;
+    job.tcp_refuse = o.tcp_refuse;
     snprintf(job.state, sizeof job.state, "running");
     lz_job_new_id(job.id);
     if (lz_job_write(dir, &job) < 0) { lz_err("cannot write %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }

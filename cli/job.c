@@ -69,6 +69,7 @@ int supervisor_prepare(struct supervisor *s, const char *dir, const char *shown,
     snprintf(s->excludes, sizeof s->excludes, "%s", job->excludes);
     snprintf(s->compress, sizeof s->compress, "%s", job->compress);
     s->job_stdio = job->job_stdio;
+    s->tcp_refuse = job->tcp_refuse;
     s->job_id[0] = job->id[0];
     s->job_id[1] = job->id[1];
     s->next_index = next_index;

@@ -286,7 +286,11 @@ void job_ckpt_tick(struct sv_state *st)
     if (!st->resumed && jc_all(st, JC_CAPTURED)) {
         /* every process is captured and still stopped: the tree as it is now */
         if (!st->have_tree) {
-            char why[160] = "out of memory";
+            char why[600] = "out of memory";
+            if (jc_check_inet_shared(st, why, sizeof why) < 0) { /* cli/job_inet.c */
+                jc_fail(st, NULL, "%s", why);
+                return;
+            }
             if (jc_build_tree(st, &st->tree, why, sizeof why) < 0) {
                 lz_tree_free(&st->tree);
                 jc_fail(st, NULL, "cannot read the job's process tree (%s)", why);

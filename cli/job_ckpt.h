@@ -43,6 +43,8 @@ int jc_is_main(struct sv_state *st, const struct part *p);
 /* job_tree.c: read while every process is captured and still stopped */
 /* The tree (ids, zombies' wait status, shared descriptions): 0, or -1 with why. */
 int jc_build_tree(struct sv_state *st, struct lz_tree *t, char *why, size_t whylen);
+/* job_inet.c: no TCP or UDP socket is held by two processes: 0, or -1 with why. */
+int jc_check_inet_shared(struct sv_state *st, char *why, size_t whylen);
 /* Every socket pair a process says it shares is held by the job: 0, or fails it and -1. */
 int jc_check_peers(struct sv_state *st);
 /* Pseudo-terminals' PEER lines: each terminal end's master in the job, held once (job_ptys.c). */

@@ -316,6 +316,60 @@ static int plan_socks(struct restart_tree *rt, const char *ckpt, struct objs *o,
     return 0;
 }
 
+/* The record of the TCP socket whose inode is ino (its descriptor's), in any process. */
+static const struct lz_inet *inet_record(const struct restart_tree *rt, uint64_t ino, size_t *owner)
+{
+    for (size_t k = 0; k < rt->tree.nprocs; k++)
+        for (size_t m = 0; m < rt->imgs[k].ninets; m++) {
+            const struct lz_inet *s = &rt->imgs[k].inets[m];
+            const struct lz_fd *f = fd_record(&rt->imgs[k], s->fd);
+            if (f && f->ino == ino) { *owner = k; return s; }
+        }
+    return NULL;
+}
+
+/* TCP connections between two processes of the job (each end's record names
+ * the other's socket, runtime/rt_inet.c): made once, connected, by their
+ * nearest common ancestor. */
+static int plan_inet(struct restart_tree *rt, const char *ckpt, struct objs *o, char *why, size_t whylen)
+{
+    const struct lz_tree *t = &rt->tree;
+    for (size_t k = 0; k < t->nprocs; k++)
+        for (size_t m = 0; m < rt->imgs[k].ninets; m++) {
+            const struct lz_inet *a = &rt->imgs[k].inets[m];
+            const struct lz_fd *fa = fd_record(&rt->imgs[k], a->fd);
+            size_t kb = 0;
+            const struct lz_inet *b = a->peer_ino ? inet_record(rt, a->peer_ino, &kb) : NULL;
+            const struct lz_fd *fb = b ? fd_record(&rt->imgs[kb], b->fd) : NULL;
+            if (!fa || !b || !fb || kb == k || b->peer_ino != fa->ino || fa->ino > fb->ino) continue; /* once, from the lower */
+            int a_accepts = 1; /* the end on a listener's port accepts; else the lower inode */
+            for (size_t q = 0; q < t->nprocs; q++)
+                for (size_t r = 0; r < rt->imgs[q].ninets; r++) {
+                    const struct lz_inet *l = &rt->imgs[q].inets[r];
+                    if (l->state == LZ_IN_LISTEN && l->family == a->family && l->lport == b->lport) a_accepts = 0;
+                }
+            struct lz_plan_obj *ob = new_obj(o);
+            if (!ob) { snprintf(why, whylen, "out of memory"); return -1; }
+            ob->kind = LZ_PO_TCP;
+            ob->creator = common_ancestor(t, t->procs[k].pid, t->procs[kb].pid);
+            size_t ka = k;
+            if (!a_accepts) { const struct lz_inet *x = a; a = b; b = x; const struct lz_fd *y = fa; fa = fb; fb = y; ka = kb; kb = k; }
+            ob->inet = *a;
+            ob->inet2 = *b;
+            ob->chan.ino = fa->ino;
+            ob->chan2.ino = fb->ino;
+            char pa[LZ_PATH_MAX], pb[LZ_PATH_MAX];
+            lz_tree_part_dir(pa, sizeof pa, ckpt, &t->procs[ka]);
+            lz_tree_part_dir(pb, sizeof pb, ckpt, &t->procs[kb]);
+            if ((a->bytes && snprintf(ob->path, sizeof ob->path, "%s/%s", pa, lz_str(&rt->imgs[ka], a->path)) >= (int)sizeof ob->path) ||
+                (b->bytes && snprintf(ob->path2, sizeof ob->path2, "%s/%s", pb, lz_str(&rt->imgs[kb], b->path)) >= (int)sizeof ob->path2)) {
+                snprintf(why, whylen, "the store's path is too long");
+                return -1;
+            }
+        }
+    return 0;
+}
+
 /* Shared memory (LZ_R_SHARED_ANON regions) whose object several processes map. */
 static int plan_shm(struct restart_tree *rt, struct objs *o, char *why, size_t whylen)
 {
@@ -475,7 +529,8 @@ int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index,
     if (plan_pipes(rt, ckpt, &o, why, whylen) < 0 || plan_ghost_inodes(rt, ckpt, &o, why, whylen) < 0 ||
         plan_files(rt, ckpt, &o, why, whylen) < 0 ||
         plan_shm(rt, &o, why, whylen) < 0 || plan_socks(rt, ckpt, &o, why, whylen) < 0 ||
-        plan_ptys(rt, ckpt, &o, why, whylen) < 0) {
+        plan_ptys(rt, ckpt, &o, why, whylen) < 0 ||
+        plan_inet(rt, ckpt, &o, why, whylen) < 0) {
         free(o.v); free(o.h);
         return -1;
     }
@@ -502,7 +557,7 @@ int restart_tree_plan(struct restart_tree *rt, int ctl_fd, char *why, size_t why
     int hi = job_max_fd(rt, ctl_fd) + 8, next = hi + 2;
     for (size_t j = 0; j < o.n; j++) {
         o.v[j].fd = next++;
-        o.v[j].fd2 = o.v[j].kind == LZ_PO_PIPE || o.v[j].kind == LZ_PO_SOCK ? next++ : -1;
+        o.v[j].fd2 = o.v[j].kind == LZ_PO_PIPE || o.v[j].kind == LZ_PO_SOCK || o.v[j].kind == LZ_PO_TCP ? next++ : -1;
     }
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);

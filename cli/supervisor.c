@@ -434,6 +434,7 @@ int supervise(struct supervisor *s)
         snprintf(job.excludes, sizeof job.excludes, "%s", s->excludes);
         snprintf(job.compress, sizeof job.compress, "%s", s->compress);
         job.job_stdio = s->job_stdio;
+        job.tcp_refuse = s->tcp_refuse;
     }
     job.id[0] = s->job_id[0];
     job.id[1] = s->job_id[1];

@@ -63,6 +63,7 @@ enum lz_section_type {
     LZ_SEC_PTYS = 15,   /* u64 count, struct lz_pty[count], then their queued bytes (added in version 5
                          * without a bump) */
     LZ_SEC_USOCKS = 13, /* struct lz_usock[]: local sockets that are not one end of a connected pair */
+    LZ_SEC_INET = 14,   /* struct lz_inet[]: TCP and UDP sockets (AF_INET, AF_INET6) */
 };
 
 struct lz_header {
@@ -288,6 +289,8 @@ enum lz_fd_kind {
     LZ_FD_USOCK = 12, /* an AF_UNIX socket that is not one end of a connected pair (listening, bound,
                        * unconnected, connected to a name, or whose peer is gone): its lz_usock (same
                        * fd) says how it is made again.  (Both added in version 5 without a bump.) */
+    LZ_FD_INET = 13,  /* a TCP or UDP socket (AF_INET, AF_INET6): made anew as its lz_inet (same
+                       * fd) records; `flags` gives O_NONBLOCK.  (Added in version 5 without a bump.) */
 };
 
 struct lz_fd {
@@ -369,6 +372,52 @@ struct lz_pty {
     int32_t fg_pgrp;      /* that session's foreground process group, 0: none */
     uint32_t pad;
     uint64_t data;        /* offset of its to_slave then to_master bytes after the records */
+};
+
+/* A TCP or UDP socket (LZ_FD_INET), read in the pause (runtime/rt_inet.c) and
+ * made anew by the restorer (restorer/restore_inet.c): bound to its address,
+ * listening, connected to its peer (a TCP connection only when this process
+ * holds both ends), or, for a TCP connection to outside the process, restored
+ * reset (`run --tcp=reset`). */
+enum lz_inet_state {
+    LZ_IN_UNBOUND = 1,   /* made, not bound */
+    LZ_IN_BOUND = 2,     /* bound: TCP neither listening nor connected, UDP not connected */
+    LZ_IN_LISTEN = 3,    /* TCP, listening (backlog) */
+    LZ_IN_CONNECTED = 4, /* UDP: connected to peer; TCP: one end of a connection whose other end
+                          * is descriptor peer_fd of this process, with `bytes` of data queued
+                          * to be read here (file `path`) */
+    LZ_IN_RESET = 5,     /* TCP connection to outside the process: comes back reset (ECONNRESET),
+                          * unless peer_ino names a socket of another process of the job whose
+                          * record names this one back: then the two are connected again, each
+                          * with the `bytes` it had queued to read */
+};
+#define LZ_INO_REUSEADDR 0x1u
+#define LZ_INO_REUSEPORT 0x2u
+#define LZ_INO_NODELAY 0x4u
+#define LZ_INO_KEEPALIVE 0x8u
+#define LZ_INO_BROADCAST 0x10u
+#define LZ_INO_V6ONLY 0x20u
+#define LZ_INO_LINGER 0x40u     /* SO_LINGER on, `linger` seconds */
+#define LZ_INO_SHUT_WR 0x80u    /* TCP: this end has sent its FIN (shutdown SHUT_WR) */
+#define LZ_INO_ALL 0xffu
+struct lz_inet {
+    int32_t fd;          /* its descriptor (kind LZ_FD_INET, not a dup) */
+    uint32_t family;     /* AF_INET, AF_INET6 */
+    uint32_t type;       /* SOCK_STREAM (TCP), SOCK_DGRAM (UDP) */
+    uint32_t state;      /* enum lz_inet_state */
+    uint8_t local[16], peer[16]; /* addresses, network order (AF_INET: the first 4 bytes) */
+    uint16_t lport, pport;       /* ports, host order */
+    uint32_t scope;      /* AF_INET6: the local address's scope id */
+    int32_t peer_fd;     /* CONNECTED TCP: the other end's descriptor; else -1 */
+    uint32_t opts;       /* LZ_INO_* */
+    int32_t keepidle, keepintvl, keepcnt, linger;
+    uint32_t rcvbuf, sndbuf; /* SO_RCVBUF/SO_SNDBUF as getsockopt shows them; 0 = the default */
+    int64_t rcvtimeo_us, sndtimeo_us;
+    uint32_t backlog;    /* LISTEN */
+    uint32_t path;       /* string: the data file in the checkpoint directory (bytes > 0) */
+    uint64_t bytes;      /* CONNECTED TCP: bytes queued to be read here */
+    uint64_t xxh3;       /* XXH3-64 of the data file */
+    uint64_t peer_ino;   /* RESET: the inode of the socket at the other end on this host, 0 = none */
 };
 
 /* The launcher's descriptors that may be regular files (0, 1, 2): a process
@@ -509,6 +558,7 @@ LZ_STATIC_ASSERT(sizeof(struct lz_chan) == 80, "lz_chan size");
 LZ_STATIC_ASSERT(sizeof(struct lz_event) == 64, "lz_event size");
 LZ_STATIC_ASSERT(sizeof(struct lz_pty) == 88, "lz_pty size");
 LZ_STATIC_ASSERT(sizeof(struct lz_usock) == 360, "lz_usock size");
+LZ_STATIC_ASSERT(sizeof(struct lz_inet) == 136, "lz_inet size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_header) == 48, "lz_tree_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_proc) == 72, "lz_tree_proc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_shared) == 16, "lz_tree_shared size");

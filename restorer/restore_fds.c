@@ -2,7 +2,8 @@
  * at their offsets, the launcher's (0/1/2 terminals, pipes and files...)
  * taken from `lazarus restart`,
  * pipes and socket pairs the program made rebuilt with their data
- * (restore_pipes.c), event-loop objects made anew with their state, epolls
+ * (restore_pipes.c), TCP and UDP sockets bound, listening and connected
+ * again (restore_inet.c), event-loop objects made anew with their state, epolls
  * re-filled last (restore_events.c), pseudo-terminals made anew with their
  * settings and queues (restore_pty.c), shared descriptions re-shared with dup,
  * the control socket re-attached. */
@@ -52,6 +53,7 @@ void restore_descriptors(struct restore_ctx *rc)
     if (rc->ctl_fd != ctl) close(rc->ctl_fd);
     restore_report_fd = ctl;
     int *chan = restore_chans(rc, base);
+    int *inet = restore_inet(rc, base);
     int *shared = restore_tree_fds(img, base); /* made once for the job (restore_tree.c) */
     int *pty = restore_ptys(rc, base);
     restore_ghosts_seed(img, shared, base);
@@ -96,6 +98,10 @@ void restore_descriptors(struct restore_ctx *rc)
                 src = restore_usock_open(rc, f);
                 opened = 1;
                 break;
+            case LZ_FD_INET:
+                src = inet[i];
+                opened = 1;
+                break;
             case LZ_FD_EVENT:
                 src = restore_event_open(img, f);
                 opened = 1;
@@ -113,12 +119,12 @@ void restore_descriptors(struct restore_ctx *rc)
                 restore_fail("cannot restore the offset of descriptor %d (%s): %s", f->fd, path, strerror(errno));
         }
     free(chan);
+    free(inet);
     free(shared);
     free(pty);
-    restore_events_finish(img); /* epoll watches and timers, now that every descriptor is in place */
-    restore_pty_foreground(img);
     restore_ghosts_done();
     restore_events_finish(img); /* epoll watches and timers, now that every descriptor is in place */
+    restore_pty_foreground(img);
     restore_usocks_finish(rc);  /* datagram sockets connected to a name */
     /* Close every descriptor the program did not have. */
     char *keep = calloc((size_t)base + 64, 1);

@@ -180,6 +180,14 @@ static void make_objects(void)
             place(restore_usock_make(&o->usock, data, o->path2), o->fd, what);
             continue;
         }
+        if (o->kind == LZ_PO_TCP) {
+            int sv[2];
+            restore_inet_pair(&o->inet, o->path, &o->inet2, o->path2, sv);
+            snprintf(what, sizeof what, "the TCP connection between processes of the job");
+            place(sv[0], o->fd, what);
+            place(sv[1], o->fd2, what);
+            continue;
+        }
         if (o->kind == LZ_PO_SHM) {
             snprintf(what, sizeof what, "the memory shared by processes of the job");
             int fd = memfd_create("lazarus-shared", 0);
@@ -344,7 +352,8 @@ int *restore_tree_fds(const struct lz_image *img, int base)
                 src[i] = restore_pty_end(o->fd, f, base);
                 continue;
             }
-            if (o->kind == LZ_PO_SOCK && f->kind == LZ_FD_SOCKET && (f->ino == o->chan.ino || f->ino == o->chan2.ino)) {
+            if ((o->kind == LZ_PO_SOCK && f->kind == LZ_FD_SOCKET && (f->ino == o->chan.ino || f->ino == o->chan2.ino)) ||
+                (o->kind == LZ_PO_TCP && f->kind == LZ_FD_INET && (f->ino == o->chan.ino || f->ino == o->chan2.ino))) {
                 src[i] = take(f->ino == o->chan.ino ? o->fd : o->fd2, base, f->fd);
                 restore_set_flags(src[i], f->flags, f->fd); /* O_NONBLOCK belongs to the description */
             } else if (o->kind == LZ_PO_FILE || o->kind == LZ_PO_USOCK || o->kind == LZ_PO_GHOST) {
@@ -363,7 +372,8 @@ int restore_tree_shared_chan(uint64_t ino)
 {
     for (uint32_t j = 0; plan.me && j < plan.h.nobjs; j++) {
         const struct lz_plan_obj *o = &plan.objs[j];
-        if ((o->kind == LZ_PO_PIPE && o->chan.ino == ino) || (o->kind == LZ_PO_SOCK && (o->chan.ino == ino || o->chan2.ino == ino)))
+        if ((o->kind == LZ_PO_PIPE && o->chan.ino == ino) ||
+            ((o->kind == LZ_PO_SOCK || o->kind == LZ_PO_TCP) && (o->chan.ino == ino || o->chan2.ino == ino)))
             return 1;
     }
     return 0;

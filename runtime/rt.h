@@ -129,6 +129,8 @@ struct rt_ckpt {
     struct lz_usock *usocks; size_t nusocks; /* local sockets that are not pair ends (rt_usock.c) */
     char **usock_data;               /* per usock, its queued data (usocks[k].q.bytes) */
     char **usock_from;               /* per usock, its datagrams' senders (usocks[k].from_bytes) */
+    struct lz_inet *inets; size_t ninets; /* TCP and UDP sockets (rt_inet.c) */
+    char **inet_data;                /* per inet, the bytes queued to be read (inets[k].bytes) */
     struct rt_strings strings;
     struct rt_region_dirty *rdirty;  /* one per region */
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
@@ -191,6 +193,10 @@ int rt_capture_events(struct rt_ckpt *ck);
  * known, each one's record and queues.  0 or -1 (ck->err). */
 int rt_pty_kind(const char *path, unsigned long rdev, uint64_t *index, uint64_t *master, int fd);
 int rt_capture_ptys(struct rt_ckpt *ck);
+/* TCP and UDP sockets (rt_inet.c): their state in the pause, then their
+ * queued data beside the manifest.  0 or -1 (ck->err). */
+int rt_capture_inet(struct rt_ckpt *ck);
+int rt_store_inet(struct rt_ckpt *ck);
 /* A new file of the checkpoint (O_EXCL, 0600), written and fsynced: 0 or -errno. */
 long rt_write_file(const char *path, const void *buf, size_t len);
 int rt_capture_regions(struct rt_ckpt *ck);

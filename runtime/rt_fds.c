@@ -1,8 +1,9 @@
 /* The descriptor table: regular files and directories by path, identity,
  * offset and flags; the launcher's descriptors (rt_launcher.c) and 0/1/2
  * terminals are re-attached to the restarter's; a few character devices are
- * reopened; pipes and socket pairs the program made are rt_pipes.c's, eventfd, timerfd, signalfd
- * and epoll descriptors rt_events.c's, pseudo-terminals rt_pty.c's.  Anything else makes the checkpoint
+ * reopened; pipes and socket pairs the program made are rt_pipes.c's, TCP and UDP
+ * sockets rt_inet.c's, eventfd, timerfd, signalfd and epoll descriptors rt_events.c's,
+ * pseudo-terminals rt_pty.c's.  Anything else makes the checkpoint
  * fail with a message naming the descriptor. */
 #include "rt.h"
 #include "rt_dirty.h"
@@ -12,6 +13,7 @@
 #include <fcntl.h>
 #include <linux/kcmp.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -96,7 +98,12 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
         out->path = strings_add(&ck->strings, path);
         return 0;
     }
-    if (S_ISSOCK(st.st_mode) && !strncmp(path, "socket:[", 8)) { out->kind = LZ_FD_SOCKET; return 0; }
+    if (S_ISSOCK(st.st_mode) && !strncmp(path, "socket:[", 8)) {
+        int dom = 0, dlen = sizeof dom; /* TCP and UDP are rt_inet.c's */
+        lz_sc5(SYS_getsockopt, fd, SOL_SOCKET, SO_DOMAIN, &dom, &dlen);
+        out->kind = dom == AF_INET || dom == AF_INET6 ? LZ_FD_INET : LZ_FD_SOCKET;
+        return 0;
+    }
     /* event-loop objects: their state is rt_events.c's */
     static const char *const events[] = {"anon_inode:[eventfd]", "anon_inode:[timerfd]", "anon_inode:[signalfd]",
                                          "anon_inode:[eventpoll]", NULL};
@@ -150,7 +157,7 @@ int rt_capture_fds(struct rt_ckpt *ck)
                 break;
             }
         }
-    if (rt_capture_usocks(ck) < 0 || rt_capture_chans(ck) < 0) return -1;
+    if (rt_capture_usocks(ck) < 0 || rt_capture_chans(ck) < 0 || rt_capture_inet(ck) < 0) return -1;
     if (rt_capture_ptys(ck) < 0) return -1;
     return rt_capture_events(ck);
 }

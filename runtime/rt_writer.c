@@ -19,7 +19,7 @@
 /* A manifest holds one section of each type (enum lz_section_type); its
  * size counts one more, each with up to 8 bytes of padding. */
 /* How many sections write_manifest() puts, one of each type (a branch that adds one counts it here). */
-#define RT_NSECTIONS 14
+#define RT_NSECTIONS 15
 
 long rt_write_file(const char *path, const void *buf, size_t len)
 {
@@ -239,7 +239,7 @@ static int finish(struct rt_ckpt *ck)
         packs[i] = (struct lz_pack){strings_add(&ck->strings, rel), 0, nm->packs[i].size, nm->packs[i].id};
     }
     if (ck->strings.overflow) { rt_fmt(ck->err, sizeof ck->err, "the checkpoint's string table is full"); return -1; }
-    if (rt_store_chans(ck) < 0 || rt_store_usocks(ck) < 0) return -1;
+    if (rt_store_chans(ck) < 0 || rt_store_usocks(ck) < 0 || rt_store_inet(ck) < 0) return -1;
     if (hash_ghosts(ck) < 0) return -1;
 
     size_t size = sizeof(struct lz_header) + (RT_NSECTIONS + 1) * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
@@ -247,6 +247,7 @@ static int finish(struct rt_ckpt *ck)
                   ck->nchans * sizeof(struct lz_chan) + ck->nevents * sizeof(struct lz_event) +
                   8 + ck->nptys * sizeof(struct lz_pty) + ck->pty_bytes +
                   ck->nusocks * sizeof(struct lz_usock) +
+                  ck->ninets * sizeof(struct lz_inet) +
                   ck->nthreads * sizeof(struct lz_thread) +
                   ck->nregions * sizeof(struct lz_region) + nm->nextents * sizeof(struct lz_extent) +
                   nm->nframes * sizeof(struct lz_frame) + ck->nfds * sizeof(struct lz_fd) +
@@ -285,6 +286,7 @@ static int finish(struct rt_ckpt *ck)
     p = put_section(p, LZ_SEC_EVENTS, ck->events, ck->nevents * sizeof *ck->events);
     p = put_ptys(p, ck);
     p = put_section(p, LZ_SEC_USOCKS, ck->usocks, ck->nusocks * sizeof *ck->usocks);
+    p = put_section(p, LZ_SEC_INET, ck->inets, ck->ninets * sizeof *ck->inets);
     h->pause_ns = rt_pause_ns(ck);
     h->durable_ns = rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* the pack is on disk, the manifest follows */
     ck->durable_ns = h->durable_ns;

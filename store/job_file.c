@@ -92,6 +92,7 @@ int lz_job_read(const char *dir, struct lz_job *job)
         else if (!strcmp(line, "next_index")) lz_parse_u64(eq, &job->next_index);
         else if (!strcmp(line, "compress")) snprintf(job->compress, sizeof job->compress, "%s", eq);
         else if (!strcmp(line, "stdio")) job->job_stdio = !strcmp(eq, "job");
+        else if (!strcmp(line, "tcp")) job->tcp_refuse = !strcmp(eq, "refuse");
         else if (!strcmp(line, "failed_index")) lz_parse_u64(eq, &job->failed_index);
         else if (!strcmp(line, "failed_ns")) job->failed_ns = strtoll(eq, NULL, 10);
         else if (!strcmp(line, "failed_why")) snprintf(job->failed_why, sizeof job->failed_why, "%s", eq);
@@ -125,10 +126,10 @@ int lz_job_write(const char *dir, const struct lz_job *job)
     lz_job_id_text(id, job->id);
     int n = snprintf(buf, sizeof buf, "version=%u\nid=%s\ninterval=%" PRIu64 "\nkeep=%" PRIu64 "\nstate=%s\nexit=%d\n"
                      "durability=%s\nstopped_ns=%" PRId64 "\nrolling_to=%" PRId64 "\nnext_index=%" PRIu64 "\n"
-                     "compress=%s\nstdio=%s\n",
+                     "compress=%s\nstdio=%s\ntcp=%s\n",
                      LZ_VERSION, id, job->interval, job->keep, job->state, job->exit_status,
                      job->durability ? "machine" : "process", job->stopped_ns, job->rolling_to, job->next_index,
-                     compress, job->job_stdio ? "job" : "launcher");
+                     compress, job->job_stdio ? "job" : "launcher", job->tcp_refuse ? "refuse" : "reset");
     if (job->failed_index)
         n += snprintf(buf + n, sizeof buf - (size_t)n, "failed_index=%" PRIu64 "\nfailed_ns=%" PRId64 "\nfailed_why=%s\n",
                       job->failed_index, job->failed_ns, failed);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 const char *lz_trigger_name(uint32_t t)
 {
@@ -132,6 +133,39 @@ static int check_ptys(struct lz_image *img, char *why, size_t whylen)
     return 0;
 }
 
+/* TCP and UDP sockets: one record per LZ_FD_INET descriptor and none other;
+ * a connection's two ends name each other; data only on a connection. */
+static int check_inet(struct lz_image *img, char *why, size_t whylen)
+{
+    for (size_t i = 0; i < img->ninets; i++) {
+        const struct lz_inet *s = &img->inets[i];
+        const struct lz_fd *f = find_fd(img, s->fd);
+        int ok = f && f->kind == LZ_FD_INET && (s->family == AF_INET || s->family == AF_INET6) &&
+                 (s->type == SOCK_STREAM || s->type == SOCK_DGRAM) && s->state >= LZ_IN_UNBOUND &&
+                 s->state <= LZ_IN_RESET && !(s->opts & ~LZ_INO_ALL) && s->bytes <= LZ_CHAN_MAX_BYTES &&
+                 (s->bytes ? plain_name(img, s->path) : s->path == 0) &&
+                 (s->type == SOCK_STREAM || (s->state != LZ_IN_LISTEN && s->state != LZ_IN_RESET));
+        int pair = ok && s->type == SOCK_STREAM && s->state == LZ_IN_CONNECTED;
+        if (ok && !pair) ok = s->peer_fd == -1 && (s->bytes == 0 || s->state == LZ_IN_RESET);
+        if (ok && s->peer_ino) ok = s->state == LZ_IN_RESET;
+        for (size_t j = 0; ok && j < img->ninets; j++) {
+            const struct lz_inet *o = &img->inets[j];
+            if (j != i && o->fd == s->fd) ok = 0;
+            if (pair && o->fd == s->peer_fd)
+                pair = 2 * (o->peer_fd == s->fd && o->state == LZ_IN_CONNECTED && o->type == SOCK_STREAM && j != i &&
+                            o->type == s->type);
+            if (ok && j != i && s->bytes && o->path && !strcmp(lz_str(img, s->path), lz_str(img, o->path))) ok = 0;
+        }
+        if (!ok || pair == 1) FAIL("manifest network socket record %zu is malformed", i);
+    }
+    for (size_t i = 0; i < img->nfds; i++) {
+        size_t k = 0;
+        while (k < img->ninets && img->inets[k].fd != img->fds[i].fd) k++;
+        if (img->fds[i].kind == LZ_FD_INET && k == img->ninets) FAIL("manifest descriptor %d is malformed", img->fds[i].fd);
+    }
+    return 0;
+}
+
 /* The descriptor table, and the pipes and socket pairs its descriptors
  * name: every record the restorer follows (dup_of, ino, peer) exists. */
 static int check_fds(struct lz_image *img, char *why, size_t whylen)
@@ -176,7 +210,7 @@ static int check_fds(struct lz_image *img, char *why, size_t whylen)
             FAIL("manifest descriptor %d is malformed", f->fd);
     }
     if (check_events(img, why, whylen) < 0 || lz_usocks_valid(img, why, whylen) < 0) return -1;
-    if (check_ptys(img, why, whylen) < 0) return -1;
+    if (check_ptys(img, why, whylen) < 0 || check_inet(img, why, whylen) < 0) return -1;
     /* a socket is one open file: exactly one descriptor opens it (others are dups) */
     for (size_t i = 0; i < img->nchans; i++) {
         const struct lz_chan *c = &img->chans[i];
@@ -319,6 +353,9 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
         case LZ_SEC_USOCKS:
             if (n % sizeof(struct lz_usock)) FAIL("manifest local socket list is malformed");
             img->usocks = p; img->nusocks = n / sizeof(struct lz_usock); break;
+        case LZ_SEC_INET:
+            if (n % sizeof(struct lz_inet)) FAIL("manifest network socket list is malformed");
+            img->inets = p; img->ninets = n / sizeof(struct lz_inet); break;
         case LZ_SEC_THREADS:
             if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
             img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;

@@ -21,6 +21,7 @@ struct lz_image {
     const struct lz_pty *ptys;       size_t nptys;   /* pseudo-terminals whose master the process held */
     const char *pty_data;            size_t pty_data_len; /* their queued bytes (lz_pty.data) */
     const struct lz_usock *usocks;   size_t nusocks;
+    const struct lz_inet *inets;     size_t ninets;
     const char *strings;             size_t strings_len;
     const void *auxv;                size_t auxv_len;
     const uint32_t *groups;          /* the supplementary groups, proc->ngroups of them */

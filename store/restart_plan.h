@@ -69,6 +69,9 @@ enum lz_plan_kind {
     LZ_PO_GHOSTINO = 7, /* the inode of an open deleted file several processes hold through
                          * descriptions of their own: made from `ghost` and `path` (read-write);
                          * every description of it in the job is opened through it */
+    LZ_PO_TCP = 9, /* a TCP connection whose ends two processes hold: fd is end `inet` (the
+                    * accepting one; chan.ino its socket's inode), fd2 end `inet2` (chan2.ino),
+                    * each with the data it had queued to read (path, path2) */
     LZ_PO_SHM = 3, /* shared memory (LZ_R_SHARED_ANON regions with one object's dev/ino in
                     * several processes): a memfd of `offset` bytes; each process maps its
                     * part of it and fills it from its own image (the same bytes) */
@@ -89,6 +92,7 @@ struct lz_plan_obj {
     int32_t pty_sid, pty_fg; /* pty */
     struct lz_usock usock; /* LZ_PO_USOCK: its record */
     struct lz_fd ghost;    /* LZ_PO_GHOST: the first holder's record (mode, mtime, checksum, flags, offset) */
+    struct lz_inet inet, inet2; /* TCP connection: its two ends' records */
 };
 
 /* Process pid's descriptor fd is file object obj (pipes are matched by inode). */

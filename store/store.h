@@ -28,6 +28,8 @@ struct lz_job {
     char compress[32];   /* --compress: "none", "lz4", "zstd", "zstd:LEVEL" ("" = default) */
     int job_stdio;       /* `stdio=job` (run --job-stdio): regular files on the main program's
                           * 0/1/2 are the job's; `stdio=launcher` (default): the launcher's */
+    int tcp_refuse;      /* `tcp=refuse` (run --tcp=refuse): a TCP connection to outside fails the
+                          * checkpoint; `tcp=reset` (default): it comes back reset */
     /* the last checkpoint that failed (shown by `list` while no later one succeeded) */
     uint64_t failed_index;
     int64_t failed_ns;   /* CLOCK_REALTIME */
@@ -91,6 +93,8 @@ int lz_verify_ckpt(const char *dir, uint64_t index, char *why, size_t whylen);
  * socket (lz_chan_data), the content of every open deleted file — and checks
  * them: 0, or -1 with "checkpoint N is damaged: ...". */
 int lz_check_chans(const char *ckpt_dir, const struct lz_image *img, uint64_t index, char *why, size_t whylen);
+/* The TCP connections' queued data (inet_data.c): 0, or -1 with why. */
+int lz_check_inet_data(const char *ckpt_dir, const struct lz_image *img, uint64_t index, char *why, size_t whylen);
 /* Resolves --at N / newest; returns 0 and the index or -1 with a reason. */
 int lz_store_pick(const char *dir, int have_at, uint64_t at, uint64_t *index, char *why, size_t whylen);
 #endif

@@ -196,5 +196,5 @@ int lz_check_chans(const char *ckpt_dir, const struct lz_image *img, uint64_t in
             return -1;
         }
     }
-    return 0;
+    return lz_check_inet_data(ckpt_dir, img, index, why, whylen);
 }

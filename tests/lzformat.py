@@ -59,10 +59,11 @@ TREE_MAGIC = b"LZRSTREE"
 SEC_PROC, SEC_REGIONS, SEC_EXTENTS, SEC_FDS, SEC_STRINGS, SEC_PACKS = 1, 2, 3, 4, 5, 6
 SEC_AUXV, SEC_FRAMES, SEC_THREADS, SEC_CHANS, SEC_GROUPS, SEC_EVENTS = 7, 8, 9, 10, 11, 12
 SEC_USOCKS = 13
+SEC_INET = 14
 SECTION_NAMES = {SEC_PROC: "proc", SEC_REGIONS: "regions", SEC_EXTENTS: "extents", SEC_FDS: "fds",
                  SEC_STRINGS: "strings", SEC_PACKS: "packs", SEC_AUXV: "auxv", SEC_FRAMES: "frames",
                  SEC_THREADS: "threads", SEC_CHANS: "chans", SEC_GROUPS: "groups",
-                 SEC_EVENTS: "events", SEC_USOCKS: "usocks", 15: "ptys"}
+                 SEC_EVENTS: "events", SEC_USOCKS: "usocks", SEC_INET: "inet", 15: "ptys"}
 SEC_PTYS = 15
 
 FRAME_ZERO = 0xFFFFFFFF
@@ -72,6 +73,8 @@ FD_FILE, FD_DIR, FD_DEV, FD_STDIO, FD_DUP, FD_CTL, FD_GHOST, FD_PIPE, FD_SOCKET,
 FD_PTY = 14
 FD_FIFO, FD_USOCK = 11, 12
 EV_EVENTFD, EV_TIMERFD, EV_SIGNALFD, EV_EPOLL, EV_WATCH = range(1, 6)
+FD_INET = 13
+IN_UNBOUND, IN_BOUND, IN_LISTEN, IN_CONNECTED, IN_RESET = range(1, 6)
 CH_PIPE, CH_STREAM, CH_DGRAM, CH_SEQPACKET, CH_FIFO = 1, 2, 3, 4, 5
 TH_CKPT = 0x1
 TP_LIVE, TP_ZOMBIE = 1, 2
@@ -204,6 +207,10 @@ EVENT = _L("lz_event", 64,
 PTY = _L("lz_pty", 88,
          "I index, I flags, I iflag, I oflag, I cflag, I lflag, B line, 19s cc, I ispeed, I ospeed, "
          "H rows, H cols, H xpixel, H ypixel, I to_slave, I to_master, i sid, i fg_pgrp, I pad, Q data")
+INET = _L("lz_inet", 136,
+          "i fd, I family, I type, I state, 16s local, 16s peer, H lport, H pport, I scope, i peer_fd, I opts, "
+          "i keepidle, i keepintvl, i keepcnt, i linger, I rcvbuf, I sndbuf, q rcvtimeo_us, q sndtimeo_us, "
+          "I backlog, I path, Q bytes, Q xxh3, Q peer_ino")
 TREE_HEADER = _L("lz_tree_header", 48, "8s magic, I version, I nprocs, I nshared, I pad, Q index, Q job0, Q job1")
 TREE_PROC = _L("lz_tree_proc", 72, "i pid, i ppid, i pgid, i sid, I state, i status, 16s comm, 32s dir")
 TREE_SHARED = _L("lz_tree_shared", 16, "i group, i pid, i fd, i pad")
@@ -226,14 +233,14 @@ FJ_STRINGS = {FJ_INODE, FJ_NAME, FJ_MOVED, FJ_DIRTIME}
 
 # every layout, for the offsetof() check of test_format_unit.py ("job0"/"job1"
 # stand for C's job[0]/job[1])
-LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT, PTY, USOCK,
+LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT, PTY, USOCK, INET,
            TREE_HEADER, TREE_PROC, TREE_SHARED,
            FJ_REC, FJ_INODE_L, FJ_DATA_L, FJ_NAME_L, FJ_MOVED_L, FJ_DIRTIME_L, FJ_BEGIN_L, FJ_END_L]
 
 # the arrays of records a section holds
 SECTION_LAYOUT = {SEC_REGIONS: REGION, SEC_EXTENTS: EXTENT, SEC_FDS: FD, SEC_PACKS: PACK,
                   SEC_FRAMES: FRAME, SEC_THREADS: THREAD, SEC_CHANS: CHAN, SEC_EVENTS: EVENT,
-                  SEC_USOCKS: USOCK}
+                  SEC_USOCKS: USOCK, SEC_INET: INET}
 
 
 def _pad8(n: int) -> int:
@@ -358,6 +365,7 @@ class Manifest:
             r["data"] = p[base + r["data"]:base + r["data"] + r["to_slave"] + r["to_master"]]
             out.append(r)
         return out
+    inets = property(lambda self: self.records(SEC_INET))
 
     @property
     def groups(self) -> list[int]:

@@ -266,7 +266,7 @@ def test_malformed_records_refused(how, runner, pristine, progs):
 # ------------------------------------------------------------- refusals
 REFUSED = {
     # (a pair whose other end is closed and a listening socket are restored now: test_unix_sockets.py)
-    "inet": r"is a socket",
+    "inet": r"listening socket with 1 connection\(s\) not yet accepted",
     # a socket pair whose other end an orphan outside the job holds (one shared with a
     # child is checkpointed with both processes: test_shared_with_a_child)
     "outsock": r"descriptor 7 is one end of a local socket pair whose other end no process of the job holds",

@@ -6,6 +6,8 @@
  * KIND: halfpair (a socket pair whose other end was closed), listen (a
  * listening AF_UNIX socket) -- both restored now (test_unix_sockets.py), no
  * longer used --, inet (a listening TCP socket on 127.0.0.1),
+ * longer used --, inet (a listening TCP socket on 127.0.0.1 with a
+ * connection of its own not yet accepted),
  * childpipe (the write end of a pipe whose read end a child process holds),
  * childsock (a socket pair whose other end a child process holds),
  * outsock (a socket pair whose other end an orphan outside the job holds),
@@ -77,8 +79,12 @@ int main(int argc, char **argv)
         if (fd >= 0 && (bind(fd, (void *)&a, sizeof a) < 0 || listen(fd, 4) < 0)) fd = -1;
     } else if (!strcmp(kind, "inet")) {
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t al = sizeof a;
         fd = socket(AF_INET, SOCK_STREAM, 0);
-        if (fd >= 0 && (bind(fd, (void *)&a, sizeof a) < 0 || listen(fd, 4) < 0)) fd = -1;
+        other = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd >= 0 && (bind(fd, (void *)&a, sizeof a) < 0 || listen(fd, 4) < 0 ||
+                        getsockname(fd, (void *)&a, &al) < 0 || connect(other, (void *)&a, al) < 0))
+            fd = -1;
     } else if (!strcmp(kind, "childpipe") && pipe(two) == 0) {
         child = child_holding(two[0], two[1]);
         fd = two[1];

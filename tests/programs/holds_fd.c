@@ -2,7 +2,7 @@
  *
  *   holds_fd socket|inotify FD FILE1 FILE2
  *
- * Opens a TCP socket (or an inotify instance) on descriptor FD, prints `ready`, keeps
+ * Opens a netlink socket (or an inotify instance) on descriptor FD, prints `ready`, keeps
  * computing until FILE1 exists, closes FD, prints `closed`, keeps computing
  * until FILE2 exists, then prints `done` and exits 0.
  */
@@ -39,7 +39,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int want = atoi(argv[2]);
-    int fd = strcmp(argv[1], "inotify") == 0 ? inotify_init1(0) : socket(AF_INET, SOCK_STREAM, 0);
+    int fd = strcmp(argv[1], "inotify") == 0 ? inotify_init1(0) : socket(AF_NETLINK, SOCK_RAW, 0 /* NETLINK_ROUTE */);
     if (fd < 0 || dup2(fd, want) != want) {
         perror("open");
         return 1;
