@@ -60,6 +60,7 @@ enum lz_section_type {
     LZ_SEC_CHANS = 10,  /* struct lz_chan[]: pipes and local socket pairs the program made */
     LZ_SEC_GROUPS = 11, /* uint32_t[]: the supplementary groups (getgroups order), lz_proc.ngroups of them */
     LZ_SEC_EVENTS = 12, /* struct lz_event[]: eventfd, timerfd, signalfd, epoll objects and epoll watches */
+    LZ_SEC_TIMERS = 17, /* struct lz_timer[]: the process's POSIX timers (added in version 5 without a bump) */
 };
 
 struct lz_header {
@@ -322,6 +323,30 @@ struct lz_event {
     uint64_t data;      /* WATCH */
 };
 
+/* A POSIX timer (timer_create) of the process, read in the pause from
+ * /proc/self/timers and timer_gettime, made again by the restorer with its id
+ * (restorer/restore_timers.c).  A SIGEV_THREAD timer is, in the kernel, a
+ * SIGEV_THREAD_ID timer aimed at the runtime's helper thread (rt_timers.c),
+ * restored like any other; the helper comes back as a thread of the image. */
+enum lz_timer_kind {
+    LZ_TM_TIMER = 1, /* a timer */
+    LZ_TM_NEXT = 2,  /* id: the id the kernel gives the next timer_create (only this field) */
+};
+#define LZ_TMF_ABSTIME 0x1u /* armed with TIMER_ABSTIME: value_ns is the clock's expiry */
+struct lz_timer {
+    uint32_t kind;      /* enum lz_timer_kind */
+    int32_t id;         /* the kernel's timer id, which the program holds */
+    int32_t clockid;
+    int32_t notify;     /* sigev_notify: SIGEV_SIGNAL, SIGEV_NONE or SIGEV_SIGNAL|SIGEV_THREAD_ID */
+    int32_t signo;
+    int32_t tid;        /* SIGEV_THREAD_ID: the thread it signals */
+    uint32_t flags;     /* LZ_TMF_* */
+    int32_t overrun;    /* timer_getoverrun at the checkpoint (not restored: see LIMITS.md) */
+    uint64_t value;     /* sigev_value */
+    int64_t value_ns;   /* 0 = disarmed; else the time left, or the expiry (LZ_TMF_ABSTIME) */
+    int64_t interval_ns;
+};
+
 /* The launcher's descriptors that may be regular files (0, 1, 2): a process
  * can have them at other numbers, and keeps a reference to each (lz_resume). */
 #define LZ_LAUNCHER_FDS 3
@@ -428,6 +453,7 @@ LZ_STATIC_ASSERT(sizeof(struct lz_fd) == 80, "lz_fd size");
 LZ_STATIC_ASSERT(sizeof(struct lz_thread) == 216, "lz_thread size");
 LZ_STATIC_ASSERT(sizeof(struct lz_chan) == 80, "lz_chan size");
 LZ_STATIC_ASSERT(sizeof(struct lz_event) == 64, "lz_event size");
+LZ_STATIC_ASSERT(sizeof(struct lz_timer) == 56, "lz_timer size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_header) == 48, "lz_tree_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_proc) == 72, "lz_tree_proc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_shared) == 16, "lz_tree_shared size");

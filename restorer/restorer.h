@@ -52,6 +52,9 @@ int *restore_chans(struct restore_ctx *rc, int base);
  * then, with every descriptor in place, the epoll watches and the timers. */
 int restore_event_open(const struct lz_image *img, const struct lz_fd *f);
 void restore_events_finish(const struct lz_image *img);
+/* POSIX timers with their ids and state (restore_timers.c), once every thread
+ * exists and before any runs; raw system calls only. */
+void restore_timers(const struct lz_image *img);
 /* A pipe like c, holding data (freed), its ends parked at >= base in ends;
  * `what` names it in messages.  Then the process's descriptor records of
  * pipe ino take its ends r and w (closed if none does) or reopen them, each

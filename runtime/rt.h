@@ -124,6 +124,7 @@ struct rt_ckpt {
     struct lz_chan *chans; size_t nchans; /* pipes and socket pairs (rt_pipes.c) */
     char **chan_data;                /* per chan, its data in flight (chans[k].bytes) */
     struct lz_event *events; size_t nevents; /* event-loop objects and epoll watches (rt_events.c) */
+    struct lz_timer *timers; size_t ntimers; /* POSIX timers (rt_timers.c) */
     struct rt_strings strings;
     struct rt_region_dirty *rdirty;  /* one per region */
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
@@ -170,6 +171,10 @@ int rt_store_chans(struct rt_ckpt *ck);
 /* The state of the eventfd, timerfd, signalfd and epoll descriptors (after
  * the dups are known), from /proc/self/fdinfo.  0 or -1 (ck->err). */
 int rt_capture_events(struct rt_ckpt *ck);
+/* The process's POSIX timers, from /proc/self/timers, timer_gettime and what
+ * the timer_* wrappers know (after the threads are known).  0 or -1 (ck->err). */
+int rt_capture_timers(struct rt_ckpt *ck);
+void rt_timers_forked(void); /* a forked child: no timers, no helper thread */
 /* A new file of the checkpoint (O_EXCL, 0600), written and fsynced: 0 or -errno. */
 long rt_write_file(const char *path, const void *buf, size_t len);
 int rt_capture_regions(struct rt_ckpt *ck);

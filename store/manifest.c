@@ -93,6 +93,32 @@ static int check_events(struct lz_image *img, char *why, size_t whylen)
     return 0;
 }
 
+/* POSIX timers: each id once, a known notification, a thread of the image
+ * for SIGEV_THREAD_ID, at most one LZ_TM_NEXT. */
+static int check_timers(struct lz_image *img, char *why, size_t whylen)
+{
+    int nexts = 0;
+    for (size_t i = 0; i < img->ntimers; i++) {
+        const struct lz_timer *t = &img->timers[i];
+        int ok = t->id >= 0;
+        if (t->kind == LZ_TM_NEXT) {
+            ok = ok && ++nexts == 1;
+        } else if (t->kind == LZ_TM_TIMER) {
+            ok = ok && (t->notify == 0 /* SIGEV_SIGNAL */ || t->notify == 1 /* SIGEV_NONE */ || t->notify == 4) &&
+                 t->signo >= 0 && t->signo <= LZ_NSIG && !(t->flags & ~LZ_TMF_ABSTIME) && t->value_ns >= 0 &&
+                 t->interval_ns >= 0;
+            int thread = 0;
+            for (size_t j = 0; j < img->nthreads; j++) thread |= img->threads[j].tid == t->tid;
+            if (t->notify == 4) ok = ok && thread && t->signo > 0;
+            for (size_t j = 0; ok && j < i; j++) ok = !(img->timers[j].kind == LZ_TM_TIMER && img->timers[j].id == t->id);
+        } else {
+            ok = 0;
+        }
+        if (!ok) FAIL("manifest POSIX timer record %zu is malformed", i);
+    }
+    return 0;
+}
+
 /* The descriptor table, and the pipes and socket pairs its descriptors
  * name: every record the restorer follows (dup_of, ino, peer) exists. */
 static int check_fds(struct lz_image *img, char *why, size_t whylen)
@@ -132,6 +158,7 @@ static int check_fds(struct lz_image *img, char *why, size_t whylen)
         }
     }
     if (check_events(img, why, whylen) < 0) return -1;
+    if (check_timers(img, why, whylen) < 0) return -1;
     /* a socket is one open file: exactly one descriptor opens it (others are dups) */
     for (size_t i = 0; i < img->nchans; i++) {
         const struct lz_chan *c = &img->chans[i];
@@ -259,6 +286,9 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
         case LZ_SEC_EVENTS:
             if (n % sizeof(struct lz_event)) FAIL("manifest event descriptor list is malformed");
             img->events = p; img->nevents = n / sizeof(struct lz_event); break;
+        case LZ_SEC_TIMERS:
+            if (n % sizeof(struct lz_timer)) FAIL("manifest POSIX timer list is malformed");
+            img->timers = p; img->ntimers = n / sizeof(struct lz_timer); break;
         case LZ_SEC_THREADS:
             if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
             img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;
