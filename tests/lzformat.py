@@ -58,16 +58,19 @@ TREE_MAGIC = b"LZRSTREE"
 
 SEC_PROC, SEC_REGIONS, SEC_EXTENTS, SEC_FDS, SEC_STRINGS, SEC_PACKS = 1, 2, 3, 4, 5, 6
 SEC_AUXV, SEC_FRAMES, SEC_THREADS, SEC_CHANS, SEC_GROUPS, SEC_EVENTS = 7, 8, 9, 10, 11, 12
+SEC_TIMERS = 17
 SECTION_NAMES = {SEC_PROC: "proc", SEC_REGIONS: "regions", SEC_EXTENTS: "extents", SEC_FDS: "fds",
                  SEC_STRINGS: "strings", SEC_PACKS: "packs", SEC_AUXV: "auxv", SEC_FRAMES: "frames",
                  SEC_THREADS: "threads", SEC_CHANS: "chans", SEC_GROUPS: "groups",
-                 SEC_EVENTS: "events"}
+                 SEC_EVENTS: "events", SEC_TIMERS: "timers"}
 
 FRAME_ZERO = 0xFFFFFFFF
 CODEC_NONE, CODEC_ZERO, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3
 
 FD_FILE, FD_DIR, FD_DEV, FD_STDIO, FD_DUP, FD_CTL, FD_GHOST, FD_PIPE, FD_SOCKET, FD_EVENT = range(1, 11)
 EV_EVENTFD, EV_TIMERFD, EV_SIGNALFD, EV_EPOLL, EV_WATCH = range(1, 6)
+TM_TIMER, TM_NEXT = 1, 2
+TMF_ABSTIME = 0x1
 CH_PIPE, CH_STREAM, CH_DGRAM, CH_SEQPACKET = 1, 2, 3, 4
 TH_CKPT = 0x1
 TP_LIVE, TP_ZOMBIE = 1, 2
@@ -194,6 +197,8 @@ CHAN = _L("lz_chan", 80,
           "I shutdown, i peek_off, I sockflags, 16s reserved")
 EVENT = _L("lz_event", 64,
            "i fd, I kind, I flags, i clockid, Q count, Q mask, q value_ns, q interval_ns, i target, I pad, Q data")
+TIMER = _L("lz_timer", 56,
+           "I kind, i id, i clockid, i notify, i signo, i tid, I flags, i overrun, Q value, q value_ns, q interval_ns")
 TREE_HEADER = _L("lz_tree_header", 48, "8s magic, I version, I nprocs, I nshared, I pad, Q index, Q job0, Q job1")
 TREE_PROC = _L("lz_tree_proc", 72, "i pid, i ppid, i pgid, i sid, I state, i status, 16s comm, 32s dir")
 TREE_SHARED = _L("lz_tree_shared", 16, "i group, i pid, i fd, i pad")
@@ -216,13 +221,14 @@ FJ_STRINGS = {FJ_INODE, FJ_NAME, FJ_MOVED, FJ_DIRTIME}
 
 # every layout, for the offsetof() check of test_format_unit.py ("job0"/"job1"
 # stand for C's job[0]/job[1])
-LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT,
+LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT, TIMER,
            TREE_HEADER, TREE_PROC, TREE_SHARED,
            FJ_REC, FJ_INODE_L, FJ_DATA_L, FJ_NAME_L, FJ_MOVED_L, FJ_DIRTIME_L, FJ_BEGIN_L, FJ_END_L]
 
 # the arrays of records a section holds
 SECTION_LAYOUT = {SEC_REGIONS: REGION, SEC_EXTENTS: EXTENT, SEC_FDS: FD, SEC_PACKS: PACK,
-                  SEC_FRAMES: FRAME, SEC_THREADS: THREAD, SEC_CHANS: CHAN, SEC_EVENTS: EVENT}
+                  SEC_FRAMES: FRAME, SEC_THREADS: THREAD, SEC_CHANS: CHAN, SEC_EVENTS: EVENT,
+                  SEC_TIMERS: TIMER}
 
 
 def _pad8(n: int) -> int:
@@ -331,6 +337,7 @@ class Manifest:
     threads = property(lambda self: self.records(SEC_THREADS))
     chans = property(lambda self: self.records(SEC_CHANS))
     events = property(lambda self: self.records(SEC_EVENTS))
+    timers = property(lambda self: self.records(SEC_TIMERS))
 
     @property
     def groups(self) -> list[int]:

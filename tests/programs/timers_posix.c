@@ -1,6 +1,6 @@
 /* POSIX timers of every notification kind, checked from inside after each
  * restart (tests/test_timers.py).
- *   timers_posix CYCLES TRIG
+ *   timers_posix CYCLES TRIG [fork]
  * Makes: A SIGEV_SIGNAL periodic 50 ms; B SIGEV_THREAD_ID periodic 70 ms at a
  * worker thread (sigwaitinfo); C SIGEV_NONE one-shot 1000 s; D SIGEV_THREAD
  * periodic 40 ms (its function counts, in a thread of its own); E SIGEV_SIGNAL
@@ -10,7 +10,10 @@
  * 0.5 s, prints `ready c`, waits for TRIG.c, then checks that the kernel
  * lists exactly its ids with their kinds and signals, that every periodic
  * timer goes on, and prints `check c ok` (or FAIL).  At the end the one-shots
- * fired once each and a new timer gets the next id: `done`. */
+ * fired once each and a new timer gets the next id: `done`.
+ * With `fork`, a child forked once the timers run has none (POSIX), makes its
+ * own (a SIGEV_THREAD and a SIGEV_SIGNAL one, ids 0 and 1) and checks them
+ * after each TRIG.c the same way (`child check c ok`); the parent waits for it. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -19,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -168,9 +172,56 @@ static void check_running(int c)
     fflush(stdout);
 }
 
+static void wait_trigger(const char *trig, int c)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%d", trig, c);
+    while (access(path, F_OK) != 0) pause_for(0.02);
+}
+
+static int listed(void)
+{
+    FILE *f = fopen("/proc/self/timers", "r");
+    if (!f) FAIL("cannot read /proc/self/timers: %m");
+    char line[256];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) n += !strncmp(line, "ID:", 3);
+    fclose(f);
+    return n;
+}
+
+static _Noreturn void child(int cycles, const char *trig)
+{
+    if (listed() != 0) FAIL("a forked child has %d timers", listed());
+    for (int i = 0; i < NT; i++) count[i] = 0;
+    d_tid = 0;
+    main_tid = (pid_t)gettid();
+    timer_t a = make(CLOCK_MONOTONIC, SIGEV_THREAD, 0, 0xD, 0, on_d);
+    timer_t b = make(CLOCK_MONOTONIC, SIGEV_SIGNAL, SIGRTMIN + 1, 0xA, 0, NULL);
+    if ((long)b != 1) FAIL("the child's second timer has id %ld, not 1", (long)b);
+    arm(a, 0, 0.03, 0.03);
+    arm(b, 0, 0.03, 0.03);
+    for (int c = 1; c <= cycles; c++) {
+        wait_trigger(trig, c);
+        if (listed() != 2) FAIL("the child has %d timers, not 2", listed());
+        long ca = count[TD], cb = count[TA];
+        pause_for(0.5);
+        if (count[TD] <= ca || count[TA] <= cb) FAIL("the child's timers stopped");
+        if (d_tid == main_tid || !d_tid) FAIL("the child's SIGEV_THREAD ran in thread %d", (int)d_tid);
+        struct itimerspec its;
+        if (timer_gettime(a, &its) < 0 || timer_gettime(b, &its) < 0) FAIL("the child's timer_gettime: %m");
+        printf("child check %d ok\n", c);
+        fflush(stdout);
+    }
+    exit(0);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 3) { fprintf(stderr, "usage: timers_posix CYCLES TRIG\n"); return 2; }
+    if (argc != 3 && !(argc == 4 && !strcmp(argv[3], "fork"))) {
+        fprintf(stderr, "usage: timers_posix CYCLES TRIG [fork]\n");
+        return 2;
+    }
     int cycles = atoi(argv[1]);
     main_tid = (pid_t)gettid();
     sigset_t b;
@@ -207,14 +258,20 @@ int main(int argc, char **argv)
     for (int i = 0; i < NT; i++) printf(" %c=%ld", names[i], (long)ids[i]);
     printf(" gap=%d\n", gap_id);
     check_listed();
+    pid_t kid = -1;
+    if (argc == 4) {
+        pause_for(0.2);
+        fflush(stdout);
+        kid = fork();
+        if (kid < 0) FAIL("fork: %m");
+        if (kid == 0) child(cycles, argv[2]);
+    }
 
-    char path[4096];
     for (int c = 1; c <= cycles; c++) {
         pause_for(0.5);
         printf("ready %d\n", c);
         fflush(stdout);
-        snprintf(path, sizeof path, "%s.%d", argv[2], c);
-        while (access(path, F_OK) != 0) pause_for(0.02);
+        wait_trigger(argv[2], c);
         check_listed();
         check_running(c);
     }
@@ -223,6 +280,10 @@ int main(int argc, char **argv)
         FAIL("one-shot timers fired E %ld and H %ld times, not once", (long)count[TE], (long)count[TH]);
     timer_t n = make(CLOCK_MONOTONIC, SIGEV_NONE, 0, 0, 0, NULL);
     if ((int)(long)n != gap_id + 1) FAIL("a new timer got id %ld, not %d", (long)n, gap_id + 1);
+    if (kid > 0) {
+        int st;
+        if (waitpid(kid, &st, 0) != kid || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("the child ended with status %#x", st);
+    }
     printf("done\n");
     return 0;
 }

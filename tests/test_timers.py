@@ -1,0 +1,163 @@
+"""POSIX timers (timer_create) checkpointed and restored with their ids and
+state: `timers_posix` makes one of each notification kind (SIGEV_SIGNAL,
+SIGEV_THREAD_ID at a worker thread, SIGEV_NONE, SIGEV_THREAD whose function
+counts its calls in a thread of its own), periodic and one-shot, relative and
+absolute, and deletes one (a gap); it is checkpointed, SIGKILLed and restarted
+twice, seconds down each time, and checks from inside that the kernel lists
+exactly its ids with their kinds, that every periodic timer goes on, that a
+relative one did not count the downtime, that the absolute periodic one
+counted the intervals missed as its overrun, that each one-shot fired once
+and that a new timer gets the next id.  From outside, /proc/PID/timers is the
+same before the kill and after the restart.  A forked child has no timers and
+makes its own; the manifest holds what the kernel showed; a malformed record
+is refused.  As root and as an ordinary user."""
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+import lzformat
+from conftest import _compile, ckpt_path, find_program, kill_program, kill_tree, wait_gone
+
+DOWN = 3.0  # seconds the job stays killed: three intervals of the absolute 1 s timer
+
+
+@pytest.fixture(scope="module")
+def progs(programs):
+    return {"timers_posix": _compile("timers_posix", programs.dir, ("-lpthread",))}
+
+
+def proc_timers(pid: int) -> list[tuple]:
+    """/proc/PID/timers as (id, signal, notify kind, pid or tid, clock), sorted;
+    the target's number is left out (a restart in a PID namespace has other
+    host TIDs)."""
+    text = Path(f"/proc/{pid}/timers").read_text()
+    out = []
+    for block in re.split(r"^ID: ", text, flags=re.M)[1:]:
+        tid = int(block.split("\n")[0])
+        sig = int(re.search(r"^signal: (\d+)/", block, re.M).group(1))
+        how, to = re.search(r"^notify: (\w+)/(\w+)\.", block, re.M).groups()
+        clock = int(re.search(r"^ClockID: (-?\d+)", block, re.M).group(1))
+        out.append((tid, sig, how, to, clock))
+    return sorted(out)
+
+
+def _cycles(runner, prog, tree=False, cycles=2):
+    """Run timers_posix (with a forked child if tree), and for each cycle:
+    checkpoint a second after `ready N`, SIGKILL the job, stay down DOWN
+    seconds, restart, touch the trigger, wait for the checks.  Returns all
+    the output and the (before kill, after restart) /proc/PID/timers pairs."""
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    argv = [prog, str(cycles), trig] + (["fork"] if tree else [])
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv)
+    out, seen = "", []
+    for c in range(1, cycles + 1):
+        proc.wait_for_output(rf"^ready {c}$", timeout=60)
+        time.sleep(1.0)
+        res = runner.lz("checkpoint", "-d", store, timeout=60)
+        assert res.rc == 0 and ("2 processes" in res.stderr) == tree, str(res)
+        before = proc_timers(find_program(proc.pid, "timers_posix"))
+        if tree:
+            pids = kill_tree(proc.pid)
+            proc.wait(timeout=30)
+            wait_gone(pids)
+        else:
+            kill_program(proc, "timers_posix")
+        out += proc.stdout
+        assert "FAIL" not in proc.stdout, out + proc.stderr
+        time.sleep(DOWN)
+        proc = runner.start_lz("restart", "-d", store)
+        deadline = time.monotonic() + 30
+        while (pid := find_program(proc.pid, "timers_posix")) is None or not Path(f"/proc/{pid}/timers").read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stdout + proc.stderr
+            time.sleep(0.05)
+        seen.append((before, proc_timers(pid)))
+        runner.touch(Path(f"{trig}.{c}"))
+        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
+        if tree:
+            proc.wait_for_output(rf"^child check {c} ok$|^FAIL", timeout=60)
+        assert "FAIL" not in proc.stdout, out + proc.stdout + proc.stderr
+    assert proc.wait(timeout=60) == 0, out + proc.stdout + proc.stderr
+    out += proc.stdout
+    assert re.search(r"^done$", out, re.M), out
+    return out, seen
+
+
+def test_posix_timers_restart(runner, progs):
+    """Every kind of timer, two restarts: the program's own checks pass, the
+    kernel's list is the same from outside, the SIGEV_NONE timer's time left
+    counts only the time the job was up, and the absolute periodic timer's
+    overrun counts the seconds it was down."""
+    out, seen = _cycles(runner, progs["timers_posix"])
+    for before, after in seen:
+        assert before == after and len(after) == 7, (before, after)
+        # A, E, F: signal to the process; B, D, H: to a thread; C: none
+        assert sorted((t[2], t[3]) for t in after) == \
+            [("none", "pid")] + [("signal", "pid")] * 3 + [("signal", "tid")] * 3, after
+    assert re.search(r"^ids A=0 B=1 C=2 D=3 E=4 F=5 H=6 gap=7$", out, re.M), out
+    lefts = [float(x) for x in re.findall(r"^c left ([\d.]+)$", out, re.M)]
+    assert len(lefts) == 2 and all(x > 990 for x in lefts), out  # 1000 s less the time up, not the downtime
+    overruns = [int(x) for x in re.findall(r"^f overrun (\d+)$", out, re.M)]
+    assert len(overruns) == 2 and all(o >= DOWN - 1 for o in overruns), out
+
+
+def test_forked_child_has_its_own(runner, progs):
+    """A child forked after the parent's timers run has none, makes its own
+    (a SIGEV_THREAD one with the runtime's helper thread of its own, ids from
+    0), and the job of two is checkpointed, killed whole and restarted twice:
+    each process finds its timers."""
+    out, seen = _cycles(runner, progs["timers_posix"], tree=True)
+    assert out.count("child check") == 2, out
+    for before, after in seen:
+        assert before == after and len(after) == 7, (before, after)
+
+
+def _checkpointed(runner, progs):
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", progs["timers_posix"], "1", runner.base / "trig")
+    proc.wait_for_output(r"^ready 1$", timeout=60)
+    idx = runner.checkpoint(store)
+    kill_program(proc, "timers_posix")
+    return store, idx
+
+
+def test_manifest_holds_the_timers(runner, progs):
+    """The manifest's timer records are what the program made: ids 0-6 with
+    their clocks, kinds and signals, the absolute flag, the worker's and the
+    helper's thread among the image's threads, and the next id (8)."""
+    store, idx = _checkpointed(runner, progs)
+    m = lzformat.Manifest.load(ckpt_path(store, idx) / "manifest")
+    tm = sorted((t for t in m.timers if t.kind == lzformat.TM_TIMER), key=lambda t: t.id)
+    nxt = [t for t in m.timers if t.kind == lzformat.TM_NEXT]
+    assert [t.id for t in tm] == list(range(7)) and len(nxt) == 1 and nxt[0].id == 8, m.timers
+    assert [t.clockid for t in tm] == [1, 1, 7, 1, 1, 0, 1], tm
+    assert [t.notify for t in tm] == [0, 4, 1, 4, 0, 0, 4], tm
+    assert [t.flags for t in tm] == [0, 0, 0, 0, 0, lzformat.TMF_ABSTIME, 0], tm
+    assert tm[5].value_ns > 10**18 and tm[5].interval_ns == 10**9, tm[5]  # a realtime expiry
+    assert 0 < tm[2].value_ns <= 1000 * 10**9 and tm[2].interval_ns == 0, tm[2]
+    assert tm[0].interval_ns == 5 * 10**7 and tm[3].signo == 32 and tm[3].value == 3, tm
+    tids = {t.tid for t in m.threads}
+    assert tm[1].tid in tids and tm[3].tid in tids and tm[3].tid == tm[6].tid != tm[1].tid, (tm, tids)
+
+
+@pytest.mark.parametrize("how", ["tid", "notify", "duplicate"])
+def test_malformed_timer_record_refused(how, runner, progs):
+    """A sealed manifest whose timer aims at a thread the image does not
+    have, has an unknown notification, or repeats an id: the restart is
+    refused with one line, and nothing runs."""
+    store, idx = _checkpointed(runner, progs)
+    path = ckpt_path(store, idx) / "manifest"
+    m = lzformat.Manifest.load(path)
+    tm = [t for t in m.timers if t.kind == lzformat.TM_TIMER]
+    if how == "tid":
+        m.set(next(t for t in tm if t.notify == 4), "tid", 999999)
+    elif how == "notify":
+        m.set(tm[0], "notify", 2)
+    else:
+        m.set(tm[1], "id", tm[0].id)
+    m.save(path)
+    res = runner.lz("restart", "-d", store, timeout=60)
+    assert res.rc != 0 and "POSIX timer record" in res.stderr and "malformed" in res.stderr, str(res)
+    assert len(res.stderr_lines()) == 1, str(res)
