@@ -308,6 +308,12 @@ enum lz_event_kind {
     LZ_EV_EPOLL = 4,    /* the epoll object itself; its watches follow as LZ_EV_WATCH records */
     LZ_EV_WATCH = 5,    /* fd: the epoll descriptor; target: the descriptor it watches, mask: the
                          * events (EPOLLIN..., EPOLLET, EPOLLONESHOT...), data: epoll_data */
+    LZ_EV_INOTIFY = 6,  /* an inotify object; count: the watch descriptor the kernel gives next;
+                         * its watches follow as LZ_EV_INWATCH records (added in version 5 without a bump) */
+    LZ_EV_INWATCH = 7,  /* fd: the inotify descriptor; target: the watch descriptor (wd), mask: the
+                         * mask inotify_add_watch was given (IN_MODIFY..., IN_ONLYDIR, IN_DONT_FOLLOW...),
+                         * data: string offset of the watched path (absolute); count, value_ns: its
+                         * inode and device at the checkpoint (st_ino, st_dev) */
 };
 #define LZ_EVF_SEMAPHORE 0x1u
 struct lz_event {

@@ -52,6 +52,8 @@ int *restore_chans(struct restore_ctx *rc, int base);
  * then, with every descriptor in place, the epoll watches and the timers. */
 int restore_event_open(const struct lz_image *img, const struct lz_fd *f);
 void restore_events_finish(const struct lz_image *img);
+/* The watches of inotify object e, by path, each with its wd (restore_inotify.c). */
+void restore_inotify_watches(const struct lz_image *img, const struct lz_event *e);
 /* POSIX timers with their ids and state (restore_timers.c), once every thread
  * exists and before any runs; raw system calls only. */
 void restore_timers(const struct lz_image *img);

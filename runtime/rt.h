@@ -175,6 +175,11 @@ int rt_capture_events(struct rt_ckpt *ck);
  * the timer_* wrappers know (after the threads are known).  0 or -1 (ck->err). */
 int rt_capture_timers(struct rt_ckpt *ck);
 void rt_timers_forked(void); /* a forked child: no timers, no helper thread */
+/* inotify (rt_inotify.c): the watches in an inotify descriptor's fdinfo; its
+ * watches as LZ_EV_INWATCH records with their paths, after object record obj
+ * of ck->events (cap records at most).  0 or -1 (ck->err). */
+size_t rt_inotify_watches(const char *fdinfo);
+int rt_capture_inotify(struct rt_ckpt *ck, int fd, const char *fdinfo, size_t obj, size_t cap);
 /* A new file of the checkpoint (O_EXCL, 0600), written and fsynced: 0 or -errno. */
 long rt_write_file(const char *path, const void *buf, size_t len);
 int rt_capture_regions(struct rt_ckpt *ck);

@@ -84,7 +84,7 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
     if (S_ISSOCK(st.st_mode) && !strncmp(path, "socket:[", 8)) { out->kind = LZ_FD_SOCKET; return 0; }
     /* event-loop objects: their state is rt_events.c's */
     static const char *const events[] = {"anon_inode:[eventfd]", "anon_inode:[timerfd]", "anon_inode:[signalfd]",
-                                         "anon_inode:[eventpoll]", NULL};
+                                         "anon_inode:[eventpoll]", "anon_inode:inotify", NULL};
     for (int i = 0; events[i]; i++)
         if (!strcmp(path, events[i])) {
             out->kind = LZ_FD_EVENT;

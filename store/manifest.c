@@ -52,11 +52,13 @@ static const struct lz_fd *find_fd(const struct lz_image *img, int32_t fd)
     return NULL;
 }
 
+static int is_watch(uint32_t kind) { return kind == LZ_EV_WATCH || kind == LZ_EV_INWATCH; }
+
 /* The object record (not a watch) of descriptor fd, or NULL. */
 static const struct lz_event *find_event(const struct lz_image *img, int32_t fd)
 {
     for (size_t i = 0; i < img->nevents; i++)
-        if (img->events[i].fd == fd && img->events[i].kind != LZ_EV_WATCH) return &img->events[i];
+        if (img->events[i].fd == fd && !is_watch(img->events[i].kind)) return &img->events[i];
     return NULL;
 }
 
@@ -74,6 +76,15 @@ static int check_events(struct lz_image *img, char *why, size_t whylen)
             ok = e->clockid >= 0 && e->clockid < 16 && !(e->flags & ~3u) && e->value_ns >= 0 && e->interval_ns >= 0;
             break;
         case LZ_EV_SIGNALFD: case LZ_EV_EPOLL: break;
+        case LZ_EV_INOTIFY: ok = e->count >= 1 && e->count <= INT32_MAX; break;
+        case LZ_EV_INWATCH: {
+            const struct lz_event *in = find_event(img, e->fd);
+            ok = in && in->kind == LZ_EV_INOTIFY && e->target > 0 && e->data < UINT32_MAX && str_ok(img, (uint32_t)e->data) &&
+                 lz_str(img, (uint32_t)e->data)[0] == '/' && (uint64_t)e->target < in->count;
+            for (size_t j = 0; ok && j < i; j++)
+                ok = !(img->events[j].kind == LZ_EV_INWATCH && img->events[j].fd == e->fd && img->events[j].target == e->target);
+            break;
+        }
         case LZ_EV_WATCH: {
             const struct lz_fd *t = find_fd(img, e->target);
             const struct lz_event *ep = find_event(img, e->fd);
@@ -84,7 +95,7 @@ static int check_events(struct lz_image *img, char *why, size_t whylen)
         }
         default: ok = 0;
         }
-        if (ok && e->kind != LZ_EV_WATCH) ok = find_event(img, e->fd) == e; /* one object per descriptor */
+        if (ok && !is_watch(e->kind)) ok = find_event(img, e->fd) == e; /* one object per descriptor */
         if (!ok) FAIL("manifest event descriptor record %zu is malformed", i);
     }
     for (size_t i = 0; i < img->nfds; i++)
