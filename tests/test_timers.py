@@ -10,7 +10,17 @@ counted the intervals missed as its overrun, that each one-shot fired once
 and that a new timer gets the next id.  From outside, /proc/PID/timers is the
 same before the kill and after the restart.  A forked child has no timers and
 makes its own; the manifest holds what the kernel showed; a malformed record
-is refused.  As root and as an ordinary user."""
+is refused.
+
+inotify, in `inotify_loop`, a libuv-style loop (one epoll over a timerfd, a
+signalfd, an eventfd and an inotify descriptor watching the job's work
+directory, a file in it and the test's trigger directory, with a gap in the
+watch numbers): two checkpoint/SIGKILL/restart cycles, each trigger seen
+through inotify after the restart, the loop's checks pass, the watches are
+the same numbers and masks from outside; a watch whose directory was renamed
+since it was added fails the checkpoint with one line; malformed watch
+records are refused.  As root and as an ordinary user."""
+import os
 import re
 import time
 from pathlib import Path
@@ -160,4 +170,132 @@ def test_malformed_timer_record_refused(how, runner, progs):
     m.save(path)
     res = runner.lz("restart", "-d", store, timeout=60)
     assert res.rc != 0 and "POSIX timer record" in res.stderr and "malformed" in res.stderr, str(res)
+    assert len(res.stderr_lines()) == 1, str(res)
+
+
+# --------------------------------------------------------------------------
+# inotify, in a libuv-style loop
+# --------------------------------------------------------------------------
+def inotify_watches(pid: int) -> list[tuple]:
+    """(wd, mask) of every watch of every inotify descriptor of pid, from
+    outside (/proc/PID/fdinfo); inodes left out (a rollback may make files anew)."""
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:inotify":
+                continue
+            info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
+        except OSError:
+            continue
+        out += [(int(wd), mask) for wd, mask in re.findall(r"^inotify wd:(\d+) .*? mask:([0-9a-f]+) ", info, re.M)]
+    return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def loop_prog(programs):
+    return _compile("inotify_loop", programs.dir)
+
+
+def test_inotify_loop_restarts(runner, loop_prog):
+    """epoll + timerfd + signalfd + eventfd + inotify: the loop watches its
+    work directory (files made and deleted each tick), a file in it, and the
+    directory of the test's triggers, with a gap in the watch numbers; two
+    checkpoint/SIGKILL/restart cycles, each trigger seen through inotify after
+    the restart, the loop's own checks pass (every file made reported on the
+    right watch, a new watch gets the next number), and from outside the
+    watches are the same numbers and masks before the kill and after the
+    restart."""
+    work = runner.mkdir("work")
+    trigs = runner.mkdir("trigs")
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", loop_prog, "2", work, trigs)
+    out = ""
+    for c in (1, 2):
+        proc.wait_for_output(rf"^ready {c}$", timeout=60)
+        time.sleep(0.5)
+        runner.checkpoint(store)
+        before = inotify_watches(find_program(proc.pid, "inotify_loop"))
+        kill_program(proc, "inotify_loop")
+        out += proc.stdout
+        assert "FAIL" not in proc.stdout, out + proc.stderr
+        time.sleep(1.0)
+        proc = runner.start_lz("restart", "-d", store)
+        deadline = time.monotonic() + 30
+        while (pid := find_program(proc.pid, "inotify_loop")) is None or len(inotify_watches(pid)) < len(before):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stdout + proc.stderr
+            time.sleep(0.05)
+        after = inotify_watches(pid)
+        assert before == after and [w for w, _ in after][:3] == [1, 3, 4], (before, after)
+        runner.touch(trigs / f"trig.{c}")
+        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
+        assert "FAIL" not in proc.stdout, out + proc.stdout + proc.stderr
+    assert proc.wait(timeout=60) == 0, out + proc.stdout + proc.stderr
+    out += proc.stdout
+    assert re.search(r"^wds 1 2 3 4$", out, re.M) and re.search(r"^done$", out, re.M), out
+
+
+RENAMED = """
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(os.O_NONBLOCK)
+d = sys.argv[1]
+os.mkdir(d + "/a")
+assert libc.inotify_add_watch(fd, (d + "/a").encode(), 0x100) == 1
+os.rename(d + "/a", d + "/b")
+print("ready", flush=True)
+while not os.path.exists(d + "/f1"):
+    time.sleep(0.02)
+libc.inotify_rm_watch(fd, 1)
+assert libc.inotify_add_watch(fd, (d + "/b").encode(), 0x100) == 2
+print("again", flush=True)
+while not os.path.exists(d + "/f2"):
+    time.sleep(0.02)
+"""
+
+
+def test_inotify_renamed_watch_refused(runner):
+    """A watch whose directory was renamed since it was added: the
+    checkpoint fails with one line naming the descriptor, the watch and the
+    old path; the program runs on, and once it watches the new name again
+    the checkpoint works."""
+    script = runner.base / "prog.py"
+    script.write_text(RENAMED)
+    os.chmod(script, 0o644)
+    work = runner.mkdir("work")
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", script, work)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    res = runner.lz("checkpoint", "-d", store)
+    assert res.rc != 0 and res.stdout == "", str(res)
+    assert re.search(rf"inotify descriptor \d+ watches \(wd 1\) {re.escape(str(work))}/a as it was when the watch was "
+                     r"added, which has since been renamed or deleted", res.stderr), str(res)
+    assert runner.indexes(store) == [] and proc.poll() is None, proc.stderr
+    runner.touch(work / "f1")
+    proc.wait_for_output(r"^again$", timeout=30)
+    runner.checkpoint(store)
+    runner.touch(work / "f2")
+    assert proc.wait(timeout=60) == 0, proc.stderr
+
+
+@pytest.mark.parametrize("how", ["relative", "wd"])
+def test_malformed_inotify_watch_refused(how, runner, loop_prog):
+    """A sealed manifest whose inotify watch names a relative path, or a wd
+    not below the descriptor's next one: refused with one line."""
+    work = runner.mkdir("work")
+    trigs = runner.mkdir("trigs")
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", loop_prog, "1", work, trigs)
+    proc.wait_for_output(r"^ready 1$", timeout=60)
+    idx = runner.checkpoint(store)
+    kill_program(proc, "inotify_loop")
+    path = ckpt_path(store, idx) / "manifest"
+    m = lzformat.Manifest.load(path)
+    w = next(e for e in m.events if e.kind == lzformat.EV_INWATCH)
+    if how == "relative":
+        m.set(w, "data", w.data + 1)  # the path without its leading slash
+    else:
+        m.set(w, "target", 1000)
+    m.save(path)
+    res = runner.lz("restart", "-d", store, timeout=60)
+    assert res.rc != 0 and "event descriptor record" in res.stderr and "malformed" in res.stderr, str(res)
     assert len(res.stderr_lines()) == 1, str(res)
