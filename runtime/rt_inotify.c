@@ -196,9 +196,15 @@ int rt_capture_inotify(struct rt_ckpt *ck, int fd, const char *buf, size_t obj, 
         wd = 0;
         while (*p >= '0' && *p <= '9') wd = wd * 10 + (uint64_t)(*p++ - '0');
         uint64_t dev = user_dev(sdev);
+        /* added through this descriptor, or through another of the same object (a dup, since closed):
+         * the same wd and inode name the same watch, whose mask is then the kernel's */
         const struct rt_inwatch *w = NULL;
-        for (size_t i = 0; i < nwatches && !w; i++)
-            if (watches[i].fd == fd && watches[i].wd == (int)wd && watches[i].ino == ino && watches[i].dev == dev) w = &watches[i];
+        for (int exact = 1; exact >= 0 && !w; exact--)
+            for (size_t i = 0; i < nwatches && !w; i++)
+                if ((!exact || watches[i].fd == fd) && watches[i].wd == (int)wd && watches[i].ino == ino &&
+                    watches[i].dev == dev)
+                    w = &watches[i];
+        int exact = w && w->fd == fd;
         struct stat st;
         long r = -1;
         if (w && w->path)
@@ -216,7 +222,7 @@ int rt_capture_inotify(struct rt_ckpt *ck, int fd, const char *buf, size_t obj, 
         }
         if (ck->nevents == cap) { rt_fmt(ck->err, sizeof ck->err, "too many inotify watches"); return -1; }
         ck->events[ck->nevents++] = (struct lz_event){.fd = fd, .kind = LZ_EV_INWATCH, .target = (int32_t)wd,
-                                                      .mask = w->mask ? w->mask : kmask,
+                                                      .mask = exact && w->mask ? w->mask : kmask,
                                                       .data = strings_add(&ck->strings, w->path),
                                                       .count = ino, .value_ns = (int64_t)dev};
         if ((int)wd > maxwd) maxwd = (int)wd;

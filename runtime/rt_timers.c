@@ -264,7 +264,16 @@ int rt_capture_timers(struct rt_ckpt *ck)
     char *buf = arena_alloc(&ck->arena, cap);
     if (!buf) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     long n = rt_read_file("/proc/self/timers", buf, cap - 1);
-    if (n < 0) n = 0; /* a kernel without CONFIG_CHECKPOINT_RESTORE: timers cannot be listed */
+    if (n < 0) { /* a kernel without CONFIG_CHECKPOINT_RESTORE cannot list them */
+        int any = 0;
+        for (int i = 0; i < RT_TIMERS_MAX && !any; i++) any = timers[i].used;
+        if (any) {
+            rt_fmt(ck->err, sizeof ck->err, "the program has POSIX timers, which this kernel cannot list "
+                   "(/proc/self/timers needs CONFIG_CHECKPOINT_RESTORE)");
+            return -1;
+        }
+        n = 0;
+    }
     if ((size_t)n >= cap - 1) { rt_fmt(ck->err, sizeof ck->err, "the process has too many POSIX timers to checkpoint"); return -1; }
     buf[n] = 0;
     size_t count = 1;
