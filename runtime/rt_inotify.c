@@ -40,25 +40,36 @@ static struct rt_ingroup *group_of(int fd, int make)
     return make ? free_slot : NULL;
 }
 
-static void forget(size_t i)
+/* Frees the entries of descriptors made anew (fd -1), with the lock held, not
+ * busy: a thread stopped half-way leaves at worst an entry twice. */
+static void compact(void)
 {
-    free(watches[i].path);
-    watches[i] = watches[--nwatches];
+    for (size_t i = nwatches; i-- > 0;)
+        if (watches[i].fd < 0) {
+            free(watches[i].path);
+            watches[i] = watches[nwatches - 1];
+            nwatches--;
+        }
 }
+
+/* Each wrapper takes the lock, then is busy (rt_enter) around the system
+ * call and the table's update only, with no other lock or allocation: a
+ * checkpoint never sees a watch the table does not know yet, and a busy
+ * thread never waits for a lock a stopped thread may hold. */
 
 /* A new inotify object at fd: whatever was known of an older one there goes. */
 static int made(int fd)
 {
     if (fd < 0) return fd;
-    rt_enter();
     pthread_mutex_lock(&lock);
-    for (size_t i = nwatches; i-- > 0;)
-        if (watches[i].fd == fd) forget(i);
-    group_of(fd, 1);
-    struct rt_ingroup *g = group_of(fd, 0);
+    compact();
+    rt_enter();
+    for (size_t i = 0; i < nwatches; i++)
+        if (watches[i].fd == fd) watches[i].fd = -1;
+    struct rt_ingroup *g = group_of(fd, 1);
     if (g) g->last_wd = 0;
-    pthread_mutex_unlock(&lock);
     rt_leave();
+    pthread_mutex_unlock(&lock);
     return fd;
 }
 
@@ -88,24 +99,25 @@ static char *absolute(const char *path)
 RT_API int inotify_add_watch(int fd, const char *path, uint32_t mask)
 {
     REAL(int, inotify_add_watch, int, const char *, uint32_t);
+    char *abs = absolute(path);
+    pthread_mutex_lock(&lock);
+    if (nwatches == capwatches) { /* room for one more, before the busy part */
+        size_t cap = capwatches ? 2 * capwatches : 64;
+        struct rt_inwatch *nw = realloc(watches, cap * sizeof *nw);
+        if (nw) { watches = nw; capwatches = cap; }
+    }
     rt_enter();
     int wd = real_inotify_add_watch(fd, path, mask);
     int e = errno;
     struct stat st;
-    if (wd >= 0 && ((mask & IN_DONT_FOLLOW) ? lstat(path, &st) : stat(path, &st)) == 0) {
-        char *abs = absolute(path);
-        pthread_mutex_lock(&lock);
+    long sr = wd >= 0 ? lz_sc4(SYS_newfstatat, AT_FDCWD, path, &st, (mask & IN_DONT_FOLLOW) ? AT_SYMLINK_NOFOLLOW : 0) : -1;
+    if (sr == 0 && abs) {
         struct rt_inwatch *w = NULL;
         for (size_t i = 0; i < nwatches && !w; i++)
             if (watches[i].fd == fd && watches[i].wd == wd) w = &watches[i];
         if (!w) {
             struct rt_ingroup *g = group_of(fd, 1);
             if (g) g->last_wd = wd; /* a new wd: the kernel's cycle moved on */
-            if (nwatches == capwatches) {
-                size_t cap = capwatches ? 2 * capwatches : 64;
-                struct rt_inwatch *nw = realloc(watches, cap * sizeof *nw);
-                if (nw) { watches = nw; capwatches = cap; }
-            }
             if (nwatches < capwatches) {
                 w = &watches[nwatches++];
                 memset(w, 0, sizeof *w);
@@ -118,12 +130,14 @@ RT_API int inotify_add_watch(int fd, const char *path, uint32_t mask)
             w->mask = (mask & IN_MASK_ADD) ? w->mask | m : m;
             w->dev = st.st_dev;
             w->ino = st.st_ino;
-            if (abs) { free(w->path); w->path = abs; abs = NULL; }
+            char *old = w->path;
+            w->path = abs;
+            abs = old; /* freed below, outside the busy part */
         }
-        pthread_mutex_unlock(&lock);
-        free(abs);
     }
     rt_leave();
+    pthread_mutex_unlock(&lock);
+    free(abs);
     errno = e;
     return wd;
 }
@@ -131,16 +145,21 @@ RT_API int inotify_add_watch(int fd, const char *path, uint32_t mask)
 RT_API int inotify_rm_watch(int fd, int wd)
 {
     REAL(int, inotify_rm_watch, int, int);
+    char *gone = NULL;
+    pthread_mutex_lock(&lock);
     rt_enter();
     int r = real_inotify_rm_watch(fd, wd);
     int e = errno;
-    if (r == 0) {
-        pthread_mutex_lock(&lock);
+    if (r == 0)
         for (size_t i = 0; i < nwatches; i++)
-            if (watches[i].fd == fd && watches[i].wd == wd) { forget(i); break; }
-        pthread_mutex_unlock(&lock);
-    }
+            if (watches[i].fd == fd && watches[i].wd == wd) {
+                gone = watches[i].path;
+                watches[i] = watches[--nwatches];
+                break;
+            }
     rt_leave();
+    pthread_mutex_unlock(&lock);
+    free(gone);
     errno = e;
     return r;
 }

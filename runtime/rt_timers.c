@@ -117,7 +117,7 @@ static void *helper_main(void *arg)
     return NULL;
 }
 
-/* Called with the lock held. */
+/* Called with the lock held, not busy (pthread_create takes libc's locks). */
 static int start_helper(void)
 {
     if (helper_tid) return 0;
@@ -133,48 +133,56 @@ static int start_helper(void)
     return 0;
 }
 
+/* Each wrapper takes the lock first, then marks the thread busy (rt_enter)
+ * around the system call and the table's update only: a checkpoint never sees
+ * one without the other, and a busy thread never waits for a lock a stopped
+ * thread may hold (the table's, or libc's: starting the helper is done before). */
 RT_API int timer_create(clockid_t clock, struct sigevent *sev, timer_t *timerid)
 {
     REAL(int, timer_create, clockid_t, struct sigevent *, timer_t *);
     int thread = sev && sev->sigev_notify == SIGEV_THREAD;
-    rt_enter(); /* no checkpoint between the kernel's timer and its record here */
-    pthread_mutex_lock(&lock);
-    struct rt_timer *t = take_slot();
-    int id = -1, e = 0;
-    if (thread && !t) {
-        e = EAGAIN;
-    } else if (thread && (e = start_helper()) == 0) {
-        t->thread = 1;
-        t->fn = sev->sigev_notify_function;
-        t->value = sev->sigev_value;
-        if (sev->sigev_notify_attributes) {
-            pthread_attr_getstacksize(sev->sigev_notify_attributes, &t->stacksize);
-            pthread_attr_getguardsize(sev->sigev_notify_attributes, &t->guardsize);
-        }
-        struct sigevent k;
-        memset(&k, 0, sizeof k);
-        k.sigev_notify = SIGEV_THREAD_ID;
-        k.sigev_signo = RT_TIMER_SIG;
-        k.sigev_value.sival_int = (int)(t - timers);
-        k._sigev_un._tid = helper_tid;
-        t->tid = helper_tid;
-        long r = lz_sc3(SYS_timer_create, clock, &k, &id);
-        if (r < 0) e = (int)-r;
-    } else if (!thread) {
-        timer_t got;
-        if (real_timer_create(clock, sev, &got) == 0) id = (int)(intptr_t)got;
-        else e = errno;
-        if (t && sev && (sev->sigev_notify & SIGEV_THREAD_ID)) t->tid = sev->_sigev_un._tid;
+    size_t stacksize = 0, guardsize = 0;
+    if (thread && sev->sigev_notify_attributes) {
+        pthread_attr_getstacksize(sev->sigev_notify_attributes, &stacksize);
+        pthread_attr_getguardsize(sev->sigev_notify_attributes, &guardsize);
     }
-    if (e == 0) {
-        if (t) t->id = id;
-        next_id = id == INT_MAX ? 0 : id + 1;
-        *timerid = (timer_t)(intptr_t)id;
-    } else if (t) {
-        t->used = 0;
+    pthread_mutex_lock(&lock);
+    int id = -1, e = thread ? start_helper() : 0;
+    struct rt_timer *t = e ? NULL : take_slot();
+    if (thread && !e && !t) e = EAGAIN;
+    if (!e) {
+        rt_enter();
+        if (thread) {
+            t->thread = 1;
+            t->fn = sev->sigev_notify_function;
+            t->value = sev->sigev_value;
+            t->stacksize = stacksize;
+            t->guardsize = guardsize;
+            struct sigevent k;
+            memset(&k, 0, sizeof k);
+            k.sigev_notify = SIGEV_THREAD_ID;
+            k.sigev_signo = RT_TIMER_SIG;
+            k.sigev_value.sival_int = (int)(t - timers);
+            k._sigev_un._tid = helper_tid;
+            t->tid = helper_tid;
+            long r = lz_sc3(SYS_timer_create, clock, &k, &id);
+            if (r < 0) e = (int)-r;
+        } else {
+            timer_t got;
+            if (real_timer_create(clock, sev, &got) == 0) id = (int)(intptr_t)got;
+            else e = errno;
+            if (t && sev && (sev->sigev_notify & SIGEV_THREAD_ID)) t->tid = sev->_sigev_un._tid;
+        }
+        if (e == 0) {
+            if (t) t->id = id;
+            next_id = id == INT_MAX ? 0 : id + 1;
+            *timerid = (timer_t)(intptr_t)id;
+        } else if (t) {
+            t->used = 0;
+        }
+        rt_leave();
     }
     pthread_mutex_unlock(&lock);
-    rt_leave();
     if (e) { errno = e; return -1; }
     return 0;
 }
@@ -182,30 +190,32 @@ RT_API int timer_create(clockid_t clock, struct sigevent *sev, timer_t *timerid)
 RT_API int timer_settime(timer_t timerid, int flags, const struct itimerspec *value, struct itimerspec *old)
 {
     REAL(int, timer_settime, timer_t, int, const struct itimerspec *, struct itimerspec *);
+    pthread_mutex_lock(&lock);
     rt_enter();
     int r = real_timer_settime(timerid, flags, value, old);
+    int e = errno;
     if (r == 0) {
-        pthread_mutex_lock(&lock);
         struct rt_timer *t = find((int)(intptr_t)timerid);
         if (t) t->abs = (flags & TIMER_ABSTIME) != 0;
-        pthread_mutex_unlock(&lock);
     }
     rt_leave();
+    pthread_mutex_unlock(&lock);
+    errno = e;
     return r;
 }
 
 RT_API int timer_delete(timer_t timerid)
 {
+    pthread_mutex_lock(&lock);
     rt_enter();
     /* the kernel's id, whatever kind: glibc's own would free a SIGEV_THREAD timer it did not make */
     long r = lz_sc1(SYS_timer_delete, (int)(intptr_t)timerid);
     if (r == 0) {
-        pthread_mutex_lock(&lock);
         struct rt_timer *t = find((int)(intptr_t)timerid);
         if (t) t->used = 0;
-        pthread_mutex_unlock(&lock);
     }
     rt_leave();
+    pthread_mutex_unlock(&lock);
     if (r < 0) { errno = (int)-r; return -1; }
     return 0;
 }

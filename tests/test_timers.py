@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import _compile, ckpt_path, find_program, kill_program, kill_tree, wait_gone
+from conftest import _compile, ckpt_path, comm_of, descendants, find_program, kill_program, kill_tree, ns_pid, wait_gone
 
 DOWN = 3.0  # seconds the job stays killed: three intervals of the absolute 1 s timer
 
@@ -68,7 +68,8 @@ def _cycles(runner, prog, tree=False, cycles=2):
         time.sleep(1.0)
         res = runner.lz("checkpoint", "-d", store, timeout=60)
         assert res.rc == 0 and ("2 processes" in res.stderr) == tree, str(res)
-        before = proc_timers(find_program(proc.pid, "timers_posix"))
+        main = find_program(proc.pid, "timers_posix")
+        want, before = ns_pid(main), proc_timers(main)
         if tree:
             pids = kill_tree(proc.pid)
             proc.wait(timeout=30)
@@ -80,7 +81,13 @@ def _cycles(runner, prog, tree=False, cycles=2):
         time.sleep(DOWN)
         proc = runner.start_lz("restart", "-d", store)
         deadline = time.monotonic() + 30
-        while (pid := find_program(proc.pid, "timers_posix")) is None or not Path(f"/proc/{pid}/timers").read_text():
+        while True:  # the main program (its PID as the job sees it), restored and running
+            pid = next((p for p, _ in descendants(proc.pid) if ns_pid(p) == want and comm_of(p) == "timers_posix"), None)
+            try:
+                if pid and Path(f"/proc/{pid}/timers").read_text():
+                    break
+            except OSError:
+                pass
             assert time.monotonic() < deadline and proc.poll() is None, proc.stdout + proc.stderr
             time.sleep(0.05)
         seen.append((before, proc_timers(pid)))
