@@ -19,7 +19,8 @@ watch numbers): two checkpoint/SIGKILL/restart cycles, each trigger seen
 through inotify after the restart, the loop's checks pass, the watches are
 the same numbers and masks from outside; a watch whose directory was renamed
 since it was added fails the checkpoint with one line; malformed watch
-records are refused.  As root and as an ordinary user."""
+records are refused; one shared with a forked child is refused, one each in
+a parent and its child comes back in each.  As root and as an ordinary user."""
 import os
 import re
 import time
@@ -306,3 +307,92 @@ def test_malformed_inotify_watch_refused(how, runner, loop_prog):
     res = runner.lz("restart", "-d", store, timeout=60)
     assert res.rc != 0 and "event descriptor record" in res.stderr and "malformed" in res.stderr, str(res)
     assert len(res.stderr_lines()) == 1, str(res)
+
+
+SHARED_INOTIFY = """
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+libc.inotify_add_watch(fd, sys.argv[1].encode(), 0x100)
+pid = os.fork()
+if pid == 0:
+    time.sleep(600)
+    os._exit(0)
+print("ready", flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.02)
+os.kill(pid, 9)
+os.waitpid(pid, 0)
+"""
+
+TREE_INOTIFY = """
+import ctypes, os, select, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+def own(d):
+    fd = libc.inotify_init1(os.O_NONBLOCK)
+    os.mkdir(d)
+    assert libc.inotify_add_watch(fd, d.encode(), 0x100) == 1
+    return fd
+def check(fd, d, who):
+    while not os.path.exists(sys.argv[2]):
+        time.sleep(0.02)
+    open(d + "/new", "w").close()
+    ep = select.epoll()
+    ep.register(fd, select.EPOLLIN)
+    if not ep.poll(5) or b"new" not in os.read(fd, 4096):
+        print("FAIL", who, flush=True)
+        os._exit(1)
+    print("ok", who, flush=True)
+pid = os.fork()
+if pid == 0:
+    check(own(sys.argv[1] + "/child"), sys.argv[1] + "/child", "child")
+    os._exit(0)
+fd = own(sys.argv[1] + "/parent")
+time.sleep(0.5)
+print("ready", flush=True)
+check(fd, sys.argv[1] + "/parent", "parent")
+_, st = os.waitpid(pid, 0)
+sys.exit(0 if st == 0 else 1)
+"""
+
+
+def test_inotify_shared_refused(runner):
+    """An inotify descriptor a parent shares with its forked child: the
+    checkpoint fails with one line naming it, the program runs on."""
+    script = runner.base / "prog.py"
+    script.write_text(SHARED_INOTIFY)
+    os.chmod(script, 0o644)
+    work = runner.mkdir("work")
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", script, work, runner.base / "go")
+    proc.wait_for_output(r"^ready$", timeout=60)
+    res = runner.lz("checkpoint", "-d", store)
+    assert res.rc != 0 and re.search(r"descriptor \d+ of process \d+ \(an eventfd, timerfd, signalfd, epoll or "
+                                     r"inotify\) is shared with process", res.stderr), str(res)
+    assert runner.indexes(store) == [] and proc.poll() is None, proc.stderr
+    runner.touch(runner.base / "go")
+    assert proc.wait(timeout=60) == 0, proc.stderr
+
+
+def test_inotify_tree_each_with_its_own(runner):
+    """A parent and its forked child, each with its own inotify watching a
+    directory of the job: checkpointed whole, killed whole, restarted, and
+    each is told of a file made in its directory after the restart."""
+    script = runner.base / "prog.py"
+    script.write_text(TREE_INOTIFY)
+    os.chmod(script, 0o644)
+    work = runner.mkdir("work")
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", script, work, trig)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    res = runner.lz("checkpoint", "-d", store)
+    assert res.rc == 0 and "2 processes" in res.stderr, str(res)
+    pids = kill_tree(proc.pid)
+    proc.wait(timeout=30)
+    wait_gone(pids)
+    proc = runner.start_lz("restart", "-d", store)
+    time.sleep(0.3)
+    runner.touch(trig)
+    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
+    assert sorted(proc.stdout.split("\n")[:-1]) == ["ok child", "ok parent"], proc.stdout
