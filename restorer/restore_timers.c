@@ -35,6 +35,8 @@
 #endif
 #define MAX_PLACEHOLDERS (1 << 20)
 
+int restore_timer_ids_off;
+
 static struct sigevent sigevent_of(const struct lz_timer *t)
 {
     struct sigevent k;
@@ -74,7 +76,8 @@ void restore_timers(const struct lz_image *img)
         else n++;
     }
     if (!n && next <= 0) return;
-    int with_ids = lz_sc5(SYS_prctl, PR_TIMER_CREATE_RESTORE_IDS, PR_TIMER_CREATE_RESTORE_IDS_ON, 0, 0, 0) == 0;
+    int with_ids = !restore_timer_ids_off &&
+                   lz_sc5(SYS_prctl, PR_TIMER_CREATE_RESTORE_IDS, PR_TIMER_CREATE_RESTORE_IDS_ON, 0, 0, 0) == 0;
     /* in increasing id order (selection: a few timers), the one before `next` last */
     const struct lz_timer *last = NULL;
     int prev = -1;

@@ -114,7 +114,7 @@ def test_posix_timers_restart(runner, progs):
         # A, E, F: signal to the process; B, D, H: to a thread; C: none
         assert sorted((t[2], t[3]) for t in after) == \
             [("none", "pid")] + [("signal", "pid")] * 3 + [("signal", "tid")] * 3, after
-    assert re.search(r"^ids A=0 B=1 C=2 D=3 E=4 F=5 H=6 gap=7$", out, re.M), out
+    assert re.search(r"^ids A=0 B=1 C=2 D=4 E=5 F=6 H=7 gap=8$", out, re.M), out
     lefts = [float(x) for x in re.findall(r"^c left ([\d.]+)$", out, re.M)]
     assert len(lefts) == 2 and all(x > 990 for x in lefts), out  # 1000 s less the time up, not the downtime
     overruns = [int(x) for x in re.findall(r"^f overrun (\d+)$", out, re.M)]
@@ -142,14 +142,14 @@ def _checkpointed(runner, progs):
 
 
 def test_manifest_holds_the_timers(runner, progs):
-    """The manifest's timer records are what the program made: ids 0-6 with
-    their clocks, kinds and signals, the absolute flag, the worker's and the
-    helper's thread among the image's threads, and the next id (8)."""
+    """The manifest's timer records are what the program made: ids 0-7 but 3
+    with their clocks, kinds and signals, the absolute flag, the worker's and
+    the helper's thread among the image's threads, and the next id (9)."""
     store, idx = _checkpointed(runner, progs)
     m = lzformat.Manifest.load(ckpt_path(store, idx) / "manifest")
     tm = sorted((t for t in m.timers if t.kind == lzformat.TM_TIMER), key=lambda t: t.id)
     nxt = [t for t in m.timers if t.kind == lzformat.TM_NEXT]
-    assert [t.id for t in tm] == list(range(7)) and len(nxt) == 1 and nxt[0].id == 8, m.timers
+    assert [t.id for t in tm] == [0, 1, 2, 4, 5, 6, 7] and len(nxt) == 1 and nxt[0].id == 9, m.timers
     assert [t.clockid for t in tm] == [1, 1, 7, 1, 1, 0, 1], tm
     assert [t.notify for t in tm] == [0, 4, 1, 4, 0, 0, 4], tm
     assert [t.flags for t in tm] == [0, 0, 0, 0, 0, lzformat.TMF_ABSTIME, 0], tm
@@ -158,6 +158,26 @@ def test_manifest_holds_the_timers(runner, progs):
     assert tm[0].interval_ns == 5 * 10**7 and tm[3].signo == 32 and tm[3].value == 3, tm
     tids = {t.tid for t in m.threads}
     assert tm[1].tid in tids and tm[3].tid in tids and tm[3].tid == tm[6].tid != tm[1].tid, (tm, tids)
+
+
+def test_ids_without_the_restore_prctl(runner, progs):
+    """As on a kernel before 6.17 (no PR_TIMER_CREATE_RESTORE_IDS; the
+    restorer told to do without): the timers are made in order and the ids
+    between deleted, so every id comes back, the gap among them too; the
+    next id is not kept (LIMITS.md): the program's last check says so."""
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", progs["timers_posix"], "1", trig)
+    proc.wait_for_output(r"^ready 1$", timeout=60)
+    runner.checkpoint(store)
+    kill_program(proc, "timers_posix")
+    runner.env["LAZARUS_TEST_NO_TIMER_IDS"] = "1"
+    proc = runner.start_lz("restart", "-d", store)
+    time.sleep(0.5)
+    runner.touch(Path(f"{trig}.1"))
+    proc.wait_for_output(r"^check 1 ok$|^FAIL", timeout=60)
+    proc.wait(timeout=60)
+    assert "check 1 ok" in proc.stdout and "FAIL a new timer got id 8, not 9" in proc.stdout, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("how", ["tid", "notify", "duplicate"])

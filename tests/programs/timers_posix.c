@@ -5,8 +5,9 @@
  * worker thread (sigwaitinfo); C SIGEV_NONE one-shot 1000 s; D SIGEV_THREAD
  * periodic 40 ms (its function counts, in a thread of its own); E SIGEV_SIGNAL
  * one-shot 2 s; F SIGEV_SIGNAL absolute CLOCK_REALTIME periodic 1 s (its
- * handler keeps the largest overrun); H SIGEV_THREAD one-shot 2.5 s; G made and
- * deleted last (the next id is the one after it).  For each cycle c: runs
+ * handler keeps the largest overrun); H SIGEV_THREAD one-shot 2.5 s; one made and
+ * deleted between C and D, and G made and deleted last (the next id is the one
+ * after it).  For each cycle c: runs
  * 0.5 s, prints `ready c`, waits for TRIG.c, then checks that the kernel
  * lists exactly its ids with their kinds and signals, that every periodic
  * timer goes on, and prints `check c ok` (or FAIL).  At the end the one-shots
@@ -240,6 +241,7 @@ int main(int argc, char **argv)
     ids[TA] = make(CLOCK_MONOTONIC, SIGEV_SIGNAL, SIGRTMIN + 1, 0xA, 0, NULL);
     ids[TB] = make(CLOCK_MONOTONIC, SIGEV_THREAD_ID, SIGRTMIN + 2, 0xB, worker_tid, NULL);
     ids[TC] = make(CLOCK_BOOTTIME, SIGEV_NONE, 0, 0xC, 0, NULL);
+    timer_delete(make(CLOCK_MONOTONIC, SIGEV_NONE, 0, 0, 0, NULL)); /* a gap among the ids */
     ids[TD] = make(CLOCK_MONOTONIC, SIGEV_THREAD, 0, 0xD, 0, on_d);
     ids[TE] = make(CLOCK_MONOTONIC, SIGEV_SIGNAL, SIGRTMIN + 3, 0xE, 0, NULL);
     ids[TF] = make(CLOCK_REALTIME, SIGEV_SIGNAL, SIGRTMIN + 4, 0xF, 0, NULL);
