@@ -42,6 +42,7 @@ static struct rt_timer timers[RT_TIMERS_MAX];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int next_id = -1;     /* the id after the last one timer_create returned */
 static int helper_tid;       /* 0: no helper (yet, or since a fork) */
+static int helper_pid;       /* the process it is a thread of (a child of a raw clone has none) */
 static volatile uint32_t helper_ready;
 
 static struct rt_timer *find(int id)
@@ -120,7 +121,11 @@ static void *helper_main(void *arg)
 /* Called with the lock held, not busy (pthread_create takes libc's locks). */
 static int start_helper(void)
 {
-    if (helper_tid) return 0;
+    int pid = (int)lz_sc0(SYS_getpid);
+    if (helper_tid && helper_pid == pid) return 0;
+    helper_tid = 0;
+    helper_ready = 0;
+    helper_pid = pid;
     pthread_attr_t a;
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
