@@ -61,7 +61,16 @@ static struct rt_timer *take_slot(void)
 
 /* Every signal blocked but the checkpoint's, glibc's set*id broadcast and the
  * faults: what glibc's helper and the threads it starts run with, except
- * that a checkpoint can stop them. */
+ * that a checkpoint can stop them.  Given at creation (no signal of the
+ * program's can reach the thread first), and again with the timer's signal,
+ * which glibc leaves out of a thread's mask. */
+static void helper_sigset(sigset_t *s)
+{
+    sigfillset(s);
+    int open[] = {LZ_SIGCKPT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP};
+    for (size_t i = 0; i < sizeof open / sizeof *open; i++) sigdelset(s, open[i]);
+}
+
 static void helper_mask(void)
 {
     uint64_t m = ~0ull;
@@ -80,15 +89,20 @@ static void *run_function(void *arg)
     return NULL;
 }
 
-static void start_function(int slot)
+static void start_function(int slot, int id)
 {
     struct start *s = malloc(sizeof *s);
     if (!s) return; /* as glibc: this expiry is lost */
     pthread_attr_t a;
+    sigset_t m;
+    helper_sigset(&m);
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setsigmask_np(&a, &m);
     pthread_mutex_lock(&lock);
-    struct rt_timer *t = slot >= 0 && slot < RT_TIMERS_MAX && timers[slot].used && timers[slot].thread ? &timers[slot] : NULL;
+    /* the slot's timer, not one deleted since whose signal was still queued */
+    struct rt_timer *t = slot >= 0 && slot < RT_TIMERS_MAX && timers[slot].used && timers[slot].thread &&
+                         timers[slot].id == id ? &timers[slot] : NULL;
     if (t) {
         s->fn = t->fn;
         s->value = t->value;
@@ -113,7 +127,7 @@ static void *helper_main(void *arg)
         siginfo_t si;
         /* a checkpoint interrupts it (EINTR): it simply waits again, also after a restart */
         if (lz_sc4(SYS_rt_sigtimedwait, &set, &si, NULL, LZ_KSIGSET_SIZE) != RT_TIMER_SIG || si.si_code != SI_TIMER) continue;
-        start_function(si.si_value.sival_int);
+        start_function(si.si_value.sival_int, si.si_timerid);
     }
     return NULL;
 }
@@ -127,9 +141,11 @@ static int start_helper(void)
     helper_ready = 0;
     helper_pid = pid;
     pthread_attr_t a;
+    sigset_t m;
+    helper_sigset(&m);
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&a, 64 << 10);
+    pthread_attr_setsigmask_np(&a, &m); /* its stack the default: it may run a checkpoint */
     pthread_t th;
     int e = pthread_create(&th, &a, helper_main, NULL);
     pthread_attr_destroy(&a);
