@@ -139,7 +139,11 @@ static int watch(const char *dir, const char *name, uint32_t mask)
 
 static void check(int c)
 {
-    /* what the downtime lost: the events queued at the checkpoint */
+    /* what the downtime lost: the events queued at the checkpoint; and what
+     * the last ticks before the trigger made, read first */
+    inotify_events();
+    struct signalfd_siginfo si;
+    while (read(sfd, &si, sizeof si) == sizeof si) {}
     memset(pending, 0, sizeof pending);
     mods_seen = mods_done = 0;
     ev_read = ev_written = 0;

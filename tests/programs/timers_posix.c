@@ -10,7 +10,8 @@
  * after it).  For each cycle c: runs
  * 0.5 s, prints `ready c`, waits for TRIG.c, then checks that the kernel
  * lists exactly its ids with their kinds and signals, that every periodic
- * timer goes on, and prints `check c ok` (or FAIL).  At the end the one-shots
+ * timer goes on, that a SIGEV_THREAD timer made now gets the next id and runs,
+ * and prints `check c ok` (or FAIL).  At the end the one-shots
  * fired once each and a new timer gets the next id: `done`.
  * With `fork`, a child forked once the timers run has none (POSIX), makes its
  * own (a SIGEV_THREAD and a SIGEV_SIGNAL one, ids 0 and 1) and checks them
@@ -32,7 +33,8 @@
 enum { TA, TB, TC, TD, TE, TF, TH, NT };
 static const char *names = "ABCDEFH";
 static timer_t ids[NT];
-static int gap_id;
+static int gap_id, next_id; /* the id a new timer must get */
+static atomic_long fresh_calls;
 static atomic_long count[NT];
 static atomic_int max_overrun_f;
 static atomic_int d_tid, worker_tid;
@@ -154,6 +156,26 @@ static void check_listed(void)
     }
 }
 
+static void on_fresh(union sigval v)
+{
+    if (v.sival_int == 0x5) fresh_calls++;
+}
+
+/* A SIGEV_THREAD timer made now (after a restart: the restored helper) gets
+ * the next id and runs its function; then it is deleted. */
+static void check_fresh(void)
+{
+    timer_t t = make(CLOCK_MONOTONIC, SIGEV_THREAD, 0, 0x5, 0, on_fresh);
+    /* natively glibc's handle (negative), the kernel's id under Lazarus */
+    if ((long)t >= 0 && (long)t != next_id) FAIL("a new timer got id %ld, not %d", (long)t, next_id);
+    next_id++;
+    long before = fresh_calls;
+    arm(t, 0, 0.05, 0);
+    pause_for(0.3);
+    if (fresh_calls != before + 1) FAIL("a new SIGEV_THREAD timer's function ran %ld times", fresh_calls - before);
+    timer_delete(t);
+}
+
 static void check_running(int c)
 {
     long before[NT];
@@ -169,6 +191,8 @@ static void check_running(int c)
     if (left <= 900 || left > 1000) FAIL("SIGEV_NONE timer C has %.3f s left", left);
     printf("c left %.3f\n", left);
     printf("f overrun %d\n", (int)max_overrun_f);
+    fflush(stdout);
+    check_fresh();
     printf("check %d ok\n", c);
     fflush(stdout);
 }
@@ -248,6 +272,7 @@ int main(int argc, char **argv)
     ids[TH] = make(CLOCK_MONOTONIC, SIGEV_THREAD, 0, 0x4, 0, on_h);
     timer_t g = make(CLOCK_MONOTONIC, SIGEV_NONE, 0, 0, 0, NULL);
     gap_id = (int)(long)g;
+    next_id = gap_id + 1;
     timer_delete(g);
     arm(ids[TA], 0, 0.05, 0.05);
     arm(ids[TB], 0, 0.07, 0.07);
@@ -281,7 +306,7 @@ int main(int argc, char **argv)
     if (count[TE] != 1 || count[TH] != 1)
         FAIL("one-shot timers fired E %ld and H %ld times, not once", (long)count[TE], (long)count[TH]);
     timer_t n = make(CLOCK_MONOTONIC, SIGEV_NONE, 0, 0, 0, NULL);
-    if ((int)(long)n != gap_id + 1) FAIL("a new timer got id %ld, not %d", (long)n, gap_id + 1);
+    if ((long)n != next_id) FAIL("a new timer got id %ld, not %d", (long)n, next_id);
     if (kid > 0) {
         int st;
         if (waitpid(kid, &st, 0) != kid || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("the child ended with status %#x", st);
