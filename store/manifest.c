@@ -115,9 +115,11 @@ static int check_timers(struct lz_image *img, char *why, size_t whylen)
         if (t->kind == LZ_TM_NEXT) {
             ok = ok && ++nexts == 1;
         } else if (t->kind == LZ_TM_TIMER) {
+            /* the clocks timer_create takes (a CPU clock is negative); a signal unless SIGEV_NONE */
+            int c = t->clockid;
             ok = ok && (t->notify == 0 /* SIGEV_SIGNAL */ || t->notify == 1 /* SIGEV_NONE */ || t->notify == 4) &&
-                 t->signo >= 0 && t->signo <= LZ_NSIG && !(t->flags & ~LZ_TMF_ABSTIME) && t->value_ns >= 0 &&
-                 t->interval_ns >= 0;
+                 t->signo >= (t->notify == 1 ? 0 : 1) && t->signo <= LZ_NSIG && !(t->flags & ~LZ_TMF_ABSTIME) &&
+                 t->value_ns >= 0 && t->interval_ns >= 0 && (c < 0 || (c <= 11 && c != 4 && c != 5 && c != 6 && c != 10));
             int thread = 0;
             for (size_t j = 0; j < img->nthreads; j++) thread |= img->threads[j].tid == t->tid;
             if (t->notify == 4) ok = ok && thread && t->signo > 0;

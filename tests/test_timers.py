@@ -181,11 +181,12 @@ def test_ids_without_the_restore_prctl(runner, progs):
     assert "c left" in proc.stdout and "FAIL a new timer got id 8, not 9" in proc.stdout, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("how", ["tid", "notify", "duplicate"])
+@pytest.mark.parametrize("how", ["tid", "notify", "duplicate", "signal", "clock"])
 def test_malformed_timer_record_refused(how, runner, progs):
     """A sealed manifest whose timer aims at a thread the image does not
-    have, has an unknown notification, or repeats an id: the restart is
-    refused with one line, and nothing runs."""
+    have, has an unknown notification, repeats an id, signals with no signal
+    or is on a clock no timer can be on: the restart is refused with one
+    line, and nothing runs."""
     store, idx = _checkpointed(runner, progs)
     path = ckpt_path(store, idx) / "manifest"
     m = lzformat.Manifest.load(path)
@@ -194,6 +195,10 @@ def test_malformed_timer_record_refused(how, runner, progs):
         m.set(next(t for t in tm if t.notify == 4), "tid", 999999)
     elif how == "notify":
         m.set(tm[0], "notify", 2)
+    elif how == "signal":
+        m.set(tm[0], "signo", 0)  # SIGEV_SIGNAL without a signal
+    elif how == "clock":
+        m.set(tm[0], "clockid", 4)  # CLOCK_MONOTONIC_RAW: no timer can be on it
     else:
         m.set(tm[1], "id", tm[0].id)
     m.save(path)
