@@ -13,6 +13,8 @@ STATIC_CODECS := -l:libzstd.a -l:liblz4.a
 
 COMMON_SRC  := common/util.c common/hash_fast.c common/codec.c common/progress.c store/manifest.c store/chans.c store/usocks.c store/inet_data.c store/store.c store/job_file.c store/verify.c store/gc.c store/tree.c store/place.c store/frames_check.c
 RT_SRC := \
+	runtime/rt_timers.c \
+	runtime/rt_inotify.c \
 	runtime/rt_init.c \
 	runtime/rt_signals.c \
 	runtime/rt_capture.c \
@@ -55,6 +57,8 @@ RT_SRC := \
 	runtime/rt_inet.c
 
 RESTORE_SRC := \
+	restorer/restore_timers.c \
+	restorer/restore_inotify.c \
 	restorer/restore_main.c \
 	restorer/restore_memory.c \
 	restorer/restore_fill.c \

@@ -24,11 +24,11 @@ static int same_description(const struct fdent *a, const struct fdent *b)
     return syscall(SYS_kcmp, a->pid, b->pid, KCMP_FILE, a->fd, b->fd) == 0;
 }
 
-/* /proc/PID/fd/N names an eventfd, timerfd, signalfd or epoll (runtime/rt_events.c). */
+/* /proc/PID/fd/N names an eventfd, timerfd, signalfd, epoll or inotify (runtime/rt_events.c). */
 static int is_event_object(const char *fp)
 {
     static const char *const names[] = {"anon_inode:[eventfd]", "anon_inode:[timerfd]", "anon_inode:[signalfd]",
-                                        "anon_inode:[eventpoll]"};
+                                        "anon_inode:[eventpoll]", "anon_inode:inotify"};
     char link[64];
     ssize_t n = readlink(fp, link, sizeof link - 1);
     if (n <= 0) return 0;
@@ -105,7 +105,7 @@ static int find_shared(struct sv_state *st, struct lz_tree *t, char *why, size_t
     for (size_t i = 0; i < n; i++)
         for (size_t k = 0; k < n && v[i].group >= 0 && (v[i].mode & S_IFMT) == 0; k++)
             if (v[k].group == v[i].group && v[k].pid != v[i].pid) {
-                snprintf(why, whylen, "descriptor %d of process %d (an eventfd, timerfd, signalfd or epoll) is shared with "
+                snprintf(why, whylen, "descriptor %d of process %d (an eventfd, timerfd, signalfd, epoll or inotify) is shared with "
                          "process %d of the job: such a descriptor shared between processes cannot be restored yet; "
                          "close it in one of them", v[i].fd, v[i].inner, v[k].inner);
                 free(v);

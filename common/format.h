@@ -64,6 +64,7 @@ enum lz_section_type {
                          * without a bump) */
     LZ_SEC_USOCKS = 13, /* struct lz_usock[]: local sockets that are not one end of a connected pair */
     LZ_SEC_INET = 14,   /* struct lz_inet[]: TCP and UDP sockets (AF_INET, AF_INET6) */
+    LZ_SEC_TIMERS = 17, /* struct lz_timer[]: the process's POSIX timers (added in version 5 without a bump) */
 };
 
 struct lz_header {
@@ -322,6 +323,12 @@ enum lz_event_kind {
     LZ_EV_EPOLL = 4,    /* the epoll object itself; its watches follow as LZ_EV_WATCH records */
     LZ_EV_WATCH = 5,    /* fd: the epoll descriptor; target: the descriptor it watches, mask: the
                          * events (EPOLLIN..., EPOLLET, EPOLLONESHOT...), data: epoll_data */
+    LZ_EV_INOTIFY = 6,  /* an inotify object; count: the watch descriptor the kernel gives next;
+                         * its watches follow as LZ_EV_INWATCH records (added in version 5 without a bump) */
+    LZ_EV_INWATCH = 7,  /* fd: the inotify descriptor; target: the watch descriptor (wd), mask: the
+                         * mask inotify_add_watch was given (IN_MODIFY..., IN_ONLYDIR, IN_DONT_FOLLOW...),
+                         * data: string offset of the watched path (absolute); count, value_ns: its
+                         * inode and device at the checkpoint (st_ino, st_dev) */
 };
 #define LZ_EVF_SEMAPHORE 0x1u
 struct lz_event {
@@ -418,6 +425,30 @@ struct lz_inet {
     uint64_t bytes;      /* CONNECTED TCP: bytes queued to be read here */
     uint64_t xxh3;       /* XXH3-64 of the data file */
     uint64_t peer_ino;   /* RESET: the inode of the socket at the other end on this host, 0 = none */
+};
+
+/* A POSIX timer (timer_create) of the process, read in the pause from
+ * /proc/self/timers and timer_gettime, made again by the restorer with its id
+ * (restorer/restore_timers.c).  A SIGEV_THREAD timer is, in the kernel, a
+ * SIGEV_THREAD_ID timer aimed at the runtime's helper thread (rt_timers.c),
+ * restored like any other; the helper comes back as a thread of the image. */
+enum lz_timer_kind {
+    LZ_TM_TIMER = 1, /* a timer */
+    LZ_TM_NEXT = 2,  /* id: the id the kernel gives the next timer_create (only this field) */
+};
+#define LZ_TMF_ABSTIME 0x1u /* armed with TIMER_ABSTIME: value_ns is the clock's expiry */
+struct lz_timer {
+    uint32_t kind;      /* enum lz_timer_kind */
+    int32_t id;         /* the kernel's timer id, which the program holds */
+    int32_t clockid;
+    int32_t notify;     /* sigev_notify: SIGEV_SIGNAL, SIGEV_NONE or SIGEV_SIGNAL|SIGEV_THREAD_ID */
+    int32_t signo;
+    int32_t tid;        /* SIGEV_THREAD_ID: the thread it signals */
+    uint32_t flags;     /* LZ_TMF_* */
+    int32_t overrun;    /* timer_getoverrun at the checkpoint (not restored: see LIMITS.md) */
+    uint64_t value;     /* sigev_value */
+    int64_t value_ns;   /* 0 = disarmed; else the time left, or the expiry (LZ_TMF_ABSTIME) */
+    int64_t interval_ns;
 };
 
 /* The launcher's descriptors that may be regular files (0, 1, 2): a process
@@ -559,6 +590,7 @@ LZ_STATIC_ASSERT(sizeof(struct lz_event) == 64, "lz_event size");
 LZ_STATIC_ASSERT(sizeof(struct lz_pty) == 88, "lz_pty size");
 LZ_STATIC_ASSERT(sizeof(struct lz_usock) == 360, "lz_usock size");
 LZ_STATIC_ASSERT(sizeof(struct lz_inet) == 136, "lz_inet size");
+LZ_STATIC_ASSERT(sizeof(struct lz_timer) == 56, "lz_timer size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_header) == 48, "lz_tree_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_proc) == 72, "lz_tree_proc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_shared) == 16, "lz_tree_shared size");

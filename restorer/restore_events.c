@@ -1,6 +1,7 @@
 /* Event-loop descriptors made anew with their state (format.h, lz_event):
  * an eventfd with its counter and flags, a signalfd with its mask, a timerfd
- * on its clock, an epoll empty at first.  Once every descriptor is at its
+ * on its clock, an epoll empty at first, an inotify (its watches, by path,
+ * are restore_inotify.c's).  Once every descriptor is at its
  * number, the epolls get their watches back (each with its events and data)
  * and the timers are armed:
  *   - a relative timer keeps the time it had left (the downtime is not
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -30,7 +32,8 @@
 static const struct lz_event *object_of(const struct lz_image *img, int fd)
 {
     for (size_t i = 0; i < img->nevents; i++)
-        if (img->events[i].fd == fd && img->events[i].kind != LZ_EV_WATCH) return &img->events[i];
+        if (img->events[i].fd == fd && img->events[i].kind != LZ_EV_WATCH && img->events[i].kind != LZ_EV_INWATCH)
+            return &img->events[i];
     restore_fail("descriptor %d has no event record in the image", fd);
 }
 
@@ -60,6 +63,10 @@ int restore_event_open(const struct lz_image *img, const struct lz_fd *f)
         fd = signalfd(-1, &set, SFD_CLOEXEC | (nb ? SFD_NONBLOCK : 0));
         break;
     }
+    case LZ_EV_INOTIFY:
+        what = "inotify";
+        fd = inotify_init1(IN_CLOEXEC | (nb ? IN_NONBLOCK : 0));
+        break;
     case LZ_EV_EPOLL:
         what = "epoll";
         fd = epoll_create1(EPOLL_CLOEXEC);
@@ -113,6 +120,8 @@ static void arm_timer(const struct lz_event *e)
 
 void restore_events_finish(const struct lz_image *img)
 {
+    for (size_t i = 0; i < img->nevents; i++)
+        if (img->events[i].kind == LZ_EV_INOTIFY) restore_inotify_watches(img, &img->events[i]);
     for (size_t i = 0; i < img->nevents; i++) {
         const struct lz_event *e = &img->events[i];
         if (e->kind != LZ_EV_WATCH) continue;

@@ -152,6 +152,7 @@ int main(int argc, char **argv)
     }
     tracing = getenv("LAZARUS_TRACE") != NULL;
     drop_caps = getenv("LAZARUS_DROP_CAPS") != NULL;
+    restore_timer_ids_off = getenv("LAZARUS_TEST_NO_TIMER_IDS") != NULL; /* tests: a kernel before 6.17 */
     const char *cz = getenv("LAZARUS_COMPRESS");
     if (cz && *cz && lz_codec_parse(cz, &compress_codec, &compress_level, NULL, 0) < 0) compress_codec = -1;
     restore_trace("started");
@@ -193,11 +194,12 @@ int main(int argc, char **argv)
         snprintf(plan, sizeof plan, "LAZARUS_PLAN_FD=%s", getenv("LAZARUS_PLAN_FD") ? getenv("LAZARUS_PLAN_FD") : "");
         char rolled[48];
         snprintf(rolled, sizeof rolled, LZ_ROLLED_ENV "=%d", rolled_fd);
-        char *env[10] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, cz};
+        char *env[11] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, cz};
         int ne = 3;
         if (rolled_fd >= 0) env[ne++] = rolled;
         if (restore_in_tree()) { env[ne++] = plan; env[ne++] = "LAZARUS_TREE_DONE=1"; }
         if (drop_caps) env[ne++] = "LAZARUS_DROP_CAPS=1";
+        if (restore_timer_ids_off) env[ne++] = "LAZARUS_TEST_NO_TIMER_IDS=1";
         if (tracing) env[ne++] = "LAZARUS_TRACE=1";
         personality((unsigned long)personality(LZ_PERSONALITY_QUERY) & ~(unsigned long)ADDR_NO_RANDOMIZE);
         execve("/proc/self/exe", argv, env);

@@ -101,6 +101,7 @@ _Noreturn void restore_threads_and_jump(struct restore_ctx *rc)
         started++;
     }
     while (__atomic_load_n(&ready, __ATOMIC_ACQUIRE) < started) futex_wait(&ready, ready);
+    restore_timers(img); /* a timer may signal any of the threads */
     restore_tree_go(); /* a job of several processes: all at once, or none */
     /* the process's own: timers, signals pending for any thread */
     const struct lz_proc *p = proc;

@@ -71,6 +71,12 @@ int restore_pty_end(int master, const struct lz_fd *f, int base);
  * checkpoint makes its group the foreground of the restarter's (no terminal:
  * nothing). */
 void restore_pty_foreground(const struct lz_image *img);
+/* The watches of inotify object e, by path, each with its wd (restore_inotify.c). */
+void restore_inotify_watches(const struct lz_image *img, const struct lz_event *e);
+/* POSIX timers with their ids and state (restore_timers.c), once every thread
+ * exists and before any runs; raw system calls only. */
+void restore_timers(const struct lz_image *img);
+extern int restore_timer_ids_off; /* LAZARUS_TEST_NO_TIMER_IDS: as without PR_TIMER_CREATE_RESTORE_IDS */
 /* A pipe like c, holding data (freed), its ends parked at >= base in ends;
  * `what` names it in messages.  Then the process's descriptor records of
  * pipe ino take its ends r and w (closed if none does) or reopen them, each

@@ -131,6 +131,7 @@ struct rt_ckpt {
     char **usock_from;               /* per usock, its datagrams' senders (usocks[k].from_bytes) */
     struct lz_inet *inets; size_t ninets; /* TCP and UDP sockets (rt_inet.c) */
     char **inet_data;                /* per inet, the bytes queued to be read (inets[k].bytes) */
+    struct lz_timer *timers; size_t ntimers; /* POSIX timers (rt_timers.c) */
     struct rt_strings strings;
     struct rt_region_dirty *rdirty;  /* one per region */
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
@@ -197,6 +198,15 @@ int rt_capture_ptys(struct rt_ckpt *ck);
  * queued data beside the manifest.  0 or -1 (ck->err). */
 int rt_capture_inet(struct rt_ckpt *ck);
 int rt_store_inet(struct rt_ckpt *ck);
+/* The process's POSIX timers, from /proc/self/timers, timer_gettime and what
+ * the timer_* wrappers know (after the threads are known).  0 or -1 (ck->err). */
+int rt_capture_timers(struct rt_ckpt *ck);
+void rt_timers_forked(void); /* a forked child: no timers, no helper thread */
+/* inotify (rt_inotify.c): the watches in an inotify descriptor's fdinfo; its
+ * watches as LZ_EV_INWATCH records with their paths, after object record obj
+ * of ck->events (cap records at most).  0 or -1 (ck->err). */
+size_t rt_inotify_watches(const char *fdinfo);
+int rt_capture_inotify(struct rt_ckpt *ck, int fd, const char *fdinfo, size_t obj, size_t cap);
 /* A new file of the checkpoint (O_EXCL, 0600), written and fsynced: 0 or -errno. */
 long rt_write_file(const char *path, const void *buf, size_t len);
 int rt_capture_regions(struct rt_ckpt *ck);

@@ -124,12 +124,7 @@ int rt_capture_proc(struct rt_ckpt *ck, void *ucontext)
         p->rlimits[r].cur = rl.rlim_cur; p->rlimits[r].max = rl.rlim_max;
     }
     p->resume_addr = (uint64_t)&rt_resume_block;
-    /* POSIX timers live in the kernel and are not restored yet: refuse. */
-    char tbuf[64];
-    if (rt_read_file("/proc/self/timers", tbuf, sizeof tbuf) > 0) {
-        rt_fmt(ck->err, sizeof ck->err, "the program uses POSIX timers (timer_create), which cannot be checkpointed yet");
-        return -1;
-    }
+    if (rt_capture_timers(ck) < 0) return -1;
     ck->auxv = arena_alloc(&ck->arena, 4096);
     long al = ck->auxv ? rt_read_file("/proc/self/auxv", ck->auxv, 4096) : -1;
     ck->auxv_len = al > 0 ? (size_t)al : 0;

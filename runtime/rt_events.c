@@ -1,8 +1,9 @@
-/* Event-loop descriptors (eventfd, timerfd, signalfd, epoll): their state,
+/* Event-loop descriptors (eventfd, timerfd, signalfd, epoll, inotify): their state,
  * read in the pause from /proc/self/fdinfo (man 5 proc) without touching the
  * objects, into struct lz_event records (format.h).  An epoll watch is kept
  * only when the descriptor it names is still the file it watches and is part
- * of the checkpoint; anything else fails the checkpoint, naming both. */
+ * of the checkpoint; anything else fails the checkpoint, naming both.  An
+ * inotify descriptor's watches need paths, which rt_inotify.c knows. */
 #include "rt.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -117,6 +118,9 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *f, char *buf, siz
     } else if (!strcmp(name, "anon_inode:[signalfd]")) {
         e->kind = LZ_EV_SIGNALFD;
         bad = field(buf, "sigmask:", 16, &e->mask) < 0;
+    } else if (!strcmp(name, "anon_inode:inotify")) {
+        e->kind = LZ_EV_INOTIFY;
+        return rt_capture_inotify(ck, f->fd, buf, ck->nevents++, cap);
     } else {
         /* anon_inode:[eventpoll]: its fdinfo is the generic lines and its watches */
         e->kind = LZ_EV_EPOLL;
@@ -130,20 +134,35 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *f, char *buf, siz
 
 int rt_capture_events(struct rt_ckpt *ck)
 {
-    size_t nobj = 0, nep = 0;
+    size_t nobj = 0, nep = 0, nin = 0;
     for (size_t i = 0; i < ck->nfds; i++)
         if (ck->fds[i].kind == LZ_FD_EVENT) {
             nobj++;
             nep += strstr(ck->strings.buf + ck->fds[i].path, "[eventpoll]") != NULL;
+            nin += !strcmp(ck->strings.buf + ck->fds[i].path, "anon_inode:inotify");
         }
     ck->nevents = 0;
     if (!nobj) return 0;
-    /* each epoll watches at most every descriptor of the table once */
+    /* each epoll watches at most every descriptor of the table once; an
+     * inotify descriptor's fdinfo is about 150 bytes a watch */
     size_t cap = nobj + nep * ck->nfds;
-    size_t bufcap = 4096 + 128 * ck->nfds;
-    ck->events = arena_alloc(&ck->arena, cap * sizeof *ck->events);
+    size_t bufcap = 4096 + 128 * ck->nfds + (nin ? (size_t)1 << 20 : 0);
     char *buf = arena_alloc(&ck->arena, bufcap);
-    if (!ck->events || !buf) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
+    if (!buf) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
+    for (size_t i = 0; nin && i < ck->nfds; i++) {
+        char p[64];
+        if (ck->fds[i].kind != LZ_FD_EVENT || strcmp(ck->strings.buf + ck->fds[i].path, "anon_inode:inotify")) continue;
+        rt_fmt(p, sizeof p, "/proc/self/fdinfo/%d", ck->fds[i].fd);
+        long n = rt_read_file(p, buf, bufcap - 1);
+        if (n <= 0 || (size_t)n >= bufcap - 1) {
+            rt_fmt(ck->err, sizeof ck->err, "cannot read %s (too many inotify watches?)", p);
+            return -1;
+        }
+        buf[n] = 0;
+        cap += rt_inotify_watches(buf);
+    }
+    ck->events = arena_alloc(&ck->arena, cap * sizeof *ck->events);
+    if (!ck->events) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     for (size_t i = 0; i < ck->nfds; i++)
         if (ck->fds[i].kind == LZ_FD_EVENT && capture_one(ck, &ck->fds[i], buf, bufcap, cap) < 0) return -1;
     return 0;

@@ -106,7 +106,7 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
     }
     /* event-loop objects: their state is rt_events.c's */
     static const char *const events[] = {"anon_inode:[eventfd]", "anon_inode:[timerfd]", "anon_inode:[signalfd]",
-                                         "anon_inode:[eventpoll]", NULL};
+                                         "anon_inode:[eventpoll]", "anon_inode:inotify", NULL};
     for (int i = 0; events[i]; i++)
         if (!strcmp(path, events[i])) {
             out->kind = LZ_FD_EVENT;

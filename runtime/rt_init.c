@@ -125,6 +125,7 @@ static void rt_atfork_child(void)
 static void rt_atfork_child_body(void)
 {
     fj_after_fork(); /* its file changes go to a journal of its own (files/journal.h) */
+    rt_timers_forked();
     if (!rt.active) return;
     rt.pid = (int)lz_sc0(SYS_getpid);
     rt_map_fork_child();

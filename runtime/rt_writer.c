@@ -19,7 +19,7 @@
 /* A manifest holds one section of each type (enum lz_section_type); its
  * size counts one more, each with up to 8 bytes of padding. */
 /* How many sections write_manifest() puts, one of each type (a branch that adds one counts it here). */
-#define RT_NSECTIONS 15
+#define RT_NSECTIONS 16
 
 long rt_write_file(const char *path, const void *buf, size_t len)
 {
@@ -248,6 +248,7 @@ static int finish(struct rt_ckpt *ck)
                   8 + ck->nptys * sizeof(struct lz_pty) + ck->pty_bytes +
                   ck->nusocks * sizeof(struct lz_usock) +
                   ck->ninets * sizeof(struct lz_inet) +
+                  ck->ntimers * sizeof(struct lz_timer) +
                   ck->nthreads * sizeof(struct lz_thread) +
                   ck->nregions * sizeof(struct lz_region) + nm->nextents * sizeof(struct lz_extent) +
                   nm->nframes * sizeof(struct lz_frame) + ck->nfds * sizeof(struct lz_fd) +
@@ -287,6 +288,7 @@ static int finish(struct rt_ckpt *ck)
     p = put_ptys(p, ck);
     p = put_section(p, LZ_SEC_USOCKS, ck->usocks, ck->nusocks * sizeof *ck->usocks);
     p = put_section(p, LZ_SEC_INET, ck->inets, ck->ninets * sizeof *ck->inets);
+    p = put_section(p, LZ_SEC_TIMERS, ck->timers, ck->ntimers * sizeof *ck->timers);
     h->pause_ns = rt_pause_ns(ck);
     h->durable_ns = rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* the pack is on disk, the manifest follows */
     ck->durable_ns = h->durable_ns;

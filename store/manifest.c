@@ -60,11 +60,13 @@ static const struct lz_fd *find_fd(const struct lz_image *img, int32_t fd)
     return NULL;
 }
 
+static int is_watch(uint32_t kind) { return kind == LZ_EV_WATCH || kind == LZ_EV_INWATCH; }
+
 /* The object record (not a watch) of descriptor fd, or NULL. */
 static const struct lz_event *find_event(const struct lz_image *img, int32_t fd)
 {
     for (size_t i = 0; i < img->nevents; i++)
-        if (img->events[i].fd == fd && img->events[i].kind != LZ_EV_WATCH) return &img->events[i];
+        if (img->events[i].fd == fd && !is_watch(img->events[i].kind)) return &img->events[i];
     return NULL;
 }
 
@@ -82,6 +84,15 @@ static int check_events(struct lz_image *img, char *why, size_t whylen)
             ok = e->clockid >= 0 && e->clockid < 16 && !(e->flags & ~3u) && e->value_ns >= 0 && e->interval_ns >= 0;
             break;
         case LZ_EV_SIGNALFD: case LZ_EV_EPOLL: break;
+        case LZ_EV_INOTIFY: ok = e->count >= 1 && e->count <= INT32_MAX; break;
+        case LZ_EV_INWATCH: {
+            const struct lz_event *in = find_event(img, e->fd);
+            ok = in && in->kind == LZ_EV_INOTIFY && e->target > 0 && e->data < UINT32_MAX && str_ok(img, (uint32_t)e->data) &&
+                 lz_str(img, (uint32_t)e->data)[0] == '/' && (uint64_t)e->target < in->count;
+            for (size_t j = 0; ok && j < i; j++)
+                ok = !(img->events[j].kind == LZ_EV_INWATCH && img->events[j].fd == e->fd && img->events[j].target == e->target);
+            break;
+        }
         case LZ_EV_WATCH: {
             const struct lz_fd *t = find_fd(img, e->target);
             const struct lz_event *ep = find_event(img, e->fd);
@@ -92,7 +103,7 @@ static int check_events(struct lz_image *img, char *why, size_t whylen)
         }
         default: ok = 0;
         }
-        if (ok && e->kind != LZ_EV_WATCH) ok = find_event(img, e->fd) == e; /* one object per descriptor */
+        if (ok && !is_watch(e->kind)) ok = find_event(img, e->fd) == e; /* one object per descriptor */
         if (!ok) FAIL("manifest event descriptor record %zu is malformed", i);
     }
     for (size_t i = 0; i < img->nfds; i++)
@@ -166,6 +177,34 @@ static int check_inet(struct lz_image *img, char *why, size_t whylen)
     return 0;
 }
 
+/* POSIX timers: each id once, a known notification, a thread of the image
+ * for SIGEV_THREAD_ID, at most one LZ_TM_NEXT. */
+static int check_timers(struct lz_image *img, char *why, size_t whylen)
+{
+    int nexts = 0;
+    for (size_t i = 0; i < img->ntimers; i++) {
+        const struct lz_timer *t = &img->timers[i];
+        int ok = t->id >= 0;
+        if (t->kind == LZ_TM_NEXT) {
+            ok = ok && ++nexts == 1;
+        } else if (t->kind == LZ_TM_TIMER) {
+            /* the clocks timer_create takes (a CPU clock is negative); a signal unless SIGEV_NONE */
+            int c = t->clockid;
+            ok = ok && (t->notify == 0 /* SIGEV_SIGNAL */ || t->notify == 1 /* SIGEV_NONE */ || t->notify == 4) &&
+                 t->signo >= (t->notify == 1 ? 0 : 1) && t->signo <= LZ_NSIG && !(t->flags & ~LZ_TMF_ABSTIME) &&
+                 t->value_ns >= 0 && t->interval_ns >= 0 && (c < 0 || (c <= 11 && c != 4 && c != 5 && c != 6 && c != 10));
+            int thread = 0;
+            for (size_t j = 0; j < img->nthreads; j++) thread |= img->threads[j].tid == t->tid;
+            if (t->notify == 4) ok = ok && thread && t->signo > 0;
+            for (size_t j = 0; ok && j < i; j++) ok = !(img->timers[j].kind == LZ_TM_TIMER && img->timers[j].id == t->id);
+        } else {
+            ok = 0;
+        }
+        if (!ok) FAIL("manifest POSIX timer record %zu is malformed", i);
+    }
+    return 0;
+}
+
 /* The descriptor table, and the pipes and socket pairs its descriptors
  * name: every record the restorer follows (dup_of, ino, peer) exists. */
 static int check_fds(struct lz_image *img, char *why, size_t whylen)
@@ -211,6 +250,7 @@ static int check_fds(struct lz_image *img, char *why, size_t whylen)
     }
     if (check_events(img, why, whylen) < 0 || lz_usocks_valid(img, why, whylen) < 0) return -1;
     if (check_ptys(img, why, whylen) < 0 || check_inet(img, why, whylen) < 0) return -1;
+    if (check_timers(img, why, whylen) < 0) return -1;
     /* a socket is one open file: exactly one descriptor opens it (others are dups) */
     for (size_t i = 0; i < img->nchans; i++) {
         const struct lz_chan *c = &img->chans[i];
@@ -356,6 +396,9 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
         case LZ_SEC_INET:
             if (n % sizeof(struct lz_inet)) FAIL("manifest network socket list is malformed");
             img->inets = p; img->ninets = n / sizeof(struct lz_inet); break;
+        case LZ_SEC_TIMERS:
+            if (n % sizeof(struct lz_timer)) FAIL("manifest POSIX timer list is malformed");
+            img->timers = p; img->ntimers = n / sizeof(struct lz_timer); break;
         case LZ_SEC_THREADS:
             if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
             img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;

@@ -22,6 +22,7 @@ struct lz_image {
     const char *pty_data;            size_t pty_data_len; /* their queued bytes (lz_pty.data) */
     const struct lz_usock *usocks;   size_t nusocks;
     const struct lz_inet *inets;     size_t ninets;
+    const struct lz_timer *timers;   size_t ntimers;
     const char *strings;             size_t strings_len;
     const void *auxv;                size_t auxv_len;
     const uint32_t *groups;          /* the supplementary groups, proc->ngroups of them */

@@ -58,13 +58,13 @@ TREE_MAGIC = b"LZRSTREE"
 
 SEC_PROC, SEC_REGIONS, SEC_EXTENTS, SEC_FDS, SEC_STRINGS, SEC_PACKS = 1, 2, 3, 4, 5, 6
 SEC_AUXV, SEC_FRAMES, SEC_THREADS, SEC_CHANS, SEC_GROUPS, SEC_EVENTS = 7, 8, 9, 10, 11, 12
-SEC_USOCKS = 13
-SEC_INET = 14
+SEC_USOCKS, SEC_INET, SEC_PTYS = 13, 14, 15
+SEC_TIMERS = 17
 SECTION_NAMES = {SEC_PROC: "proc", SEC_REGIONS: "regions", SEC_EXTENTS: "extents", SEC_FDS: "fds",
                  SEC_STRINGS: "strings", SEC_PACKS: "packs", SEC_AUXV: "auxv", SEC_FRAMES: "frames",
                  SEC_THREADS: "threads", SEC_CHANS: "chans", SEC_GROUPS: "groups",
-                 SEC_EVENTS: "events", SEC_USOCKS: "usocks", SEC_INET: "inet", 15: "ptys"}
-SEC_PTYS = 15
+                 SEC_EVENTS: "events", SEC_USOCKS: "usocks", SEC_INET: "inet", SEC_PTYS: "ptys",
+                 SEC_TIMERS: "timers"}
 
 FRAME_ZERO = 0xFFFFFFFF
 CODEC_NONE, CODEC_ZERO, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3
@@ -72,7 +72,9 @@ CODEC_NONE, CODEC_ZERO, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3
 FD_FILE, FD_DIR, FD_DEV, FD_STDIO, FD_DUP, FD_CTL, FD_GHOST, FD_PIPE, FD_SOCKET, FD_EVENT = range(1, 11)
 FD_PTY = 14
 FD_FIFO, FD_USOCK = 11, 12
-EV_EVENTFD, EV_TIMERFD, EV_SIGNALFD, EV_EPOLL, EV_WATCH = range(1, 6)
+EV_EVENTFD, EV_TIMERFD, EV_SIGNALFD, EV_EPOLL, EV_WATCH, EV_INOTIFY, EV_INWATCH = range(1, 8)
+TM_TIMER, TM_NEXT = 1, 2
+TMF_ABSTIME = 0x1
 FD_INET = 13
 IN_UNBOUND, IN_BOUND, IN_LISTEN, IN_CONNECTED, IN_RESET = range(1, 6)
 CH_PIPE, CH_STREAM, CH_DGRAM, CH_SEQPACKET, CH_FIFO = 1, 2, 3, 4, 5
@@ -211,6 +213,8 @@ INET = _L("lz_inet", 136,
           "i fd, I family, I type, I state, 16s local, 16s peer, H lport, H pport, I scope, i peer_fd, I opts, "
           "i keepidle, i keepintvl, i keepcnt, i linger, I rcvbuf, I sndbuf, q rcvtimeo_us, q sndtimeo_us, "
           "I backlog, I path, Q bytes, Q xxh3, Q peer_ino")
+TIMER = _L("lz_timer", 56,
+           "I kind, i id, i clockid, i notify, i signo, i tid, I flags, i overrun, Q value, q value_ns, q interval_ns")
 TREE_HEADER = _L("lz_tree_header", 48, "8s magic, I version, I nprocs, I nshared, I pad, Q index, Q job0, Q job1")
 TREE_PROC = _L("lz_tree_proc", 72, "i pid, i ppid, i pgid, i sid, I state, i status, 16s comm, 32s dir")
 TREE_SHARED = _L("lz_tree_shared", 16, "i group, i pid, i fd, i pad")
@@ -233,14 +237,14 @@ FJ_STRINGS = {FJ_INODE, FJ_NAME, FJ_MOVED, FJ_DIRTIME}
 
 # every layout, for the offsetof() check of test_format_unit.py ("job0"/"job1"
 # stand for C's job[0]/job[1])
-LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT, PTY, USOCK, INET,
+LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT, PTY, USOCK, INET, TIMER,
            TREE_HEADER, TREE_PROC, TREE_SHARED,
            FJ_REC, FJ_INODE_L, FJ_DATA_L, FJ_NAME_L, FJ_MOVED_L, FJ_DIRTIME_L, FJ_BEGIN_L, FJ_END_L]
 
 # the arrays of records a section holds
 SECTION_LAYOUT = {SEC_REGIONS: REGION, SEC_EXTENTS: EXTENT, SEC_FDS: FD, SEC_PACKS: PACK,
                   SEC_FRAMES: FRAME, SEC_THREADS: THREAD, SEC_CHANS: CHAN, SEC_EVENTS: EVENT,
-                  SEC_USOCKS: USOCK, SEC_INET: INET}
+                  SEC_USOCKS: USOCK, SEC_INET: INET, SEC_TIMERS: TIMER}
 
 
 def _pad8(n: int) -> int:
@@ -366,6 +370,7 @@ class Manifest:
             out.append(r)
         return out
     inets = property(lambda self: self.records(SEC_INET))
+    timers = property(lambda self: self.records(SEC_TIMERS))
 
     @property
     def groups(self) -> list[int]:

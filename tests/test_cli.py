@@ -1,6 +1,6 @@
 """The command line: help, errors, refusing a busy DIR, exit status
 pass-through, signal forwarding, `list --json`, store permissions, and a
-checkpoint refused because of a socket/inotify."""
+checkpoint refused because of a socket/pidfd."""
 import calendar
 import os
 import re
@@ -246,7 +246,7 @@ def test_store_layout_and_permissions(r):
 
 
 # ---------------------------------------------------------------- descriptors
-@pytest.mark.parametrize("kind", ["socket", "inotify"])
+@pytest.mark.parametrize("kind", ["socket", "pidfd"])
 def test_checkpoint_refused_for_socket_keeps_program_running(kind, r):
     store = r.base / "store"
     f1, f2 = r.base / "f1", r.base / "f2"

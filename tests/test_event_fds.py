@@ -182,7 +182,7 @@ while not os.path.exists(sys.argv[2]):
 """
 
 REFUSED = {
-    "shared": (SHARED, r"descriptor \d+ of process \d+ \(an eventfd, timerfd, signalfd or epoll\) is shared with process"),
+    "shared": (SHARED, r"descriptor \d+ of process \d+ \(an eventfd, timerfd, signalfd, epoll or inotify\) is shared with process"),
     "closed": (CLOSED, r"epoll descriptor \d+ watches descriptor \d+, which the program has since closed"),
 }
 

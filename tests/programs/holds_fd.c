@@ -1,8 +1,8 @@
 /* holds_fd: holds a descriptor that cannot be checkpointed, then lets go.
  *
- *   holds_fd socket|inotify FD FILE1 FILE2
+ *   holds_fd socket|pidfd FD FILE1 FILE2
  *
- * Opens a netlink socket (or an inotify instance) on descriptor FD, prints `ready`, keeps
+ * Opens a netlink socket (or a pidfd of itself) on descriptor FD, prints `ready`, keeps
  * computing until FILE1 exists, closes FD, prints `closed`, keeps computing
  * until FILE2 exists, then prints `done` and exits 0.
  */
@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/inotify.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,11 +35,11 @@ static void work_until(const char *path)
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: holds_fd socket|inotify FD FILE1 FILE2\n");
+        fprintf(stderr, "usage: holds_fd socket|pidfd FD FILE1 FILE2\n");
         return 2;
     }
     int want = atoi(argv[2]);
-    int fd = strcmp(argv[1], "inotify") == 0 ? inotify_init1(0) : socket(AF_NETLINK, SOCK_RAW, 0 /* NETLINK_ROUTE */);
+    int fd = strcmp(argv[1], "pidfd") == 0 ? (int)syscall(SYS_pidfd_open, getpid(), 0) : socket(AF_NETLINK, SOCK_RAW, 0 /* NETLINK_ROUTE */);
     if (fd < 0 || dup2(fd, want) != want) {
         perror("open");
         return 1;
