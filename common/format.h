@@ -199,6 +199,12 @@ enum lz_region_kind {
 #define LZ_RF_LOCKED 0x100u
 #define LZ_RF_DROPPABLE 0x200u /* MAP_DROPPABLE (glibc's getrandom state): the kernel may drop it, a
                                 * fork child gets it empty; restored as plain anonymous memory */
+#define LZ_RF_NORESERVE 0x400u  /* MAP_NORESERVE (VmFlags nr): mapped back without a commit charge */
+#define LZ_RF_MERGEABLE 0x800u  /* MADV_MERGEABLE (KSM) */
+#define LZ_RF_SEQREAD 0x1000u   /* MADV_SEQUENTIAL */
+#define LZ_RF_RANDREAD 0x2000u  /* MADV_RANDOM */
+#define LZ_RF_SYSV 0x4000u      /* LZ_R_SHARED_ANON: a System V segment (file_ino its id), attached
+                                 * again with shmat (restorer/restore_sysv.c) */
 
 struct lz_region {
     uint64_t start, end;

@@ -37,6 +37,7 @@ static inline int restore_region_stage(const struct lz_region *r)
     return r->kind == LZ_R_FILE_PRIVATE || r->kind == LZ_R_FILE_SHARED ? RESTORE_FILES : RESTORE_ANON;
 }
 void restore_map_regions(struct restore_ctx *rc, int stage);
+void restore_advise(const struct lz_region *r);
 /* restore_fill.c */
 void restore_fill_memory(struct restore_ctx *rc, int stage);
 void restore_finish_protections(struct restore_ctx *rc);

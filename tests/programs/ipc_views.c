@@ -1,0 +1,165 @@
+/* One object mapped at several addresses, a large MAP_NORESERVE
+ * reservation and madvise flags, checked by the program itself after every
+ * restart (tests/test_ipc.py):
+ * - a ring buffer: a memfd mapped twice back to back (a record written
+ *   across the end of the first view reads whole through the second);
+ * - shared anonymous memory given a second view with mremap(old_size 0);
+ * - 8 GiB PROT_READ|PROT_WRITE MAP_NORESERVE, a few pages touched;
+ * - mappings advised DONTDUMP, DONTFORK, WIPEONFORK, HUGEPAGE, NOHUGEPAGE,
+ *   MERGEABLE, SEQUENTIAL, RANDOM (their VmFlags, from /proc/self/smaps;
+ *   the test reads /proc/PID/smaps from outside too: "adv NAME ADDR").
+ * Usage: ipc_views CYCLES FILE_PREFIX.  Prints "ready N" and waits for
+ * FILE_PREFIX.N; "check N ok" or FAIL; "done" at the end. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define FAIL(...) do { printf("FAIL "); printf(__VA_ARGS__); printf("\n"); exit(1); } while (0)
+#define RING (64 << 10)
+#define RES (8ull << 30)
+#define ADV (2 << 20)
+
+static char *ring;           /* two views of one memfd, back to back */
+static char *sa, *sb;        /* two views of one shared anonymous mapping */
+static char *res;            /* the reservation */
+static size_t head;          /* ring position */
+static uint64_t seq;
+
+static const struct { const char *name; int advice; const char *flag; } advs[] = {
+    {"dontdump", MADV_DONTDUMP, "dd"}, {"dontfork", MADV_DONTFORK, "dc"}, {"wipeonfork", MADV_WIPEONFORK, "wf"},
+    {"hugepage", MADV_HUGEPAGE, "hg"}, {"nohugepage", MADV_NOHUGEPAGE, "nh"}, {"mergeable", MADV_MERGEABLE, "mg"},
+    {"sequential", MADV_SEQUENTIAL, "sr"}, {"random", MADV_RANDOM, "rr"},
+};
+#define NADV (sizeof advs / sizeof advs[0])
+static char *adv[NADV];
+
+static void put_record(void)
+{
+    /* a 100-byte record at head: may run past the first view into the second */
+    char rec[100];
+    memset(rec, 'a' + (int)(seq % 26), sizeof rec);
+    memcpy(rec, &seq, sizeof seq);
+    memcpy(ring + head, rec, sizeof rec);
+    head = (head + sizeof rec) % RING;
+    seq++;
+}
+
+static void check_ring(void)
+{
+    /* every record written so far is still there, read through the first
+     * view only from its own offset on (wrapping through the second) */
+    uint64_t n = seq < RING / 100 ? seq : RING / 100 - 1;
+    size_t at = (head + RING - n * 100) % RING;
+    for (uint64_t k = seq - n; k < seq; k++) {
+        uint64_t v;
+        memcpy(&v, ring + at, sizeof v);
+        if (v != k) FAIL("ring record %llu reads %llu at %zu", (unsigned long long)k, (unsigned long long)v, at);
+        for (int b = 8; b < 100; b++)
+            if (ring[at + b] != 'a' + (int)(k % 26)) FAIL("ring record %llu damaged at byte %d", (unsigned long long)k, b);
+        at = (at + 100) % RING;
+    }
+    /* the views are one object: a store through one is seen through the other */
+    ring[RING + 5] ^= 0x55;
+    if (ring[5] != ring[RING + 5]) FAIL("the ring's two views are not one memfd");
+    ring[5] ^= 0x55;
+    sa[100] = (char)(seq & 0x7f);
+    if (sb[100] != sa[100]) FAIL("the shared anonymous mapping's two views are not one object");
+    if (memcmp(sa + 4096, "shared-anon", 11)) FAIL("shared anonymous content lost");
+}
+
+static void check_res(void)
+{
+    for (uint64_t k = 0; k < 8; k++) {
+        uint64_t v;
+        memcpy(&v, res + k * (1ull << 30) + 12345, sizeof v);
+        if (v != 0x1234567800ull + k) FAIL("reservation page %llu reads %llx", (unsigned long long)k, (unsigned long long)v);
+    }
+    if (res[RES - 1] != 0) FAIL("untouched reservation byte not zero");
+}
+
+static int has_flag(char *addr, const char *flag)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) FAIL("cannot read smaps");
+    char line[1024];
+    int in = 0, found = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) { in = a <= (unsigned long)addr && (unsigned long)addr < b; continue; }
+        if (in && !strncmp(line, "VmFlags:", 8)) {
+            char want[8];
+            snprintf(want, sizeof want, " %s", flag);
+            found = strstr(line, want) != NULL;
+            break;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+static void check_adv(void)
+{
+    for (size_t i = 0; i < NADV; i++) {
+        if (has_flag(adv[i], advs[i].flag) != 1) FAIL("VmFlags of the %s mapping lack %s", advs[i].name, advs[i].flag);
+        if (adv[i][4096] != (char)(i + 1)) FAIL("%s mapping's content lost", advs[i].name);
+    }
+    if (has_flag(res, "nr") != 1) FAIL("the reservation lost its nr (MAP_NORESERVE) flag");
+}
+
+static void setup(void)
+{
+    int fd = memfd_create("ring", 0);
+    if (fd < 0 || ftruncate(fd, RING) < 0) FAIL("memfd: %s", strerror(errno));
+    ring = mmap(NULL, 2 * RING, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ring == MAP_FAILED || mmap(ring, RING, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED ||
+        mmap(ring + RING, RING, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+        FAIL("ring views: %s", strerror(errno));
+    close(fd);
+    sa = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sa == MAP_FAILED) FAIL("shared anon: %s", strerror(errno));
+    memcpy(sa + 4096, "shared-anon", 11);
+    sb = mremap(sa, 0, 2 * 4096, MREMAP_MAYMOVE);
+    if (sb == MAP_FAILED) FAIL("mremap second view: %s", strerror(errno));
+    res = mmap(NULL, RES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (res == MAP_FAILED) FAIL("reservation: %s", strerror(errno));
+    for (uint64_t k = 0; k < 8; k++) {
+        uint64_t v = 0x1234567800ull + k;
+        memcpy(res + k * (1ull << 30) + 12345, &v, sizeof v);
+    }
+    for (size_t i = 0; i < NADV; i++) {
+        adv[i] = mmap(NULL, ADV, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (adv[i] == MAP_FAILED) FAIL("mmap: %s", strerror(errno));
+        if (madvise(adv[i], ADV, advs[i].advice) < 0) FAIL("madvise %s: %s", advs[i].name, strerror(errno));
+        adv[i][4096] = (char)(i + 1);
+        printf("adv %s %lx %s\n", advs[i].name, (unsigned long)adv[i], advs[i].flag);
+    }
+    printf("adv reservation %lx nr\n", (unsigned long)res);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) { fprintf(stderr, "usage: ipc_views CYCLES FILE_PREFIX\n"); return 2; }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int cycles = atoi(argv[1]);
+    setup();
+    for (int i = 0; i < 1000; i++) put_record();
+    check_ring(); check_res(); check_adv();
+    for (int c = 1; c <= cycles; c++) {
+        char f[4096];
+        snprintf(f, sizeof f, "%s.%d", argv[2], c);
+        printf("ready %d\n", c);
+        while (access(f, F_OK) != 0) usleep(20000);
+        check_ring(); check_res(); check_adv();
+        for (int i = 0; i < 777; i++) put_record();
+        check_ring();
+        printf("check %d ok\n", c);
+    }
+    printf("done\n");
+    return 0;
+}
