@@ -76,16 +76,18 @@ def cycles(runner, argv, comm, n=2, outside=None):
     return out
 
 
-def test_views_reservation_and_flags(runner, progs):
+@pytest.mark.parametrize("what", ["all", "noviews"])
+def test_views_reservation_and_flags(what, runner, progs):
     """The ring's two views and the mremap'd second view are one object after
     each restart; the 8 GiB MAP_NORESERVE reservation maps back with its
     pages; every advised mapping shows its VmFlag in /proc/PID/smaps, seen
     from outside (before: the checkpoint was refused, "shared memory mapped
-    twice over the same bytes"; without the views, the reservation lost `nr`
-    and the mappings mg, sr, rr)."""
+    twice over the same bytes"; without the views (`noviews`), a reservation
+    larger than memory and swap could not be mapped back, "Cannot allocate
+    memory", and the mappings lost mg, sr, rr)."""
     def outside(pid, out):
         flags = smaps_flags(pid)
         for name, addr, flag in re.findall(r"^adv (\w+) ([0-9a-f]+) (\w+)$", out, re.M):
             assert flag in flags.get(int(addr, 16), []), (name, flag, flags.get(int(addr, 16)))
 
-    cycles(runner, [progs["ipc_views"], "2"], "ipc_views", outside=outside)
+    cycles(runner, [progs["ipc_views"], "2", what], "ipc_views", outside=outside)

@@ -4,11 +4,14 @@
  * - a ring buffer: a memfd mapped twice back to back (a record written
  *   across the end of the first view reads whole through the second);
  * - shared anonymous memory given a second view with mremap(old_size 0);
- * - 8 GiB PROT_READ|PROT_WRITE MAP_NORESERVE, a few pages touched;
+ * - 8 GiB PROT_READ|PROT_WRITE MAP_NORESERVE (more if memory and swap
+ *   reach that: a mapping without MAP_NORESERVE larger than both is then
+ *   refused by the kernel's overcommit heuristic), a few pages touched;
  * - mappings advised DONTDUMP, DONTFORK, WIPEONFORK, HUGEPAGE, NOHUGEPAGE,
  *   MERGEABLE, SEQUENTIAL, RANDOM (their VmFlags, from /proc/self/smaps;
  *   the test reads /proc/PID/smaps from outside too: "adv NAME ADDR").
- * Usage: ipc_views CYCLES FILE_PREFIX.  Prints "ready N" and waits for
+ * Usage: ipc_views CYCLES all|noviews FILE_PREFIX (noviews: without the
+ * two kinds of views).  Prints "ready N" and waits for
  * FILE_PREFIX.N; "check N ok" or FAIL; "done" at the end. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -22,12 +25,13 @@
 
 #define FAIL(...) do { printf("FAIL "); printf(__VA_ARGS__); printf("\n"); exit(1); } while (0)
 #define RING (64 << 10)
-#define RES (8ull << 30)
+static uint64_t RES = 8ull << 30; /* or more than memory and swap: see reservation_size */
 #define ADV (2 << 20)
 
 static char *ring;           /* two views of one memfd, back to back */
 static char *sa, *sb;        /* two views of one shared anonymous mapping */
 static char *res;            /* the reservation */
+static int noviews;
 static size_t head;          /* ring position */
 static uint64_t seq;
 
@@ -41,6 +45,7 @@ static char *adv[NADV];
 
 static void put_record(void)
 {
+    if (noviews) return;
     /* a 100-byte record at head: may run past the first view into the second */
     char rec[100];
     memset(rec, 'a' + (int)(seq % 26), sizeof rec);
@@ -52,6 +57,7 @@ static void put_record(void)
 
 static void check_ring(void)
 {
+    if (noviews) return;
     /* every record written so far is still there, read through the first
      * view only from its own offset on (wrapping through the second) */
     uint64_t n = seq < RING / 100 ? seq : RING / 100 - 1;
@@ -112,8 +118,21 @@ static void check_adv(void)
     if (has_flag(res, "nr") != 1) FAIL("the reservation lost its nr (MAP_NORESERVE) flag");
 }
 
+static void reservation_size(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb, total = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemTotal: %llu", &kb) == 1 || sscanf(line, "SwapTotal: %llu", &kb) == 1) total += kb << 10;
+    if (f) fclose(f);
+    if (total + (1ull << 30) > RES) RES = (total + (2ull << 30)) & ~((1ull << 30) - 1);
+}
+
 static void setup(void)
 {
+    reservation_size();
+    if (noviews) goto memory;
     int fd = memfd_create("ring", 0);
     if (fd < 0 || ftruncate(fd, RING) < 0) FAIL("memfd: %s", strerror(errno));
     ring = mmap(NULL, 2 * RING, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -126,6 +145,7 @@ static void setup(void)
     memcpy(sa + 4096, "shared-anon", 11);
     sb = mremap(sa, 0, 2 * 4096, MREMAP_MAYMOVE);
     if (sb == MAP_FAILED) FAIL("mremap second view: %s", strerror(errno));
+memory:
     res = mmap(NULL, RES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (res == MAP_FAILED) FAIL("reservation: %s", strerror(errno));
     for (uint64_t k = 0; k < 8; k++) {
@@ -140,11 +160,13 @@ static void setup(void)
         printf("adv %s %lx %s\n", advs[i].name, (unsigned long)adv[i], advs[i].flag);
     }
     printf("adv reservation %lx nr\n", (unsigned long)res);
+    printf("reservation %llu GiB\n", (unsigned long long)(RES >> 30));
 }
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) { fprintf(stderr, "usage: ipc_views CYCLES FILE_PREFIX\n"); return 2; }
+    if (argc != 4) { fprintf(stderr, "usage: ipc_views CYCLES all|noviews FILE_PREFIX\n"); return 2; }
+    noviews = !strcmp(argv[2], "noviews");
     setvbuf(stdout, NULL, _IOLBF, 0);
     int cycles = atoi(argv[1]);
     setup();
@@ -152,7 +174,7 @@ int main(int argc, char **argv)
     check_ring(); check_res(); check_adv();
     for (int c = 1; c <= cycles; c++) {
         char f[4096];
-        snprintf(f, sizeof f, "%s.%d", argv[2], c);
+        snprintf(f, sizeof f, "%s.%d", argv[3], c);
         printf("ready %d\n", c);
         while (access(f, F_OK) != 0) usleep(20000);
         check_ring(); check_res(); check_adv();
