@@ -60,6 +60,8 @@ enum lz_section_type {
     LZ_SEC_CHANS = 10,  /* struct lz_chan[]: pipes and local socket pairs the program made */
     LZ_SEC_GROUPS = 11, /* uint32_t[]: the supplementary groups (getgroups order), lz_proc.ngroups of them */
     LZ_SEC_EVENTS = 12, /* struct lz_event[]: eventfd, timerfd, signalfd, epoll objects and epoll watches */
+    LZ_SEC_IPC = 16,    /* u64 count, struct lz_ipc[count], then their bytes: the System V objects
+                         * the process made or attached, the POSIX message queues it holds */
 };
 
 struct lz_header {
@@ -282,6 +284,9 @@ enum lz_fd_kind {
     LZ_FD_EVENT = 10, /* an eventfd, timerfd, signalfd or epoll descriptor: made anew with the state
                        * its lz_event (same fd) records; `flags` gives O_NONBLOCK.  (Added in
                        * version 5 without a bump: an older build refuses it as an unknown kind.) */
+    LZ_FD_MQUEUE = 15, /* a POSIX message queue: `path` its name ("/q"), `flags` its access mode and
+                        * O_NONBLOCK; the queue (attributes, messages) is the LZ_IPC_MQ record of
+                        * the same name.  (Added in version 5 without a bump, as LZ_FD_EVENT.) */
 };
 
 struct lz_fd {
@@ -327,6 +332,34 @@ struct lz_event {
     uint32_t pad;
     uint64_t data;      /* WATCH */
 };
+
+/* System V objects and POSIX message queues (LZ_SEC_IPC), restored by
+ * `lazarus restart` once for the job (cli/restart_ipc.c) before the
+ * restorers attach the segments (restorer/restore_sysv.c).  Each record's
+ * bytes are [data, data + length) of the bytes after the records:
+ * SHM its content (size bytes), SEM count u16 values, MSG count messages
+ * {i64 type, u64 length, bytes padded to 8}, MQ count messages {u32 priority,
+ * u32 length, bytes padded to 8}, in the order a receive takes them. */
+enum lz_ipc_kind { LZ_IPC_SHM = 1, LZ_IPC_SEM = 2, LZ_IPC_MSG = 3, LZ_IPC_MQ = 4 };
+#define LZ_IPCF_CREATED 0x1u /* SysV: made by the job (shmget/semget/msgget with IPC_CREAT or
+                              * IPC_PRIVATE that made it): its state is the checkpoint's again.
+                              * Without: a segment from outside the job it had attached: attached
+                              * again, its content left alone */
+#define LZ_IPCF_REMOVED 0x2u /* SHM: removed (IPC_RMID) while still attached: removed again once
+                              * attached */
+struct lz_ipc {
+    uint32_t kind, flags;
+    int32_t id, key;          /* SysV: id and key (0: IPC_PRIVATE) */
+    uint32_t mode;            /* permission bits */
+    uint32_t uid, gid, cuid;  /* owner, and SysV creator */
+    uint32_t name;            /* MQ: string offset of its name ("/q") */
+    uint32_t count;           /* SEM: semaphores; MSG, MQ: messages */
+    uint64_t size;            /* SHM: bytes; MSG: msg_qbytes; MQ: mq_maxmsg */
+    uint64_t msgsize;         /* MQ: mq_msgsize */
+    uint64_t data, length;    /* its bytes */
+    uint64_t reserved[2];
+};
+#define LZ_IPC_MAX_BYTES (256ull << 20) /* bytes of one process's IPC section */
 
 /* The launcher's descriptors that may be regular files (0, 1, 2): a process
  * can have them at other numbers, and keeps a reference to each (lz_resume). */
@@ -434,6 +467,7 @@ LZ_STATIC_ASSERT(sizeof(struct lz_fd) == 80, "lz_fd size");
 LZ_STATIC_ASSERT(sizeof(struct lz_thread) == 216, "lz_thread size");
 LZ_STATIC_ASSERT(sizeof(struct lz_chan) == 80, "lz_chan size");
 LZ_STATIC_ASSERT(sizeof(struct lz_event) == 64, "lz_event size");
+LZ_STATIC_ASSERT(sizeof(struct lz_ipc) == 88, "lz_ipc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_header) == 48, "lz_tree_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_proc) == 72, "lz_tree_proc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_shared) == 16, "lz_tree_shared size");

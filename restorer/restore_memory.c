@@ -203,6 +203,7 @@ void restore_map_regions(struct restore_ctx *rc, int stage)
             break;
         case LZ_R_SHARED_ANON:
             /* shared with other processes of the job: the object made once (restore_tree.c) */
+            if (r->flags & LZ_RF_SYSV) { restore_sysv_attach(rc, r); continue; }
             shm = restore_tree_shm_fd(r->file_dev, r->file_ino);
             if (shm < 0) shm = views_fd(rc, r);
             flags |= MAP_SHARED | (shm < 0 ? MAP_ANONYMOUS : 0);

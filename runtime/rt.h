@@ -124,6 +124,8 @@ struct rt_ckpt {
     struct lz_chan *chans; size_t nchans; /* pipes and socket pairs (rt_pipes.c) */
     char **chan_data;                /* per chan, its data in flight (chans[k].bytes) */
     struct lz_event *events; size_t nevents; /* event-loop objects and epoll watches (rt_events.c) */
+    struct lz_ipc *ipc; size_t nipc, ipc_cap; /* System V objects, message queues (rt_sysv.c, rt_mqueue.c) */
+    char *ipc_bytes; size_t ipc_len;         /* their bytes */
     struct rt_strings strings;
     struct rt_region_dirty *rdirty;  /* one per region */
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
@@ -170,6 +172,13 @@ int rt_store_chans(struct rt_ckpt *ck);
 /* The state of the eventfd, timerfd, signalfd and epoll descriptors (after
  * the dups are known), from /proc/self/fdinfo.  0 or -1 (ck->err). */
 int rt_capture_events(struct rt_ckpt *ck);
+/* System V objects the job made or the process attached, and the POSIX
+ * message queues it holds (after the regions): their state into the IPC
+ * section.  0 or -1 (ck->err). */
+int rt_capture_ipc(struct rt_ckpt *ck);
+int rt_capture_mqueues(struct rt_ckpt *ck);
+int rt_is_mqueue(int fd);
+void *rt_ipc_bytes(struct rt_ckpt *ck, size_t n); /* n more bytes of the section (padded to 8), or NULL */
 /* A new file of the checkpoint (O_EXCL, 0600), written and fsynced: 0 or -errno. */
 long rt_write_file(const char *path, const void *buf, size_t len);
 int rt_capture_regions(struct rt_ckpt *ck);

@@ -363,6 +363,7 @@ int rt_capture_regions(struct rt_ckpt *ck)
              * /dev/shm file): kept by content, named by its inode so that
              * processes that share it share it again after a restart */
             r->kind = shared ? LZ_R_SHARED_ANON : LZ_R_ANON;
+            if (shared && !strncmp(path, "/SYSV", 5)) r->flags |= LZ_RF_SYSV; /* the inode is its id (rt_sysv.c) */
             if (shared) {
                 r->file_dev = makedev(maj, min);
                 r->file_ino = ino;
@@ -461,7 +462,7 @@ int rt_settle_flags(struct rt_ckpt *ck)
         int stored = r->kind == LZ_R_ANON || r->kind == LZ_R_FILE_PRIVATE;
         if (snapshot && stored && (!found || (flags & (LZ_RF_WIPEONFORK | LZ_RF_DROPPABLE)) == LZ_RF_WIPEONFORK)) {
             /* the pause did not know: the snapshot lacks this memory */
-            if (found || !overlaps) rt_map_learn(r->start, r->end, found ? flags : (r->flags & ~(LZ_RF_HEAP | LZ_RF_STACK)) | LZ_RF_DONTFORK);
+            if (found || !overlaps) rt_map_learn(r->start, r->end, found ? flags : (r->flags & ~(LZ_RF_HEAP | LZ_RF_STACK | LZ_RF_SYSV)) | LZ_RF_DONTFORK);
             rt_fmt(ck->err, sizeof ck->err,
                    "memory at %llx-%llx was excluded from fork (%s) after the previous checkpoint: the next checkpoint includes it",
                    (unsigned long long)r->start, (unsigned long long)r->end, found ? "MADV_WIPEONFORK" : "MADV_DONTFORK");
@@ -470,7 +471,7 @@ int rt_settle_flags(struct rt_ckpt *ck)
         if (ck->rdirty[i].flags_unknown && found) {
             /* what the pause knew from the madvise log: a forked writer sees those undone */
             uint32_t fork = r->flags & (LZ_RF_DONTFORK | LZ_RF_WIPEONFORK);
-            r->flags = (r->flags & (LZ_RF_HEAP | LZ_RF_STACK)) | flags | fork;
+            r->flags = (r->flags & (LZ_RF_HEAP | LZ_RF_STACK | LZ_RF_SYSV)) | flags | fork;
             rt_map_learn(r->start, r->end, flags | fork);
         }
     }

@@ -18,8 +18,8 @@
 
 /* A manifest holds one section of each type (enum lz_section_type); its
  * size counts one more, each with up to 8 bytes of padding. */
-#define RT_NSECTIONS 12
-_Static_assert(RT_NSECTIONS == LZ_SEC_EVENTS, "one section of each type, numbered from 1");
+#define RT_NSECTIONS 13
+_Static_assert(RT_NSECTIONS == LZ_SEC_EVENTS + 1 && LZ_SEC_IPC == 16, "one section of each type (IPC the highest)");
 
 long rt_write_file(const char *path, const void *buf, size_t len)
 {
@@ -142,6 +142,20 @@ static char *put_section(char *p, uint32_t type, const void *data, size_t len)
     return p + len + pad;
 }
 
+/* The IPC section: u64 count, the records, their bytes (padded to 8 each). */
+static char *put_ipc(char *p, const struct rt_ckpt *ck)
+{
+    uint64_t n = ck->nipc;
+    struct lz_section s = {LZ_SEC_IPC, 0, 8 + n * sizeof(struct lz_ipc) + ck->ipc_len};
+    memcpy(p, &s, sizeof s);
+    p += sizeof s;
+    memcpy(p, &n, 8);
+    if (n) memcpy(p + 8, ck->ipc, n * sizeof(struct lz_ipc));
+    p += 8 + n * sizeof(struct lz_ipc);
+    if (ck->ipc_len) memcpy(p, ck->ipc_bytes, ck->ipc_len);
+    return p + ck->ipc_len;
+}
+
 int rt_fail(struct rt_ckpt *ck, const char *what, long err)
 {
     const char *why = err == -ENOSPC ? "no space left on device" : err == -EDQUOT ? "disk quota exceeded"
@@ -220,6 +234,7 @@ static int finish(struct rt_ckpt *ck)
     size_t size = sizeof(struct lz_header) + (RT_NSECTIONS + 1) * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
                   ck->proc->ngroups * sizeof(uint32_t) +
                   ck->nchans * sizeof(struct lz_chan) + ck->nevents * sizeof(struct lz_event) +
+                  8 + ck->nipc * sizeof(struct lz_ipc) + ck->ipc_len +
                   ck->nthreads * sizeof(struct lz_thread) +
                   ck->nregions * sizeof(struct lz_region) + nm->nextents * sizeof(struct lz_extent) +
                   nm->nframes * sizeof(struct lz_frame) + ck->nfds * sizeof(struct lz_fd) +
@@ -256,6 +271,7 @@ static int finish(struct rt_ckpt *ck)
     p = put_section(p, LZ_SEC_AUXV, ck->auxv, ck->auxv_len);
     p = put_section(p, LZ_SEC_GROUPS, ck->groups, ck->proc->ngroups * sizeof(uint32_t));
     p = put_section(p, LZ_SEC_EVENTS, ck->events, ck->nevents * sizeof *ck->events);
+    p = put_ipc(p, ck);
     h->pause_ns = rt_pause_ns(ck);
     h->durable_ns = rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* the pack is on disk, the manifest follows */
     ck->durable_ns = h->durable_ns;

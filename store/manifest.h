@@ -18,6 +18,8 @@ struct lz_image {
     const struct lz_pack *packs;     size_t npacks;
     const struct lz_chan *chans;     size_t nchans;
     const struct lz_event *events;   size_t nevents;
+    const struct lz_ipc *ipc;        size_t nipc;     /* System V objects, message queues */
+    const char *ipc_bytes;           size_t ipc_len;  /* their bytes (lz_ipc.data, .length) */
     const char *strings;             size_t strings_len;
     const void *auxv;                size_t auxv_len;
     const uint32_t *groups;          /* the supplementary groups, proc->ngroups of them */
