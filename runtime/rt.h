@@ -163,6 +163,7 @@ void rt_threads_landed(void);
 void rt_threads_go(void);
 
 int rt_capture_proc(struct rt_ckpt *ck, void *ucontext);
+void rt_set_exe(int fd); /* after a restart: /proc/self/exe is fd's file again (rt_capture.c) */
 int rt_capture_fds(struct rt_ckpt *ck);
 /* Pipes and AF_UNIX socket pairs among the descriptors (after the dups are
  * known): their records and data in flight, read without consuming it; the

@@ -31,7 +31,8 @@ import subprocess
 
 import pytest
 
-from conftest import IS_ROOT, _compile, ckpt_dirs, find_program, kill_program, snapshot
+import lzformat
+from conftest import _compile, ckpt_path, find_program, kill_program, snapshot
 
 DOWN = 1.0
 
@@ -105,8 +106,14 @@ def test_views_reservation_and_flags(what, runner, progs):
     from outside (before: the checkpoint was refused, "shared memory mapped
     twice over the same bytes"; without the views (`noviews`), a reservation
     larger than memory and swap could not be mapped back, "Cannot allocate
-    memory", and the mappings lost mg, sr, rr)."""
+    memory", and the mappings lost mg, sr, rr); as root, /proc/PID/exe names
+    the program (before: lazarus-restore, the kernel refused
+    PR_SET_MM_EXE_FILE without CAP_SYS_RESOURCE)."""
     def outside(pid, out):
+        # /proc/PID/exe names the program again (root: CAP_CHECKPOINT_RESTORE; an ordinary user's
+        # restorer dropped its capabilities in its user namespace: lazarus-restore, LIMITS.md)
+        exe = os.readlink(f"/proc/{pid}/exe")
+        assert exe == str(progs["ipc_views"]) if runner.mode == "root" else exe.endswith("lazarus-restore"), exe
         flags = smaps_flags(pid)
         for name, addr, flag in re.findall(r"^adv (\w+) ([0-9a-f]+) (\w+)$", out, re.M):
             assert flag in flags.get(int(addr, 16), []), (name, flag, flags.get(int(addr, 16)))
@@ -210,3 +217,35 @@ def _gone_restart(runner, store, trig, ids):
     runner.touch(Path(f"{trig}.1"))
     assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
     assert "check 1 ok" in proc.stdout and "done" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("how", ["kind", "length", "queue"])
+def test_malformed_ipc_record_refused(how, runner, progs):
+    """A sealed manifest whose IPC record has an unknown kind, bytes past the
+    section's end, or a message queue descriptor naming no queue of the
+    section: the restart is refused with one line, changing nothing."""
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", progs["ipc_sysv"], "1", runner.base / "trig")
+    try:
+        proc.wait_for_output(r"^ready 1$", timeout=60)
+        idx = runner.checkpoint(store)
+        kill_program(proc, "ipc_sysv")
+        path = ckpt_path(store, idx) / "manifest"
+        m = lzformat.Manifest.load(path)
+        recs = m.ipc
+        assert sorted(r.kind for r in recs) == [1, 1, 2, 3, 3, 3, 4], recs  # 2 segments, a set, 3 queues, a POSIX one
+        if how == "kind":
+            m.set(recs[0], "kind", 99)
+        elif how == "length":
+            shm = next(r for r in recs if r.kind == 1)
+            m.set(shm, "length", shm.length + 4096)
+        else:
+            fd = next(f for f in m.fds if f.kind == 15)
+            m.set(fd, "path", 0)
+        m.save(path)
+        before = snapshot(store)
+        r = runner.lz("restart", "-d", store, timeout=60)
+        assert r.rc != 0 and "malformed" in r.stderr and len(r.stderr.strip().splitlines()) == 1, str(r)
+        assert snapshot(store) == before
+    finally:
+        leave_nothing([proc])  # the refused restart left the killed job's objects
