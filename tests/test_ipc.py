@@ -8,8 +8,9 @@ reads of /proc/sysvipc).  As root and as an ordinary user.
   a shared anonymous mapping given a second view with mremap, an 8 GiB
   MAP_NORESERVE reservation with a few pages touched, mappings advised
   DONTDUMP, DONTFORK, WIPEONFORK, HUGEPAGE, NOHUGEPAGE, MERGEABLE,
-  SEQUENTIAL, RANDOM: the views are one object again, the reservation maps
-  back, and every VmFlag is back (read by the program and from outside).
+  SEQUENTIAL, RANDOM: the views are one object again, within the process
+  and with a forked child that holds them too, the reservation maps back,
+  and every VmFlag is back (read by the program and from outside).
 - programs/ipc_sysv.c: a producer and its forked consumer over a System V
   message queue (numbered messages of three types) and a ring in a System V
   segment guarded by a semaphore set, the segment attached twice in each; a

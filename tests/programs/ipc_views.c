@@ -10,8 +10,13 @@
  * - mappings advised DONTDUMP, DONTFORK, WIPEONFORK, HUGEPAGE, NOHUGEPAGE,
  *   MERGEABLE, SEQUENTIAL, RANDOM (their VmFlags, from /proc/self/smaps;
  *   the test reads /proc/PID/smaps from outside too: "adv NAME ADDR").
+ * With the views, a forked child holds them too (a job of two processes):
+ * asked through the shared anonymous mapping's second view, it sums the
+ * ring through its own second view and answers through the first, and the
+ * parent compares with its own sum (the views are one object across the
+ * processes too).
  * Usage: ipc_views CYCLES all|noviews FILE_PREFIX (noviews: without the
- * two kinds of views).  Prints "ready N" and waits for
+ * two kinds of views and the child).  Prints "ready N" and waits for
  * FILE_PREFIX.N; "check N ok" or FAIL; "done" at the end. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -21,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define FAIL(...) do { printf("FAIL "); printf(__VA_ARGS__); printf("\n"); exit(1); } while (0)
@@ -77,6 +83,46 @@ static void check_ring(void)
     sa[100] = (char)(seq & 0x7f);
     if (sb[100] != sa[100]) FAIL("the shared anonymous mapping's two views are not one object");
     if (memcmp(sa + 4096, "shared-anon", 11)) FAIL("shared anonymous content lost");
+}
+
+/* The child's side: requests at sb+2048, answers at sb+3072 (seen by the
+ * parent at sa+...: another view). */
+static uint64_t ring_sum(const char *v)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < RING; i++) h = (h ^ (unsigned char)v[i]) * 1099511628211ull;
+    return h;
+}
+
+static void child_loop(void)
+{
+    volatile uint64_t *req = (volatile uint64_t *)(sb + 2048), *ans = (volatile uint64_t *)(sb + 3072);
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t t = req[0];
+        if (t == ~0ull) _exit(0);
+        if (t != seen) {
+            ans[1] = ring_sum(ring + RING);
+            __sync_synchronize();
+            ans[0] = t;
+            seen = t;
+        }
+        usleep(2000);
+    }
+}
+
+static void check_child(int c)
+{
+    if (noviews) return;
+    volatile uint64_t *req = (volatile uint64_t *)(sa + 2048), *ans = (volatile uint64_t *)(sa + 3072);
+    uint64_t t = (uint64_t)c * 1000 + seq % 1000 + 1;
+    req[0] = t;
+    for (int i = 0; ans[0] != t; i++) {
+        if (i == 5000) FAIL("the child did not answer through the shared views");
+        usleep(2000);
+    }
+    __sync_synchronize();
+    if (ans[1] != ring_sum(ring)) FAIL("the child's view of the ring differs from the parent's");
 }
 
 static void check_res(void)
@@ -172,15 +218,25 @@ int main(int argc, char **argv)
     setup();
     for (int i = 0; i < 1000; i++) put_record();
     check_ring(); check_res(); check_adv();
+    pid_t child = -1;
+    if (!noviews && (child = fork()) == 0) child_loop();
+    check_child(0);
     for (int c = 1; c <= cycles; c++) {
         char f[4096];
         snprintf(f, sizeof f, "%s.%d", argv[3], c);
         printf("ready %d\n", c);
         while (access(f, F_OK) != 0) usleep(20000);
         check_ring(); check_res(); check_adv();
+        check_child(c);
         for (int i = 0; i < 777; i++) put_record();
         check_ring();
+        check_child(c + 100);
         printf("check %d ok\n", c);
+    }
+    if (child > 0) {
+        int st;
+        *(volatile uint64_t *)(sa + 2048) = ~0ull;
+        if (waitpid(child, &st, 0) != child || !WIFEXITED(st)) FAIL("the child did not end");
     }
     printf("done\n");
     return 0;
