@@ -125,7 +125,7 @@ struct rt_ckpt {
     char **chan_data;                /* per chan, its data in flight (chans[k].bytes) */
     struct lz_event *events; size_t nevents; /* event-loop objects and epoll watches (rt_events.c) */
     struct lz_ipc *ipc; size_t nipc, ipc_cap; /* System V objects, message queues (rt_sysv.c, rt_mqueue.c) */
-    char *ipc_bytes; size_t ipc_len;         /* their bytes */
+    char *ipc_bytes; size_t ipc_len, ipc_bytes_cap; /* their bytes */
     struct rt_strings strings;
     struct rt_region_dirty *rdirty;  /* one per region */
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */

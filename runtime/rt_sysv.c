@@ -17,6 +17,7 @@
 #include <sys/msg.h>
 #include <sys/sem.h>
 #include <sys/shm.h>
+#include <mqueue.h>
 
 #ifndef MSG_COPY
 #define MSG_COPY 040000
@@ -73,7 +74,7 @@ static struct lz_ipc *rec(struct rt_ckpt *ck)
 void *rt_ipc_bytes(struct rt_ckpt *ck, size_t n)
 {
     size_t pad = (n + 7) & ~(size_t)7;
-    if (ck->ipc_len + pad > LZ_IPC_MAX_BYTES) return NULL;
+    if (ck->ipc_len + pad > ck->ipc_bytes_cap) return NULL;
     void *p = ck->ipc_bytes + ck->ipc_len;
     ck->ipc_len += pad;
     return p;
@@ -81,9 +82,29 @@ void *rt_ipc_bytes(struct rt_ckpt *ck, size_t n)
 
 static int full(struct rt_ckpt *ck, const char *what, int id)
 {
-    rt_fmt(ck->err, sizeof ck->err, "System V %s %d: the process's IPC objects hold more than %llu MiB, more than a checkpoint keeps",
-           what, id, (unsigned long long)(LZ_IPC_MAX_BYTES >> 20));
+    rt_fmt(ck->err, sizeof ck->err, "System V %s %d: the process's IPC objects hold more than a checkpoint keeps (%llu MiB), "
+           "or more than a moment before (a process outside the job adds to them)", what, id, (unsigned long long)(LZ_IPC_MAX_BYTES >> 20));
     return -1;
+}
+
+/* At most how many bytes the objects' state takes now (all of the job is
+ * stopped): the scratch memory reserved for it, out of the arena shared memory
+ * copies need too. */
+static uint64_t bound(struct rt_ckpt *ck)
+{
+    uint64_t n = 0;
+    for (int k = 0; k < nmade; k++) {
+        struct shmid_ds s; struct semid_ds m; struct msqid_ds q;
+        if (made[k].kind == LZ_IPC_SHM && lz_sc3(SYS_shmctl, made[k].id, IPC_STAT, &s) == 0) n += s.shm_segsz + 8;
+        if (made[k].kind == LZ_IPC_SEM && lz_sc4(SYS_semctl, made[k].id, 0, IPC_STAT, &m) == 0) n += m.sem_nsems * 2 + 8;
+        if (made[k].kind == LZ_IPC_MSG && lz_sc3(SYS_msgctl, made[k].id, IPC_STAT, &q) == 0) n += q.__msg_cbytes + q.msg_qnum * 24;
+    }
+    for (size_t i = 0; i < ck->nfds; i++) {
+        struct mq_attr a;
+        if (ck->fds[i].kind == LZ_FD_MQUEUE && lz_sc3(SYS_mq_getsetattr, ck->fds[i].fd, 0, &a) == 0)
+            n += (uint64_t)a.mq_curmsgs * ((uint64_t)a.mq_msgsize + 16);
+    }
+    return n < LZ_IPC_MAX_BYTES ? n : LZ_IPC_MAX_BYTES;
 }
 
 static int shm_record(struct rt_ckpt *ck, int id, int created)
@@ -211,7 +232,8 @@ int rt_capture_ipc(struct rt_ckpt *ck)
 {
     ck->ipc_cap = SYSV_MAX * 2 + ck->nfds;
     ck->ipc = arena_alloc(&ck->arena, ck->ipc_cap * sizeof *ck->ipc);
-    ck->ipc_bytes = arena_alloc(&ck->arena, LZ_IPC_MAX_BYTES);
+    ck->ipc_bytes_cap = bound(ck);
+    ck->ipc_bytes = arena_alloc(&ck->arena, ck->ipc_bytes_cap + 8);
     ck->nipc = ck->ipc_len = 0;
     if (!ck->ipc || !ck->ipc_bytes) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     if (overflow) { rt_fmt(ck->err, sizeof ck->err, "the process made more than %d System V objects", SYSV_MAX); return -1; }
@@ -224,7 +246,11 @@ int rt_capture_ipc(struct rt_ckpt *ck)
         if (r == 0) {
             /* the id names another object now (a removed segment still attached has key 0) */
             const struct lz_ipc *got = &ck->ipc[ck->nipc - 1];
-            if (got->key != made[k].key && !(got->flags & LZ_IPCF_REMOVED)) { ck->ipc_len = got->data; ck->nipc--; r = 1; }
+            if ((got->key != made[k].key && !(got->flags & LZ_IPCF_REMOVED)) || got->cuid != (uint32_t)lz_sc0(SYS_geteuid)) {
+                ck->ipc_len = got->data;
+                ck->nipc--;
+                r = 1;
+            }
         }
         if (r == 0) made[kept++] = made[k];
     }

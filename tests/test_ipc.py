@@ -33,7 +33,7 @@ import subprocess
 import pytest
 
 import lzformat
-from conftest import _compile, ckpt_path, find_program, kill_program, snapshot
+from conftest import _compile, ckpt_path, comm_of, descendants, kill_program, snapshot
 
 DOWN = 1.0
 
@@ -74,20 +74,15 @@ def cycles(runner, argv, comm, n=2, outside=None, log=None):
         assert "FAIL" not in proc.stdout, out + proc.stderr
         time.sleep(DOWN)
         proc = runner.start_lz("restart", "-d", store)
-        deadline = time.monotonic() + 30
-        pid = None
-        while pid is None and time.monotonic() < deadline:
-            pid = find_program(proc.pid, comm)
-            time.sleep(0.05)
-        assert pid, proc.stderr
-        time.sleep(0.3)
         if outside:  # once the restorers are done (several processes: up to a few seconds)
-            for i in range(100):
+            for i in range(150):
+                named = [(d, p) for p, d in descendants(proc.pid) if comm_of(p) == comm[:15]]
                 try:
-                    outside(pid, out)
+                    assert named, proc.stderr
+                    outside(min(named)[1], out)  # the topmost: the main program
                     break
                 except AssertionError:
-                    if i == 99:
+                    if i == 149:
                         raise
                     time.sleep(0.1)
         runner.touch(Path(f"{trig}.{c}"))
