@@ -113,8 +113,11 @@ static int check_sysv(struct ipc_obj *o, char *why, size_t whylen)
     int e = stat_sysv(r->kind, r->id, &perm, &size);
     uint64_t want = r->kind == LZ_IPC_SHM ? r->size : r->kind == LZ_IPC_SEM ? r->count : 0;
     if (e == 0) {
-        /* still the job's (a removed segment's key reads 0) */
-        int same = perm.cuid == r->cuid && size == want && (perm.__key == r->key || (r->flags & LZ_IPCF_REMOVED));
+        /* still the job's (a removed segment's key reads 0); another program's segment is
+         * known by key and size only: a checkpoint inside an ordinary user's restart (a user
+         * namespace) sees its creator as the overflow id */
+        int same = (perm.cuid == r->cuid || !(r->flags & LZ_IPCF_CREATED)) && size == want &&
+                   (perm.__key == r->key || (r->flags & LZ_IPCF_REMOVED));
         if (same) { o->exists = 1; return 0; }
     }
     if (e == 0 || e == -EACCES) {
@@ -191,11 +194,40 @@ static int make_sysv(struct ipc_obj *o, char *why, size_t whylen)
     return 0;
 }
 
+/* A taken-over object's permission bits as at the checkpoint (its owner is
+ * the job's: check_sysv made sure of its creator). */
+static int set_mode(const struct lz_ipc *r)
+{
+    if (r->kind == LZ_IPC_SHM) {
+        struct shmid_ds ds;
+        if (shmctl(r->id, IPC_STAT, &ds) < 0) return -1;
+        if ((ds.shm_perm.mode & 0777) == r->mode) return 0;
+        ds.shm_perm.mode = (ds.shm_perm.mode & ~0777u) | r->mode;
+        return shmctl(r->id, IPC_SET, &ds);
+    }
+    if (r->kind == LZ_IPC_SEM) {
+        struct semid_ds ds;
+        if (semctl(r->id, 0, IPC_STAT, &ds) < 0) return -1;
+        if ((ds.sem_perm.mode & 0777) == r->mode) return 0;
+        ds.sem_perm.mode = (ds.sem_perm.mode & ~0777u) | r->mode;
+        return semctl(r->id, 0, IPC_SET, &ds);
+    }
+    struct msqid_ds ds;
+    if (msgctl(r->id, IPC_STAT, &ds) < 0) return -1;
+    if ((ds.msg_perm.mode & 0777) == r->mode) return 0;
+    ds.msg_perm.mode = (ds.msg_perm.mode & ~0777u) | r->mode;
+    return msgctl(r->id, IPC_SET, &ds);
+}
+
 static int fill_sysv(struct ipc_obj *o, char *why, size_t whylen)
 {
     const struct lz_ipc *r = &o->r;
     if (!(r->flags & LZ_IPCF_CREATED)) return 0; /* not the job's: left alone */
     if (!o->exists && make_sysv(o, why, whylen) < 0) return -1;
+    if (o->exists && set_mode(r) < 0) {
+        snprintf(why, whylen, "cannot give System V %s %d its mode %o back: %s", what(r->kind), r->id, r->mode, strerror(errno));
+        return -1;
+    }
     if (r->kind == LZ_IPC_SHM) {
         void *a = shmat(r->id, NULL, 0);
         if (a == (void *)-1) { snprintf(why, whylen, "cannot attach System V shared memory %d to give it its content: %s", r->id, strerror(errno)); return -1; }

@@ -55,11 +55,12 @@ def smaps_flags(pid: int) -> dict:
     return out
 
 
-def cycles(runner, argv, comm, n=2, outside=None, log=None):
+def cycles(runner, argv, comm, n=2, outside=None, log=None, down=None):
     """Run argv (prints `ready N`, waits for base/trig.N), and n times:
     checkpoint, SIGKILL, restart, touch the trigger, wait for `check N ok`.
     `outside(pid, output)`, if given, looks at the restarted program from
-    outside before it is let check itself.  Returns all the output."""
+    outside before it is let check itself; `down(N)` runs while the job is
+    down.  Returns all the output."""
     store = runner.base / "store"
     trig = runner.base / "trig"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv, trig)
@@ -73,6 +74,8 @@ def cycles(runner, argv, comm, n=2, outside=None, log=None):
         out += proc.stdout
         assert "FAIL" not in proc.stdout, out + proc.stderr
         time.sleep(DOWN)
+        if down:
+            down(c)
         proc = runner.start_lz("restart", "-d", store)
         if outside:  # once the restorers are done (several processes: up to a few seconds)
             for i in range(150):
@@ -245,3 +248,29 @@ def test_malformed_ipc_record_refused(how, runner, progs):
         assert snapshot(store) == before
     finally:
         leave_nothing([proc])  # the refused restart left the killed job's objects
+
+
+def test_outside_segment_left_alone(runner, progs):
+    """A segment made outside the job (here by the test) that the program
+    attached: attached again at its address after each restart, with what
+    is in it now (the test writes the cycle's number into it while the job
+    is down), never the checkpoint's content."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    sid = libc.shmget(0, 4096, 0o1000 | 0o666)  # IPC_PRIVATE, IPC_CREAT
+    assert sid >= 0, ctypes.get_errno()
+
+    def down(c):
+        a = libc.shmat(sid, None, 0)
+        ctypes.memmove(a, bytes([c]), 1)
+        libc.shmdt(ctypes.c_void_p(a))
+
+    log = []
+    runner.env["IPC_FOREIGN"] = str(sid)
+    try:
+        cycles(runner, [progs["ipc_sysv"], "2"], "ipc_sysv", log=log, down=down)
+    except BaseException:
+        leave_nothing(log)
+        raise
+    finally:
+        libc.shmctl(sid, 0, None)  # IPC_RMID

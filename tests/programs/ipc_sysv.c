@@ -13,7 +13,11 @@
  * - a segment made, filled and detached (content with no attachment), a
  *   keyed message queue found again by its key;
  * - a POSIX message queue with messages of several priorities, read back
- *   in priority order, and its attributes.
+ *   in priority order, and its attributes;
+ * - with IPC_FOREIGN=ID in the environment, a segment made outside the job
+ *   attached by the producer: after restart N its first byte is N, which
+ *   the test wrote there while the job was down (its content is left
+ *   alone, not the checkpoint's).
  * Usage: ipc_sysv CYCLES FILE_PREFIX.  Prints "ids shm S sem M msg Q ack A
  * key K lone L mq NAME", "ready N", waits for FILE_PREFIX.N, "check N ok" (or FAIL),
  * "done" after removing every object. */
@@ -45,6 +49,7 @@ struct msg { long type; uint64_t seq; char text[24]; };
 static const char *who = "producer";
 static int shm, sem, q, ackq, keyq, lone;
 static struct ring *va, *vb;
+static volatile char *foreign;
 static char mqname[64];
 static mqd_t mq;
 
@@ -131,6 +136,7 @@ static void check_producer(int c)
     for (int i = 0; i < 8192; i++)
         if (l[i] != (char)(i * 7)) FAIL("the detached segment's byte %d is %d", i, l[i]);
     shmdt(l);
+    if (foreign && foreign[0] != (char)c) FAIL("the outside segment reads %d, want %d (written while the job was down)", foreign[0], c);
     if (msgget((key_t)(0x4c5a0000 | (getpid() & 0xffff)), 0) != keyq) FAIL("the keyed queue is not found by its key");
     struct msqid_ds qd;
     if (msgctl(q, IPC_STAT, &qd) < 0 || qd.msg_qnum != K) FAIL("message queue holds %lu, want %d", (unsigned long)qd.msg_qnum, K);
@@ -166,6 +172,8 @@ int main(int argc, char **argv)
     char *l = shmat(lone, NULL, 0);
     if (va == (void *)-1 || vb == (void *)-1 || l == (void *)-1) FAIL("shmat: %s", strerror(errno));
     for (int i = 0; i < 8192; i++) l[i] = (char)(i * 7);
+    if (getenv("IPC_FOREIGN") && (foreign = shmat(atoi(getenv("IPC_FOREIGN")), NULL, 0)) == (void *)-1)
+        FAIL("shmat of the outside segment: %s", strerror(errno));
     shmdt(l);
     unsigned short init[2] = {1, 0};
     if (semctl(sem, 0, SETALL, init) < 0) FAIL("SETALL: %s", strerror(errno));
