@@ -9,6 +9,8 @@
  *   written to kernel.{shm,sem,msg}_next_id to the next object made, which
  *   only root may write (CAP_CHECKPOINT_RESTORE over the IPC namespace); an
  *   ordinary user's restart then is refused, since the program holds the id;
+ *   (but a segment removed while attached, which one process holds: that
+ *   process's restorer makes it anew with another id, restorer/restore_sysv.c);
  * - an id or key another object holds now refuses the restart, naming it;
  * - a segment from outside the job the program had attached must still be
  *   there (it is attached again, its content left alone);
@@ -39,6 +41,9 @@ struct ipc_obj {
     char name[256];  /* MQ */
     char *bytes;     /* r.length of them */
     int exists;      /* phase 1: there now, to be taken over */
+    int local;       /* a removed segment gone, whose id cannot be had: its one process's
+                      * restorer makes it anew (restorer/restore_sysv.c) */
+    int holders;     /* processes that have it attached */
 };
 
 static struct {
@@ -140,6 +145,17 @@ static int check_sysv(struct ipc_obj *o, char *why, size_t whylen)
     }
     char path[64];
     snprintf(path, sizeof path, "/proc/sys/kernel/%s_next_id", r->kind == LZ_IPC_SHM ? "shm" : r->kind == LZ_IPC_SEM ? "sem" : "msg");
+    if (access(path, W_OK) < 0 && (r->flags & LZ_IPCF_REMOVED) && o->holders == 1) {
+        /* removed while attached (the usual way to have a segment go with its
+         * last user): the program has no use for its id, only for its memory */
+        o->local = 1;
+        return 0;
+    }
+    if (access(path, W_OK) < 0 && (r->flags & LZ_IPCF_REMOVED)) {
+        snprintf(why, whylen, "the job's System V shared memory %d, removed while %d processes had it attached, is gone, and only "
+                 "root can make one again with the same id (%s), which they must share", r->id, o->holders, path);
+        return -1;
+    }
     if (access(path, W_OK) < 0) {
         snprintf(why, whylen, "the job's System V %s %d (key 0x%x) is gone, and only root can make one again with the same id "
                  "(%s), which the program holds", what(r->kind), r->id, (unsigned)r->key, path);
@@ -164,6 +180,12 @@ int restart_ipc_check(const struct lz_image *imgs, size_t nimgs, char *why, size
             if (add(&imgs[i], &imgs[i].ipc[k], why, whylen) < 0) return -1;
     for (size_t k = 0; k < objs.n; k++) {
         struct ipc_obj *o = &objs.v[k];
+        for (size_t i = 0; o->r.kind == LZ_IPC_SHM && i < nimgs; i++) {
+            int has = 0;
+            for (size_t g = 0; g < imgs[i].nregions && !has; g++)
+                has = (imgs[i].regions[g].flags & LZ_RF_SYSV) && imgs[i].regions[g].file_ino == (uint64_t)o->r.id;
+            o->holders += has;
+        }
         if ((o->r.kind == LZ_IPC_MQ ? check_mq(o, why, whylen) : check_sysv(o, why, whylen)) < 0) return -1;
     }
     return 0;
@@ -222,7 +244,7 @@ static int set_mode(const struct lz_ipc *r)
 static int fill_sysv(struct ipc_obj *o, char *why, size_t whylen)
 {
     const struct lz_ipc *r = &o->r;
-    if (!(r->flags & LZ_IPCF_CREATED)) return 0; /* not the job's: left alone */
+    if (!(r->flags & LZ_IPCF_CREATED) || o->local) return 0; /* not the job's: left alone; or its restorer's */
     if (!o->exists && make_sysv(o, why, whylen) < 0) return -1;
     if (o->exists && set_mode(r) < 0) {
         snprintf(why, whylen, "cannot give System V %s %d its mode %o back: %s", what(r->kind), r->id, r->mode, strerror(errno));

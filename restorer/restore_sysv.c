@@ -37,17 +37,28 @@ void restore_sysv_attach(struct restore_ctx *rc, const struct lz_region *r)
         off += q->end - q->start;
         if (off == whole) { last++; break; }
     }
-    void *a = shmat(s->id, (void *)r->start, (wr ? 0 : SHM_RDONLY) | (ex ? SHM_EXEC : 0));
+    int id = s->id, fill = 0;
+    struct shmid_ds ds;
+    if ((s->flags & (LZ_IPCF_REMOVED | LZ_IPCF_CREATED)) == (LZ_IPCF_REMOVED | LZ_IPCF_CREATED) && shmctl(id, IPC_STAT, &ds) < 0) {
+        /* removed while attached, gone with the killed job, and its id could not
+         * be had (`lazarus restart` left it to this process, its only holder):
+         * made anew with another id, filled from the image */
+        id = shmget(IPC_PRIVATE, s->size, IPC_CREAT | 0600 | (int)s->mode);
+        if (id < 0) restore_fail("cannot make System V shared memory %d again: %s", s->id, strerror(errno));
+        fill = 1;
+    }
+    void *a = shmat(id, (void *)r->start, (wr || fill ? 0 : SHM_RDONLY) | (ex ? SHM_EXEC : 0));
     if (a == (void *)-1 || (uint64_t)a != r->start)
         restore_fail("cannot attach System V shared memory %d at 0x%llx again: %s", s->id, (unsigned long long)r->start,
                      a == (void *)-1 ? strerror(errno) : "attached elsewhere");
+    if (fill) memcpy(a, img->ipc_bytes + s->data, s->size);
     for (size_t i = first; i < last; i++) {
         const struct lz_region *q = &img->regions[i];
-        int full = (wr ? PROT_READ | PROT_WRITE : PROT_READ) | (ex ? PROT_EXEC : 0);
+        int full = (wr || fill ? PROT_READ | PROT_WRITE : PROT_READ) | (ex ? PROT_EXEC : 0);
         if ((int)q->prot != full && mprotect((void *)q->start, q->end - q->start, (int)q->prot) < 0)
             restore_fail("cannot set protections at 0x%llx: %s", (unsigned long long)q->start, strerror(errno));
         restore_advise(q);
     }
-    if ((s->flags & LZ_IPCF_REMOVED) && shmctl(s->id, IPC_RMID, NULL) < 0 && errno != EINVAL && errno != EIDRM)
+    if ((s->flags & LZ_IPCF_REMOVED) && shmctl(id, IPC_RMID, NULL) < 0 && errno != EINVAL && errno != EIDRM)
         restore_fail("cannot remove System V shared memory %d again (the program had removed it): %s", s->id, strerror(errno));
 }

@@ -99,6 +99,11 @@ static uint64_t bound(struct rt_ckpt *ck)
         if (made[k].kind == LZ_IPC_SEM && lz_sc4(SYS_semctl, made[k].id, 0, IPC_STAT, &m) == 0) n += m.sem_nsems * 2 + 8;
         if (made[k].kind == LZ_IPC_MSG && lz_sc3(SYS_msgctl, made[k].id, IPC_STAT, &q) == 0) n += q.__msg_cbytes + q.msg_qnum * 24;
     }
+    for (size_t i = 0; i < ck->nregions; i++) { /* an attachment of a segment not on the list */
+        struct shmid_ds s;
+        const struct lz_region *g = &ck->regions[i];
+        if ((g->flags & LZ_RF_SYSV) && g->file_offset == 0 && lz_sc3(SYS_shmctl, g->file_ino, IPC_STAT, &s) == 0) n += s.shm_segsz + 8;
+    }
     for (size_t i = 0; i < ck->nfds; i++) {
         struct mq_attr a;
         if (ck->fds[i].kind == LZ_FD_MQUEUE && lz_sc3(SYS_mq_getsetattr, ck->fds[i].fd, 0, &a) == 0)
@@ -117,6 +122,9 @@ static int shm_record(struct rt_ckpt *ck, int id, int created)
                e == -EACCES ? "no read permission" : "gone");
         return -1;
     }
+    /* a segment attached here and removed since, the process's user's: the job's
+     * (only its holders can reach it; one a restart made anew has a new id) */
+    if (created < 0) created = (ds.shm_perm.mode & SHM_DEST) && ds.shm_perm.cuid == (uint32_t)lz_sc0(SYS_geteuid);
     struct lz_ipc *r = rec(ck);
     if (!r) { rt_fmt(ck->err, sizeof ck->err, "more than %d System V objects", SYSV_MAX * 2); return -1; }
     r->kind = LZ_IPC_SHM;
@@ -261,7 +269,7 @@ int rt_capture_ipc(struct rt_ckpt *ck)
         if (!(g->flags & LZ_RF_SYSV)) continue;
         int known = 0;
         for (size_t k = 0; k < ck->nipc && !known; k++) known = ck->ipc[k].kind == LZ_IPC_SHM && ck->ipc[k].id == (int32_t)g->file_ino;
-        if (!known && shm_record(ck, (int)g->file_ino, 0) < 0) return -1;
+        if (!known && shm_record(ck, (int)g->file_ino, -1) < 0) return -1;
     }
     if (check_attachments(ck) < 0) return -1;
     return rt_capture_mqueues(ck);

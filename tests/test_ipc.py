@@ -232,7 +232,7 @@ def test_malformed_ipc_record_refused(how, runner, progs):
         path = ckpt_path(store, idx) / "manifest"
         m = lzformat.Manifest.load(path)
         recs = m.ipc
-        assert sorted(r.kind for r in recs) == [1, 1, 2, 3, 3, 3, 4], recs  # 2 segments, a set, 3 queues, a POSIX one
+        assert sorted(r.kind for r in recs) == [1, 1, 1, 2, 3, 3, 3, 4], recs  # 3 segments, a set, 3 queues, a POSIX one
         if how == "kind":
             m.set(recs[0], "kind", 99)
         elif how == "length":

@@ -12,6 +12,9 @@
  *   attached again;
  * - a segment made, filled and detached (content with no attachment), a
  *   keyed message queue found again by its key;
+ * - a segment removed (IPC_RMID) while attached, the usual way to have it
+ *   go with its last user: its content and attachment come back (a real
+ *   one: /SYSV in maps, shmdt works at the end; the producer alone holds it);
  * - a POSIX message queue with messages of several priorities, read back
  *   in priority order, and its attributes;
  * - with IPC_FOREIGN=ID in the environment, a segment made outside the job
@@ -50,6 +53,8 @@ static const char *who = "producer";
 static int shm, sem, q, ackq, keyq, lone;
 static struct ring *va, *vb;
 static volatile char *foreign;
+static char *rmd;
+static int rid;
 static char mqname[64];
 static mqd_t mq;
 
@@ -136,6 +141,18 @@ static void check_producer(int c)
     for (int i = 0; i < 8192; i++)
         if (l[i] != (char)(i * 7)) FAIL("the detached segment's byte %d is %d", i, l[i]);
     shmdt(l);
+    for (int i = 1; i < 3 * 4096; i++)
+        if (rmd[i] != (char)(i * 13)) FAIL("the removed segment's byte %d is %d", i, rmd[i]);
+    if (rmd[0] != (char)(c - 1)) FAIL("the removed segment's first byte is %d, want %d", rmd[0], c - 1);
+    rmd[0] = (char)c;
+    char line[512], want[32];
+    int attached = 0;
+    snprintf(want, sizeof want, "%lx-", (unsigned long)rmd);
+    FILE *maps = fopen("/proc/self/maps", "r");
+    while (maps && fgets(line, sizeof line, maps))
+        if (!strncmp(line, want, strlen(want)) && strstr(line, "/SYSV")) attached = 1;
+    if (maps) fclose(maps);
+    if (!attached) FAIL("the removed segment is not a System V attachment");
     if (foreign && foreign[0] != (char)c) FAIL("the outside segment reads %d, want %d (written while the job was down)", foreign[0], c);
     if (msgget((key_t)(0x4c5a0000 | (getpid() & 0xffff)), 0) != keyq) FAIL("the keyed queue is not found by its key");
     struct msqid_ds qd;
@@ -172,6 +189,11 @@ int main(int argc, char **argv)
     char *l = shmat(lone, NULL, 0);
     if (va == (void *)-1 || vb == (void *)-1 || l == (void *)-1) FAIL("shmat: %s", strerror(errno));
     for (int i = 0; i < 8192; i++) l[i] = (char)(i * 7);
+    rid = shmget(IPC_PRIVATE, 3 * 4096, IPC_CREAT | 0600);
+    if (rid < 0 || (rmd = shmat(rid, NULL, 0)) == (void *)-1) FAIL("removed segment: %s", strerror(errno));
+    for (int i = 0; i < 3 * 4096; i++) rmd[i] = (char)(i * 13);
+    rmd[0] = 0;
+    if (shmctl(rid, IPC_RMID, NULL) < 0) FAIL("IPC_RMID: %s", strerror(errno));
     if (getenv("IPC_FOREIGN") && (foreign = shmat(atoi(getenv("IPC_FOREIGN")), NULL, 0)) == (void *)-1)
         FAIL("shmat of the outside segment: %s", strerror(errno));
     shmdt(l);
@@ -187,6 +209,7 @@ int main(int argc, char **argv)
     if (child < 0) FAIL("fork: %s", strerror(errno));
     if (child == 0) {
         who = "consumer";
+        shmdt(rmd); /* the producer's alone */
         for (int c = 1; c <= cycles; c++) {
             /* once the producer has checked (polled: a checkpoint would cut a blocking msgrcv short) */
             struct msg go;
@@ -195,6 +218,8 @@ int main(int argc, char **argv)
         }
         _exit(0);
     }
+    /* the child has let go of the removed segment before the first checkpoint */
+    for (struct shmid_ds d; shmctl(rid, IPC_STAT, &d) == 0 && d.shm_nattch > 1;) usleep(1000);
     for (int c = 1; c <= cycles; c++) {
         produce(c);
         printf("ready %d\n", c);
@@ -209,6 +234,7 @@ int main(int argc, char **argv)
     if (waitpid(child, &st, 0) != child || !WIFEXITED(st) || WEXITSTATUS(st)) FAIL("consumer failed");
     shmdt(va);
     shmdt(vb);
+    if (shmdt(rmd) < 0) FAIL("shmdt of the removed segment: %s", strerror(errno));
     shmctl(shm, IPC_RMID, NULL);
     shmctl(lone, IPC_RMID, NULL);
     semctl(sem, 0, IPC_RMID);
