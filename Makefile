@@ -19,7 +19,7 @@ RT_SRC      := runtime/rt_init.c runtime/rt_signals.c runtime/rt_capture.c \
                common/codec.c common/progress.c files/track_log.c files/track_tables.c files/track_fds.c \
                files/track_names.c files/track_streams.c files/track_maps.c files/track_maps_arm.c files/track_shared.c files/track_open.c files/track_interval.c
 RESTORE_SRC := restorer/restore_main.c restorer/restore_memory.c restorer/restore_fill.c restorer/restore_fds.c restorer/restore_pipes.c restorer/restore_events.c \
-               restorer/restore_process.c restorer/restore_threads.c restorer/restore_tree.c restorer/restore_sysv.c restorer/final_jump.S restorer/thread_start.S
+               restorer/restore_process.c restorer/restore_threads.c restorer/restore_tree.c restorer/restore_sysv.c restorer/restore_exe.c restorer/final_jump.S restorer/thread_start.S
 CLI_SRC     := cli/main.c cli/cmd_run.c cli/cmd_restart.c cli/supervisor.c cli/sv_life.c cli/job_ckpt.c cli/job_members.c cli/job_tree.c cli/job_commit.c cli/cmd_list.c \
                cli/cmd_verify.c cli/cmd_checkpoint.c cli/cmd_gc.c cli/pidns.c cli/identity.c cli/job.c cli/restart_tree.c cli/cmd_diff.c cli/list_stats.c cli/privilege.c cli/restart_paths.c cli/restart_ipc.c cli/rollback_plan.c files/journal_read.c files/apply.c files/outside.c files/diff.c files/log_seal.c
 

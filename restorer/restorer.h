@@ -41,6 +41,8 @@ void restore_map_regions(struct restore_ctx *rc, int stage);
 void restore_advise(const struct lz_region *r);
 /* restore_sysv.c: a System V attachment, made again with shmat */
 void restore_sysv_attach(struct restore_ctx *rc, const struct lz_region *r);
+/* restore_exe.c: the restorer's own file mappings made anonymous copies (0, or -1) */
+int restore_leave_exe(void);
 /* restore_fill.c */
 void restore_fill_memory(struct restore_ctx *rc, int stage);
 void restore_finish_protections(struct restore_ctx *rc);

@@ -6,12 +6,16 @@
  * at once, in the order they came (highest priority first, in order of
  * arrival within one): the queue is as it was.  A queue with an mq_notify
  * registration is refused (sending into an empty queue would fire it), as is
- * one the process cannot open for reading and writing, and one unlinked. */
+ * one the process cannot open for reading and writing, and one unlinked.
+ * Processes of the job sharing a queue are captured at the same time: each
+ * takes and gives back the messages under a lock of the queue (flock), so
+ * each sees all of them. */
 #include "rt.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <mqueue.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #define MQUEUE_MAGIC 0x19800202
@@ -33,6 +37,9 @@ static int one(struct rt_ckpt *ck, const struct lz_fd *f, const char *name)
     long q = lz_sc4(SYS_mq_open, name + 1, O_RDWR | O_NONBLOCK | O_CLOEXEC, 0, 0);
     if (q < 0) return refuse(ck, f, name, q == -ENOENT ? "was unlinked: Lazarus restores queues by name"
                                           : "cannot be opened for reading and writing, which its checkpoint needs");
+    /* processes of the job holding the queue are captured at once: one at a time
+     * takes and gives back its messages (flock of the queue, released by the close) */
+    lz_sc2(SYS_flock, q, LOCK_EX);
     int rc = -1;
     char info[160];
     long n = lz_sc3(SYS_read, q, info, sizeof info - 1);
