@@ -40,7 +40,7 @@ DOWN = 1.0
 
 @pytest.fixture(scope="module")
 def progs(programs):
-    return {n: _compile(n, programs.dir) for n in ("ipc_views", "ipc_sysv")}
+    return {n: _compile(n, programs.dir) for n in ("ipc_views", "ipc_sysv", "ipc_refuse")}
 
 
 def smaps_flags(pid: int) -> dict:
@@ -272,3 +272,42 @@ def test_outside_segment_left_alone(runner, progs):
         raise
     finally:
         libc.shmctl(sid, 0, None)  # IPC_RMID
+
+
+REFUSED = {
+    "notify": r"^lazarus: checkpoint \d+ failed: descriptor \d+ \(POSIX message queue /lzref-\d+\) has an mq_notify "
+              r"registration, which Lazarus cannot keep$",
+    "partial": r"^lazarus: checkpoint \d+ failed: System V shared memory \d+ is attached in part at 0x[0-9a-f]+ \(a part of "
+               r"the attachment was unmapped\): Lazarus restores whole attachments only$",
+}
+
+
+@pytest.mark.parametrize("what", list(REFUSED))
+def test_refused_clearly(what, runner, progs):
+    """A POSIX queue with an mq_notify registration, a System V attachment
+    with a hole: the checkpoint fails with one line saying so, the program
+    runs on, and once it let go a checkpoint works and the restarted program
+    finds its queue's message or its segment's content."""
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", progs["ipc_refuse"], what, trig)
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    m = None
+    try:
+        m = proc.wait_for_output(r"^held (\S+) (-?\d+)$", timeout=60)
+        r = runner.lz("checkpoint", "-d", store, timeout=60)
+        assert r.rc != 0 and re.fullmatch(REFUSED[what], r.stderr.strip()), str(r)
+        runner.touch(Path(f"{trig}.1"))
+        proc.wait_for_output(r"^released$", timeout=60)
+        runner.checkpoint(store)
+        kill_program(proc, "ipc_refuse")
+        proc = runner.start_lz("restart", "-d", store)
+        runner.touch(Path(f"{trig}.2"))
+        assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
+        assert "done" in proc.stdout and "FAIL" not in proc.stdout, proc.stdout
+    except BaseException:
+        if m:  # what the program made, left by the failure
+            libc.mq_unlink(m[1].encode())
+            if int(m[2]) >= 0:
+                libc.shmctl(int(m[2]), 0, None)
+        raise
