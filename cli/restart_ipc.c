@@ -8,14 +8,15 @@
  * - one that is gone is made again with its id: the kernel gives the id
  *   written to kernel.{shm,sem,msg}_next_id to the next object made, which
  *   only root may write (CAP_CHECKPOINT_RESTORE over the IPC namespace); an
- *   ordinary user's restart then is refused, since the program holds the id;
+ *   ordinary user's restart then is refused, since the program holds the id
  *   (but a segment removed while attached, which one process holds: that
- *   process's restorer makes it anew with another id, restorer/restore_sysv.c);
+ *   process's restorer makes it anew with another id, restorer/restore_sysv.c,
+ *   since the program has no use for the id of a removed segment);
  * - an id or key another object holds now refuses the restart, naming it;
  * - a segment from outside the job the program had attached must still be
  *   there (it is attached again, its content left alone);
- * - a message queue is made again by name, or taken over, with its
- *   attributes; one with other attributes is made anew.
+ * - a POSIX message queue is made again by name, or taken over, with its
+ *   attributes and mode; one of that name with other attributes is made anew.
  * Phase 2, after the files are rolled back, does it: a segment's content, a
  * set's values, a queue's messages (with their types or priorities, in
  * order).  The restorers then attach the segments (restorer/restore_sysv.c)
