@@ -16,6 +16,7 @@
 #include <sys/ipc.h>
 #include <sys/msg.h>
 #include <sys/sem.h>
+#include <sys/mman.h>
 #include <sys/shm.h>
 #include <mqueue.h>
 
@@ -112,6 +113,27 @@ static uint64_t bound(struct rt_ckpt *ck)
     return n < LZ_IPC_MAX_BYTES ? n : LZ_IPC_MAX_BYTES;
 }
 
+/* An attachment of segment id in this process, readable over its whole
+ * size: its content is read from there (a fresh attachment of its own would
+ * cost the page faults of mapping it). */
+static const char *attached(const struct rt_ckpt *ck, int id, uint64_t size)
+{
+    for (size_t i = 0; i < ck->nregions; i++) {
+        const struct lz_region *r = &ck->regions[i];
+        if (!(r->flags & LZ_RF_SYSV) || r->file_ino != (uint64_t)id || r->file_offset != 0) continue;
+        uint64_t off = 0;
+        for (size_t j = i; j < ck->nregions && off < size; j++) {
+            const struct lz_region *q = &ck->regions[j];
+            if (!(q->flags & LZ_RF_SYSV) || q->file_ino != (uint64_t)id || q->file_offset != off || !(q->prot & PROT_READ) ||
+                (j > i && q->start != ck->regions[j - 1].end))
+                break;
+            off += q->end - q->start;
+        }
+        if (off >= size) return (const char *)r->start;
+    }
+    return NULL;
+}
+
 static int shm_record(struct rt_ckpt *ck, int id, int created)
 {
     struct shmid_ds ds;
@@ -137,13 +159,18 @@ static int shm_record(struct rt_ckpt *ck, int id, int created)
     if (!created) return 0;
     char *to = rt_ipc_bytes(ck, ds.shm_segsz);
     if (!to) return full(ck, "shared memory", id);
-    long a = lz_sc3(SYS_shmat, id, 0, SHM_RDONLY);
-    if (a < 0 && a >= -4095) {
-        rt_fmt(ck->err, sizeof ck->err, "System V shared memory %d cannot be read: %s", id, a == -EACCES ? "no read permission" : "shmat failed");
-        return -1;
+    const char *from = attached(ck, id, ds.shm_segsz);
+    if (from) {
+        memcpy(to, from, ds.shm_segsz);
+    } else {
+        long a = lz_sc3(SYS_shmat, id, 0, SHM_RDONLY);
+        if (a < 0 && a >= -4095) {
+            rt_fmt(ck->err, sizeof ck->err, "System V shared memory %d cannot be read: %s", id, a == -EACCES ? "no read permission" : "shmat failed");
+            return -1;
+        }
+        memcpy(to, (void *)a, ds.shm_segsz);
+        lz_sc1(SYS_shmdt, a);
     }
-    memcpy(to, (void *)a, ds.shm_segsz);
-    lz_sc1(SYS_shmdt, a);
     r->length = ds.shm_segsz;
     return 0;
 }
