@@ -13,6 +13,8 @@ STATIC_CODECS := -l:libzstd.a -l:liblz4.a
 
 COMMON_SRC  := common/util.c common/hash_fast.c common/codec.c common/progress.c store/manifest.c store/chans.c store/usocks.c store/inet_data.c store/store.c store/job_file.c store/verify.c store/gc.c store/tree.c store/place.c store/frames_check.c
 RT_SRC := \
+	runtime/rt_sysv.c \
+	runtime/rt_mqueue.c \
 	runtime/rt_timers.c \
 	runtime/rt_inotify.c \
 	runtime/rt_init.c \
@@ -57,6 +59,8 @@ RT_SRC := \
 	runtime/rt_inet.c
 
 RESTORE_SRC := \
+	restorer/restore_sysv.c \
+	restorer/restore_exe.c \
 	restorer/restore_timers.c \
 	restorer/restore_inotify.c \
 	restorer/restore_main.c \
@@ -78,6 +82,7 @@ RESTORE_SRC := \
 	restorer/restore_ghost.c
 
 CLI_SRC := \
+	cli/restart_ipc.c \
 	cli/main.c \
 	cli/cmd_run.c \
 	cli/cmd_restart.c \

@@ -119,6 +119,11 @@ int restart_named_objects_check(const struct lz_image *img, char *why, size_t wh
  * or -1 with why; then one line on stderr per connection restored reset. */
 int restart_inet_check(const struct lz_image *img, int pid, char *why, size_t whylen);
 void restart_inet_report(const struct lz_image *imgs, size_t nimgs, size_t k, int pid);
+/* The job's System V objects and POSIX message queues (restart_ipc.c): phase 1
+ * decides what becomes of each, changing nothing (0, or -1 and why); phase 2
+ * gives them their state, after the files are rolled back. */
+int restart_ipc_check(const struct lz_image *imgs, size_t nimgs, char *why, size_t whylen);
+int restart_ipc_apply(char *why, size_t whylen);
 /* fj_plan_load (files/rollback.h) of a rollback of the store DIR to checkpoint
  * `target`, with what it needs of the store: the job's identity (DIR/job)
  * and every journal directory (ckpt.N/, jrnl.N/).  NULL with why. */

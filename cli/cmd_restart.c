@@ -138,6 +138,8 @@ static int roll_files_back(void *arg)
     int rb = rollback_files(p->dir, p->index, p->job, p->plan, p->next);
     fj_plan_free(p->plan);
     p->plan = NULL;
+    char why[1200];
+    if (rb == 0 && restart_ipc_apply(why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return -1; }
     return rb;
 }
 
@@ -255,6 +257,11 @@ int cmd_restart(int argc, char **argv)
             fj_plan_free(plan);
             return 1;
         }
+    }
+    if (restart_ipc_check(several ? rt.imgs : &img, several ? rt.tree.nprocs : 1, why, sizeof why) < 0) {
+        lz_err("cannot restart from checkpoint %" PRIu64 ": %s; nothing was changed", index, why);
+        fj_plan_free(plan);
+        return 1;
     }
     for (size_t k = 0; k < (several ? rt.tree.nprocs : 1); k++) /* the TCP connections that come back reset */
         if (!several || rt.tree.procs[k].state == LZ_TP_LIVE)

@@ -378,7 +378,7 @@ static int plan_shm(struct restart_tree *rt, struct objs *o, char *why, size_t w
         const struct lz_image *img = &rt->imgs[k];
         for (size_t i = 0; i < img->nregions; i++) {
             const struct lz_region *r = &img->regions[i];
-            if (r->kind != LZ_R_SHARED_ANON || !r->file_ino) continue;
+            if (r->kind != LZ_R_SHARED_ANON || !r->file_ino || (r->flags & LZ_RF_SYSV)) continue; /* SysV: restart_ipc.c */
             struct lz_plan_obj *ob = NULL;
             for (size_t j = 0; j < o->n && !ob; j++)
                 if (o->v[j].kind == LZ_PO_SHM && o->v[j].chan.ino == r->file_dev && o->v[j].chan.peer == r->file_ino) ob = &o->v[j];

@@ -65,6 +65,8 @@ enum lz_section_type {
     LZ_SEC_USOCKS = 13, /* struct lz_usock[]: local sockets that are not one end of a connected pair */
     LZ_SEC_INET = 14,   /* struct lz_inet[]: TCP and UDP sockets (AF_INET, AF_INET6) */
     LZ_SEC_TIMERS = 17, /* struct lz_timer[]: the process's POSIX timers (added in version 5 without a bump) */
+    LZ_SEC_IPC = 16,    /* u64 count, struct lz_ipc[count], then their bytes: the System V objects
+                         * the process made or attached, the POSIX message queues it holds */
 };
 
 struct lz_header {
@@ -204,6 +206,12 @@ enum lz_region_kind {
 #define LZ_RF_LOCKED 0x100u
 #define LZ_RF_DROPPABLE 0x200u /* MAP_DROPPABLE (glibc's getrandom state): the kernel may drop it, a
                                 * fork child gets it empty; restored as plain anonymous memory */
+#define LZ_RF_NORESERVE 0x400u  /* MAP_NORESERVE (VmFlags nr): mapped back without a commit charge */
+#define LZ_RF_MERGEABLE 0x800u  /* MADV_MERGEABLE (KSM) */
+#define LZ_RF_SEQREAD 0x1000u   /* MADV_SEQUENTIAL */
+#define LZ_RF_RANDREAD 0x2000u  /* MADV_RANDOM */
+#define LZ_RF_SYSV 0x4000u      /* LZ_R_SHARED_ANON: a System V segment (file_ino its id), attached
+                                 * again with shmat (restorer/restore_sysv.c) */
 
 struct lz_region {
     uint64_t start, end;
@@ -292,6 +300,9 @@ enum lz_fd_kind {
                        * fd) says how it is made again.  (Both added in version 5 without a bump.) */
     LZ_FD_INET = 13,  /* a TCP or UDP socket (AF_INET, AF_INET6): made anew as its lz_inet (same
                        * fd) records; `flags` gives O_NONBLOCK.  (Added in version 5 without a bump.) */
+    LZ_FD_MQUEUE = 15, /* a POSIX message queue: `path` its name ("/q"), `flags` its access mode and
+                        * O_NONBLOCK; the queue (attributes, messages) is the LZ_IPC_MQ record of
+                        * the same name.  (Added in version 5 without a bump, as LZ_FD_EVENT.) */
 };
 
 struct lz_fd {
@@ -450,6 +461,33 @@ struct lz_timer {
     int64_t value_ns;   /* 0 = disarmed; else the time left, or the expiry (LZ_TMF_ABSTIME) */
     int64_t interval_ns;
 };
+/* System V objects and POSIX message queues (LZ_SEC_IPC), restored by
+ * `lazarus restart` once for the job (cli/restart_ipc.c) before the
+ * restorers attach the segments (restorer/restore_sysv.c).  Each record's
+ * bytes are [data, data + length) of the bytes after the records:
+ * SHM its content (size bytes), SEM count u16 values, MSG count messages
+ * {i64 type, u64 length, bytes padded to 8}, MQ count messages {u32 priority,
+ * u32 length, bytes padded to 8}, in the order a receive takes them. */
+enum lz_ipc_kind { LZ_IPC_SHM = 1, LZ_IPC_SEM = 2, LZ_IPC_MSG = 3, LZ_IPC_MQ = 4 };
+#define LZ_IPCF_CREATED 0x1u /* SysV: made by the job (shmget/semget/msgget with IPC_CREAT or
+                              * IPC_PRIVATE that made it): its state is the checkpoint's again.
+                              * Without: a segment from outside the job it had attached: attached
+                              * again, its content left alone */
+#define LZ_IPCF_REMOVED 0x2u /* SHM: removed (IPC_RMID) while still attached: removed again once
+                              * attached */
+struct lz_ipc {
+    uint32_t kind, flags;
+    int32_t id, key;          /* SysV: id and key (0: IPC_PRIVATE) */
+    uint32_t mode;            /* permission bits */
+    uint32_t uid, gid, cuid;  /* owner, and SysV creator */
+    uint32_t name;            /* MQ: string offset of its name ("/q") */
+    uint32_t count;           /* SEM: semaphores; MSG, MQ: messages */
+    uint64_t size;            /* SHM: bytes; MSG: msg_qbytes; MQ: mq_maxmsg */
+    uint64_t msgsize;         /* MQ: mq_msgsize */
+    uint64_t data, length;    /* its bytes */
+    uint64_t reserved[2];
+};
+#define LZ_IPC_MAX_BYTES (256ull << 20) /* bytes of one process's IPC section */
 
 /* The launcher's descriptors that may be regular files (0, 1, 2): a process
  * can have them at other numbers, and keeps a reference to each (lz_resume). */
@@ -591,6 +629,7 @@ LZ_STATIC_ASSERT(sizeof(struct lz_pty) == 88, "lz_pty size");
 LZ_STATIC_ASSERT(sizeof(struct lz_usock) == 360, "lz_usock size");
 LZ_STATIC_ASSERT(sizeof(struct lz_inet) == 136, "lz_inet size");
 LZ_STATIC_ASSERT(sizeof(struct lz_timer) == 56, "lz_timer size");
+LZ_STATIC_ASSERT(sizeof(struct lz_ipc) == 88, "lz_ipc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_header) == 48, "lz_tree_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_proc) == 72, "lz_tree_proc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_shared) == 16, "lz_tree_shared size");

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 #include <errno.h>
+#include <mqueue.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,12 @@ void restore_descriptors(struct restore_ctx *rc)
                 break;
             case LZ_FD_EVENT:
                 src = restore_event_open(img, f);
+                opened = 1;
+                break;
+            case LZ_FD_MQUEUE:
+                /* the queue is `lazarus restart`'s (cli/restart_ipc.c): its descriptor only */
+                src = mq_open(path, (int)(f->flags & (O_ACCMODE | O_NONBLOCK)) | O_CLOEXEC);
+                if (src < 0) restore_fail("cannot reopen descriptor %d (POSIX message queue %s): %s", f->fd, path, strerror(errno));
                 opened = 1;
                 break;
             case LZ_FD_DUP: src = f->dup_of; break;

@@ -156,6 +156,36 @@ static uint64_t stack_room(const struct restore_ctx *rc, const struct lz_region 
     return lo < r->start ? r->start - lo : 0;
 }
 
+/* One shared memory object this process maps at several addresses (a ring
+ * buffer's two views of a memfd, a second view made by mremap) and no other
+ * process of the job maps: a memfd of its own, so the views are one object
+ * again.  Made at the first view, as large as the furthest view reaches. */
+static struct { uint64_t dev, ino; int fd; } views[64];
+static int nviews;
+
+static int views_fd(const struct restore_ctx *rc, const struct lz_region *r)
+{
+    if (!r->file_ino) return -1;
+    for (int k = 0; k < nviews; k++)
+        if (views[k].dev == r->file_dev && views[k].ino == r->file_ino) return views[k].fd;
+    uint64_t size = 0;
+    int n = 0;
+    for (size_t i = 0; i < rc->img.nregions; i++) {
+        const struct lz_region *o = &rc->img.regions[i];
+        if (o->kind != LZ_R_SHARED_ANON || o->file_dev != r->file_dev || o->file_ino != r->file_ino) continue;
+        n++;
+        if (o->file_offset + (o->end - o->start) > size) size = o->file_offset + (o->end - o->start);
+    }
+    if (n < 2) return -1; /* one view: plain shared anonymous memory, as before */
+    if (nviews == (int)(sizeof views / sizeof views[0])) restore_fail("the program maps more than 64 shared objects at several addresses");
+    int fd = memfd_create("lazarus-shared", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size) < 0) restore_fail("cannot make the memory mapped at several addresses: %s", strerror(errno));
+    views[nviews].dev = r->file_dev;
+    views[nviews].ino = r->file_ino;
+    views[nviews++].fd = fd;
+    return fd;
+}
+
 void restore_map_regions(struct restore_ctx *rc, int stage)
 {
     for (size_t i = 0; i < rc->img.nregions; i++) {
@@ -168,18 +198,21 @@ void restore_map_regions(struct restore_ctx *rc, int stage)
         const char *path = lz_str(&rc->img, r->path);
         switch (r->kind) {
         case LZ_R_ANON:
-            flags |= MAP_PRIVATE | MAP_ANONYMOUS | ((r->flags & LZ_RF_GROWSDOWN) ? MAP_GROWSDOWN : 0);
+            flags |= MAP_PRIVATE | MAP_ANONYMOUS | ((r->flags & LZ_RF_GROWSDOWN) ? MAP_GROWSDOWN : 0) |
+                     ((r->flags & LZ_RF_NORESERVE) ? MAP_NORESERVE : 0);
             break;
         case LZ_R_SHARED_ANON:
             /* shared with other processes of the job: the object made once (restore_tree.c) */
+            if (r->flags & LZ_RF_SYSV) { restore_sysv_attach(rc, r); continue; }
             shm = restore_tree_shm_fd(r->file_dev, r->file_ino);
+            if (shm < 0) shm = views_fd(rc, r);
             flags |= MAP_SHARED | (shm < 0 ? MAP_ANONYMOUS : 0);
             break;
         case LZ_R_FILE_PRIVATE:
         case LZ_R_FILE_SHARED:
             fd = open(path, ((r->kind == LZ_R_FILE_SHARED && (r->prot & PROT_WRITE)) ? O_RDWR : O_RDONLY) | O_CLOEXEC);
             if (fd < 0) restore_fail("cannot open %s, mapped by the program: %s", path, strerror(errno));
-            flags |= r->kind == LZ_R_FILE_SHARED ? MAP_SHARED : MAP_PRIVATE;
+            flags |= (r->kind == LZ_R_FILE_SHARED ? MAP_SHARED : MAP_PRIVATE) | ((r->flags & LZ_RF_NORESERVE) ? MAP_NORESERVE : 0);
             break;
         default:
             restore_fail("unknown region kind %u in the image", r->kind);
@@ -198,11 +231,20 @@ void restore_map_regions(struct restore_ctx *rc, int stage)
         if (m == MAP_FAILED || (uint64_t)m != r->start)
             restore_fail("cannot map the program's memory at 0x%llx-0x%llx: %s", (unsigned long long)r->start,
                          (unsigned long long)r->end, m == MAP_FAILED ? strerror(e) : "placed elsewhere");
-        int adv[] = {LZ_RF_HUGEPAGE, MADV_HUGEPAGE, LZ_RF_NOHUGEPAGE, MADV_NOHUGEPAGE, LZ_RF_DONTDUMP, MADV_DONTDUMP,
-                     LZ_RF_DONTFORK, MADV_DONTFORK, LZ_RF_WIPEONFORK, MADV_WIPEONFORK};
-        for (size_t k = 0; k < sizeof adv / sizeof adv[0]; k += 2)
-            if (r->flags & (uint32_t)adv[k]) madvise((void *)r->start, len, adv[k + 1]);
+        restore_advise(r);
     }
+}
+
+/* The flags a process sets with madvise (and mlock), set again; advice the
+ * kernel refuses here (KSM not built in, say) is left, as a fresh process
+ * would be refused it too. */
+void restore_advise(const struct lz_region *r)
+{
+    static const int adv[] = {LZ_RF_HUGEPAGE, MADV_HUGEPAGE, LZ_RF_NOHUGEPAGE, MADV_NOHUGEPAGE, LZ_RF_DONTDUMP, MADV_DONTDUMP,
+                              LZ_RF_DONTFORK, MADV_DONTFORK, LZ_RF_WIPEONFORK, MADV_WIPEONFORK, LZ_RF_MERGEABLE, MADV_MERGEABLE,
+                              LZ_RF_SEQREAD, MADV_SEQUENTIAL, LZ_RF_RANDREAD, MADV_RANDOM};
+    for (size_t k = 0; k < sizeof adv / sizeof adv[0]; k += 2)
+        if (r->flags & (uint32_t)adv[k]) madvise((void *)r->start, r->end - r->start, adv[k + 1]);
 }
 
 void restore_finish_protections(struct restore_ctx *rc)

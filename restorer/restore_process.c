@@ -53,9 +53,18 @@ void restore_mm(struct restore_ctx *rc)
     m.env_start = p->env_start; m.env_end = p->env_end;
     m.auxv = (void *)rc->img.auxv;
     m.auxv_size = (uint32_t)rc->img.auxv_len;
-    m.exe_fd = (uint32_t)-1; /* set by the runtime: the kernel refuses while the restorer is mapped */
-    if (prctl(PR_SET_MM, PR_SET_MM_MAP, &m, sizeof m, 0) < 0)
-        restore_fail("cannot restore the program's memory layout (prctl PR_SET_MM_MAP): %s", strerror(errno));
+    /* /proc/PID/exe the program's again, once no mapping of the restorer's file is left
+     * (restore_exe.c); if the kernel refuses, the runtime tries again when the restorer is gone */
+    const char *path = lz_str(&rc->img, p->exe);
+    int exe = path[0] && restore_leave_exe() == 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    m.exe_fd = exe >= 0 ? (uint32_t)exe : (uint32_t)-1;
+    int r = prctl(PR_SET_MM, PR_SET_MM_MAP, &m, sizeof m, 0);
+    if (r < 0 && exe >= 0) { /* the exe refused (changes nothing else): the layout without it */
+        m.exe_fd = (uint32_t)-1;
+        r = prctl(PR_SET_MM, PR_SET_MM_MAP, &m, sizeof m, 0);
+    }
+    if (exe >= 0) close(exe);
+    if (r < 0) restore_fail("cannot restore the program's memory layout (prctl PR_SET_MM_MAP): %s", strerror(errno));
 }
 
 /* A descriptor of the program's executable above all of the program's own,

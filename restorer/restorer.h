@@ -34,9 +34,15 @@ enum { RESTORE_ANON, RESTORE_FILES };
  * rollback: the file may be one the job changed since the checkpoint. */
 static inline int restore_region_stage(const struct lz_region *r)
 {
-    return r->kind == LZ_R_FILE_PRIVATE || r->kind == LZ_R_FILE_SHARED ? RESTORE_FILES : RESTORE_ANON;
+    /* a System V segment: after `lazarus restart` made it (cli/restart_ipc.c) */
+    return r->kind == LZ_R_FILE_PRIVATE || r->kind == LZ_R_FILE_SHARED || (r->flags & LZ_RF_SYSV) ? RESTORE_FILES : RESTORE_ANON;
 }
 void restore_map_regions(struct restore_ctx *rc, int stage);
+void restore_advise(const struct lz_region *r);
+/* restore_sysv.c: a System V attachment, made again with shmat */
+void restore_sysv_attach(struct restore_ctx *rc, const struct lz_region *r);
+/* restore_exe.c: the restorer's own file mappings made anonymous copies (0, or -1) */
+int restore_leave_exe(void);
 /* restore_fill.c */
 void restore_fill_memory(struct restore_ctx *rc, int stage);
 void restore_finish_protections(struct restore_ctx *rc);

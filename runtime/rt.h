@@ -132,6 +132,8 @@ struct rt_ckpt {
     struct lz_inet *inets; size_t ninets; /* TCP and UDP sockets (rt_inet.c) */
     char **inet_data;                /* per inet, the bytes queued to be read (inets[k].bytes) */
     struct lz_timer *timers; size_t ntimers; /* POSIX timers (rt_timers.c) */
+    struct lz_ipc *ipc; size_t nipc, ipc_cap; /* System V objects, message queues (rt_sysv.c, rt_mqueue.c) */
+    char *ipc_bytes; size_t ipc_len, ipc_bytes_cap; /* their bytes */
     struct rt_strings strings;
     struct rt_region_dirty *rdirty;  /* one per region */
     void *dirty; size_t ndirty;      /* struct rt_dirty_range[] */
@@ -169,6 +171,7 @@ void rt_threads_landed(void);
 void rt_threads_go(void);
 
 int rt_capture_proc(struct rt_ckpt *ck, void *ucontext);
+void rt_set_exe(int fd); /* after a restart: /proc/self/exe is fd's file again (rt_capture.c) */
 int rt_capture_fds(struct rt_ckpt *ck);
 /* Pipes and AF_UNIX socket pairs among the descriptors (after the dups are
  * known): their records and data in flight, read without consuming it; the
@@ -207,6 +210,13 @@ void rt_timers_forked(void); /* a forked child: no timers, no helper thread */
  * of ck->events (cap records at most).  0 or -1 (ck->err). */
 size_t rt_inotify_watches(const char *fdinfo);
 int rt_capture_inotify(struct rt_ckpt *ck, int fd, const char *fdinfo, size_t obj, size_t cap);
+/* System V objects the job made or the process attached, and the POSIX
+ * message queues it holds (after the regions): their state into the IPC
+ * section.  0 or -1 (ck->err). */
+int rt_capture_ipc(struct rt_ckpt *ck);
+int rt_capture_mqueues(struct rt_ckpt *ck);
+int rt_is_mqueue(int fd);
+void *rt_ipc_bytes(struct rt_ckpt *ck, size_t n); /* n more bytes of the section (padded to 8), or NULL */
 /* A new file of the checkpoint (O_EXCL, 0600), written and fsynced: 0 or -errno. */
 long rt_write_file(const char *path, const void *buf, size_t len);
 int rt_capture_regions(struct rt_ckpt *ck);

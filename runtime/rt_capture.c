@@ -47,6 +47,31 @@ static int read_mm_fields(struct lz_proc *p)
     return 0;
 }
 
+/* /proc/self/exe made the program's again after a restart, once the
+ * restorer (the exe until now) is unmapped: the kernel refuses while the old
+ * exe is mapped.  PR_SET_MM_MAP with the layout as it is now (the restorer
+ * set it; auxv left as it is) needs CAP_CHECKPOINT_RESTORE (or
+ * CAP_SYS_ADMIN), PR_SET_MM_EXE_FILE CAP_SYS_RESOURCE: a restart as root
+ * has one or the other; an ordinary user's restorer dropped every
+ * capability before the program runs, so its exe stays the restorer. */
+void rt_set_exe(int fd)
+{
+    struct lz_proc p;
+    struct prctl_mm_map m;
+    memset(&m, 0, sizeof m);
+    if (read_mm_fields(&p) == 0) {
+        m.start_code = p.start_code; m.end_code = p.end_code;
+        m.start_data = p.start_data; m.end_data = p.end_data;
+        m.start_brk = p.start_brk; m.brk = (uint64_t)lz_sc1(SYS_brk, 0);
+        m.start_stack = p.start_stack;
+        m.arg_start = p.arg_start; m.arg_end = p.arg_end;
+        m.env_start = p.env_start; m.env_end = p.env_end;
+        m.exe_fd = (uint32_t)fd;
+        if (lz_sc5(SYS_prctl, PR_SET_MM, PR_SET_MM_MAP, &m, sizeof m, 0) == 0) return;
+    }
+    lz_sc3(SYS_prctl, PR_SET_MM, PR_SET_MM_EXE_FILE, fd);
+}
+
 /* Who the process is (the checkpointing thread's credentials; the threads of
  * a process share them through libc): real, effective and saved ids, the
  * supplementary groups as a count and the XXH3-64 of the gid_t array in the

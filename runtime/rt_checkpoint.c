@@ -73,6 +73,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     trace(t0, "process and descriptors");
     if (rc == 0 && !aborted) rc = rt_capture_regions(ck);
     trace(t0, "regions");
+    if (rc == 0 && !aborted) rc = rt_capture_ipc(ck);
     if (rc == 0 && !aborted && ck->strings.overflow) {
         rt_fmt(ck->err, sizeof ck->err, "the program's paths (files, mappings) exceed the checkpoint's string table");
         rc = -1;

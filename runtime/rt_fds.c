@@ -3,7 +3,7 @@
  * terminals are re-attached to the restarter's; a few character devices are
  * reopened; pipes and socket pairs the program made are rt_pipes.c's, TCP and UDP
  * sockets rt_inet.c's, eventfd, timerfd, signalfd and epoll descriptors rt_events.c's,
- * pseudo-terminals rt_pty.c's.  Anything else makes the checkpoint
+ * pseudo-terminals rt_pty.c's, POSIX message queues rt_mqueue.c's.  Anything else makes the checkpoint
  * fail with a message naming the descriptor. */
 #include "rt.h"
 #include "rt_dirty.h"
@@ -45,6 +45,13 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
         /* the launcher's stdout (`> run.out`), here or dup'ed: the restarter's after a restart */
         out->kind = LZ_FD_STDIO;
         out->launcher = from != fd ? (uint32_t)from + 1 : 0;
+        return 0;
+    }
+    if (S_ISREG(st.st_mode) && rt_is_mqueue(fd)) {
+        /* a POSIX message queue, by name; the queue itself is rt_mqueue.c's */
+        if (deleted) { rt_fmt(ck->err, sizeof ck->err, "descriptor %d (POSIX message queue %s) was unlinked: Lazarus restores queues by name", fd, path); return -1; }
+        out->kind = LZ_FD_MQUEUE;
+        out->path = strings_add(&ck->strings, path);
         return 0;
     }
     if (path[0] == '/' && !deleted && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {

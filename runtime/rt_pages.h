@@ -38,7 +38,8 @@
 
 static inline int region_stored(const struct lz_region *r)
 {
-    return r->kind == LZ_R_ANON || r->kind == LZ_R_FILE_PRIVATE || r->kind == LZ_R_SHARED_ANON;
+    /* a System V segment's content is in the IPC section (rt_sysv.c) */
+    return r->kind == LZ_R_ANON || r->kind == LZ_R_FILE_PRIVATE || (r->kind == LZ_R_SHARED_ANON && !(r->flags & LZ_RF_SYSV));
 }
 
 static inline int contains(const struct lz_region *r, const void *p)

@@ -113,7 +113,7 @@ int rt_scan_dirty(struct rt_ckpt *ck)
     for (size_t i = 0; i < ck->nregions; i++) {
         const struct lz_region *r = &ck->regions[i];
         struct rt_region_dirty *rd = &ck->rdirty[i];
-        if (r->kind == LZ_R_SHARED_ANON) {
+        if (r->kind == LZ_R_SHARED_ANON && !(r->flags & LZ_RF_SYSV)) {
             /* the writer must see it as it is now, not as the program goes on changing it */
             char *copy = arena_alloc(&ck->arena, r->end - r->start);
             if (!copy) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory (shared memory copy)"); return -1; }

@@ -61,6 +61,10 @@ static uint32_t vmflags(const char *s)
         if (a == 'w' && b == 'f') f |= LZ_RF_WIPEONFORK;
         if (a == 'l' && b == 'o') f |= LZ_RF_LOCKED;
         if (a == 'd' && b == 'p') f |= LZ_RF_DROPPABLE;
+        if (a == 'n' && b == 'r') f |= LZ_RF_NORESERVE;
+        if (a == 'm' && b == 'g') f |= LZ_RF_MERGEABLE;
+        if (a == 's' && b == 'r') f |= LZ_RF_SEQREAD;
+        if (a == 'r' && b == 'r') f |= LZ_RF_RANDREAD;
         while (*s && *s != ' ' && *s != '\n') s++;
     }
     return f;
@@ -119,8 +123,8 @@ static int file_range_hash(struct rt_ckpt *ck, struct lz_region *r, const char *
  * either (the madvise interposer), when a mapping with either flag is gone
  * from maps (moved, split: its pieces have new bounds), and after a restart;
  * also when it writes the checkpoint itself, when memory is locked (a fork
- * child does not inherit VM_LOCKED), or when the log overflowed.  Huge-page
- * and dump advice is only logged and applied to the mappings it covers
+ * child does not inherit VM_LOCKED), or when the log overflowed.  Huge-page,
+ * dump, KSM and read-ahead advice is only logged and applied to the mappings it covers
  * (those flags only go into the image). */
 struct vmf { uint64_t start, end; uint32_t flags; };
 #define VMF_MAX 4096
@@ -151,6 +155,11 @@ RT_API int madvise(void *addr, size_t len, int advice)
     case MADV_NOHUGEPAGE: set = LZ_RF_NOHUGEPAGE; clear = LZ_RF_HUGEPAGE; break;
     case MADV_DONTDUMP: set = LZ_RF_DONTDUMP; break;
     case MADV_DODUMP: clear = LZ_RF_DONTDUMP; break;
+    case MADV_MERGEABLE: set = LZ_RF_MERGEABLE; break;
+    case MADV_UNMERGEABLE: clear = LZ_RF_MERGEABLE; break;
+    case MADV_SEQUENTIAL: set = LZ_RF_SEQREAD; clear = LZ_RF_RANDREAD; break;
+    case MADV_RANDOM: set = LZ_RF_RANDREAD; clear = LZ_RF_SEQREAD; break;
+    case MADV_NORMAL: clear = LZ_RF_SEQREAD | LZ_RF_RANDREAD; break;
     }
     if (advice == MADV_FREE) rt.lazyfree = 1; /* before: a checkpoint may come right after the call */
     rt_enter(); /* no checkpoint between the call and its log entry */
@@ -354,6 +363,7 @@ int rt_capture_regions(struct rt_ckpt *ck)
              * /dev/shm file): kept by content, named by its inode so that
              * processes that share it share it again after a restart */
             r->kind = shared ? LZ_R_SHARED_ANON : LZ_R_ANON;
+            if (shared && !strncmp(path, "/SYSV", 5)) r->flags |= LZ_RF_SYSV; /* the inode is its id (rt_sysv.c) */
             if (shared) {
                 r->file_dev = makedev(maj, min);
                 r->file_ino = ino;
@@ -383,23 +393,6 @@ int rt_capture_regions(struct rt_ckpt *ck)
         r->kind = LZ_R_ANON;
         r->path = 0;
         ck->rdirty[ck->nregions - 1].from_content = 1;
-    }
-    /* one shared memory object mapped twice over the same bytes (a ring
-     * buffer's two views): each region comes back as memory of its own, so
-     * refused rather than silently split */
-    for (size_t i = 0; rc == 0 && i < ck->nregions; i++) {
-        const struct lz_region *a = &ck->regions[i];
-        if (a->kind != LZ_R_SHARED_ANON || !a->file_ino) continue;
-        for (size_t j = i + 1; j < ck->nregions; j++) {
-            const struct lz_region *b = &ck->regions[j];
-            if (b->kind != LZ_R_SHARED_ANON || b->file_ino != a->file_ino || b->file_dev != a->file_dev) continue;
-            if (b->file_offset < a->file_offset + (a->end - a->start) && a->file_offset < b->file_offset + (b->end - b->start)) {
-                rt_fmt(ck->err, sizeof ck->err, "shared memory mapped twice over the same bytes (at 0x%llx and 0x%llx): "
-                       "Lazarus cannot keep two views of it yet", (unsigned long long)a->start, (unsigned long long)b->start);
-                rc = -1;
-                break;
-            }
-        }
     }
     if (rc == 0) nadvice = 0; /* the log is in the flags now */
     if (rc == 0 && vd_hi) {
@@ -469,7 +462,7 @@ int rt_settle_flags(struct rt_ckpt *ck)
         int stored = r->kind == LZ_R_ANON || r->kind == LZ_R_FILE_PRIVATE;
         if (snapshot && stored && (!found || (flags & (LZ_RF_WIPEONFORK | LZ_RF_DROPPABLE)) == LZ_RF_WIPEONFORK)) {
             /* the pause did not know: the snapshot lacks this memory */
-            if (found || !overlaps) rt_map_learn(r->start, r->end, found ? flags : (r->flags & ~(LZ_RF_HEAP | LZ_RF_STACK)) | LZ_RF_DONTFORK);
+            if (found || !overlaps) rt_map_learn(r->start, r->end, found ? flags : (r->flags & ~(LZ_RF_HEAP | LZ_RF_STACK | LZ_RF_SYSV)) | LZ_RF_DONTFORK);
             rt_fmt(ck->err, sizeof ck->err,
                    "memory at %llx-%llx was excluded from fork (%s) after the previous checkpoint: the next checkpoint includes it",
                    (unsigned long long)r->start, (unsigned long long)r->end, found ? "MADV_WIPEONFORK" : "MADV_DONTFORK");
@@ -478,7 +471,7 @@ int rt_settle_flags(struct rt_ckpt *ck)
         if (ck->rdirty[i].flags_unknown && found) {
             /* what the pause knew from the madvise log: a forked writer sees those undone */
             uint32_t fork = r->flags & (LZ_RF_DONTFORK | LZ_RF_WIPEONFORK);
-            r->flags = (r->flags & (LZ_RF_HEAP | LZ_RF_STACK)) | flags | fork;
+            r->flags = (r->flags & (LZ_RF_HEAP | LZ_RF_STACK | LZ_RF_SYSV)) | flags | fork;
             rt_map_learn(r->start, r->end, flags | fork);
         }
     }

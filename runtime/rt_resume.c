@@ -19,7 +19,7 @@ void rt_resume(struct rt_ckpt *unused)
     for (int i = 0; i < 4; i++)
         if (r->unmap[i].end > r->unmap[i].start) lz_sc2(SYS_munmap, r->unmap[i].start, r->unmap[i].end - r->unmap[i].start);
     if (r->exe_fd >= 0) {
-        lz_sc3(SYS_prctl, PR_SET_MM, PR_SET_MM_EXE_FILE, r->exe_fd);
+        rt_set_exe(r->exe_fd);
         lz_sc1(SYS_close, r->exe_fd);
     }
     size_t n = rt_strlen(r->dir);

@@ -19,7 +19,7 @@
 /* A manifest holds one section of each type (enum lz_section_type); its
  * size counts one more, each with up to 8 bytes of padding. */
 /* How many sections write_manifest() puts, one of each type (a branch that adds one counts it here). */
-#define RT_NSECTIONS 16
+#define RT_NSECTIONS 17
 
 long rt_write_file(const char *path, const void *buf, size_t len)
 {
@@ -167,6 +167,20 @@ static char *put_ptys(char *p, const struct rt_ckpt *ck)
     return p + len + pad;
 }
 
+/* The IPC section: u64 count, the records, their bytes (padded to 8 each). */
+static char *put_ipc(char *p, const struct rt_ckpt *ck)
+{
+    uint64_t n = ck->nipc;
+    struct lz_section s = {LZ_SEC_IPC, 0, 8 + n * sizeof(struct lz_ipc) + ck->ipc_len};
+    memcpy(p, &s, sizeof s);
+    p += sizeof s;
+    memcpy(p, &n, 8);
+    if (n) memcpy(p + 8, ck->ipc, n * sizeof(struct lz_ipc));
+    p += 8 + n * sizeof(struct lz_ipc);
+    if (ck->ipc_len) memcpy(p, ck->ipc_bytes, ck->ipc_len);
+    return p + ck->ipc_len;
+}
+
 int rt_fail(struct rt_ckpt *ck, const char *what, long err)
 {
     const char *why = err == -ENOSPC ? "no space left on device" : err == -EDQUOT ? "disk quota exceeded"
@@ -249,6 +263,7 @@ static int finish(struct rt_ckpt *ck)
                   ck->nusocks * sizeof(struct lz_usock) +
                   ck->ninets * sizeof(struct lz_inet) +
                   ck->ntimers * sizeof(struct lz_timer) +
+                  8 + ck->nipc * sizeof(struct lz_ipc) + ck->ipc_len +
                   ck->nthreads * sizeof(struct lz_thread) +
                   ck->nregions * sizeof(struct lz_region) + nm->nextents * sizeof(struct lz_extent) +
                   nm->nframes * sizeof(struct lz_frame) + ck->nfds * sizeof(struct lz_fd) +
@@ -289,6 +304,7 @@ static int finish(struct rt_ckpt *ck)
     p = put_section(p, LZ_SEC_USOCKS, ck->usocks, ck->nusocks * sizeof *ck->usocks);
     p = put_section(p, LZ_SEC_INET, ck->inets, ck->ninets * sizeof *ck->inets);
     p = put_section(p, LZ_SEC_TIMERS, ck->timers, ck->ntimers * sizeof *ck->timers);
+    p = put_ipc(p, ck);
     h->pause_ns = rt_pause_ns(ck);
     h->durable_ns = rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* the pack is on disk, the manifest follows */
     ck->durable_ns = h->durable_ns;

@@ -205,6 +205,69 @@ static int check_timers(struct lz_image *img, char *why, size_t whylen)
     return 0;
 }
 
+/* The IPC section: each record's bytes inside the section and what its kind
+ * says they hold, a queue's name a plain "/name" given once; every message
+ * queue descriptor names a queue of the section. */
+static int check_ipc(struct lz_image *img, char *why, size_t whylen)
+{
+    for (size_t i = 0; i < img->nipc; i++) {
+        const struct lz_ipc *r = &img->ipc[i];
+        int ok = r->data <= img->ipc_len && r->length <= img->ipc_len - r->data && !(r->data & 7) &&
+                 !(r->flags & ~(LZ_IPCF_CREATED | LZ_IPCF_REMOVED)) && !(r->mode & ~0777u);
+        const char *p = ok ? img->ipc_bytes + r->data : NULL;
+        uint64_t at = 0;
+        switch (ok ? r->kind : 0) {
+        case LZ_IPC_SHM:
+            ok = r->id >= 0 && r->size > 0 && r->name == 0 && r->length == ((r->flags & LZ_IPCF_CREATED) ? r->size : 0);
+            break;
+        case LZ_IPC_SEM:
+            ok = r->id >= 0 && r->name == 0 && r->count > 0 && r->length == 2ull * r->count && r->flags == LZ_IPCF_CREATED;
+            break;
+        case LZ_IPC_MSG: case LZ_IPC_MQ: {
+            int mq = r->kind == LZ_IPC_MQ;
+            ok = mq ? r->flags == 0 && str_ok(img, r->name) && r->name && lz_str(img, r->name)[0] == '/' &&
+                          !strchr(lz_str(img, r->name) + 1, '/') && lz_str(img, r->name)[1] && r->msgsize > 0 &&
+                          r->count <= r->size
+                    : r->id >= 0 && r->name == 0 && r->flags == LZ_IPCF_CREATED;
+            for (uint32_t k = 0; ok && k < r->count; k++) {
+                uint64_t len = 0;
+                ok = r->length - at >= (mq ? 8u : 16u);
+                if (ok && mq) { uint32_t l; memcpy(&l, p + at + 4, 4); len = l; ok = len <= r->msgsize; at += 8; }
+                if (ok && !mq) { int64_t t; memcpy(&t, p + at, 8); memcpy(&len, p + at + 8, 8); ok = t > 0; at += 16; }
+                ok = ok && len <= r->length - at;
+                at += (len + 7) & ~7ull;
+                ok = ok && at <= r->length;
+            }
+            ok = ok && at == r->length;
+            break;
+        }
+        default: ok = 0;
+        }
+        for (size_t j = 0; ok && j < i; j++) {
+            const struct lz_ipc *o = &img->ipc[j];
+            ok = o->kind != r->kind || (r->kind == LZ_IPC_MQ ? strcmp(lz_str(img, o->name), lz_str(img, r->name)) != 0 : o->id != r->id);
+        }
+        if (!ok) FAIL("manifest IPC record %zu is malformed", i);
+    }
+    for (size_t i = 0; i < img->nfds; i++) {
+        const struct lz_fd *f = &img->fds[i];
+        int found = f->kind != LZ_FD_MQUEUE;
+        for (size_t k = 0; !found && k < img->nipc; k++)
+            found = img->ipc[k].kind == LZ_IPC_MQ && !strcmp(lz_str(img, img->ipc[k].name), lz_str(img, f->path));
+        if (!found || (f->kind == LZ_FD_MQUEUE && (f->flags & O_ACCMODE) == 3)) FAIL("manifest descriptor %d is malformed", f->fd);
+    }
+    /* every System V region names a segment of the section */
+    for (size_t i = 0; i < img->nregions; i++) {
+        const struct lz_region *g = &img->regions[i];
+        int found = !(g->flags & LZ_RF_SYSV);
+        if (!found && g->kind != LZ_R_SHARED_ANON) FAIL("manifest region %zu is malformed", i);
+        for (size_t k = 0; !found && k < img->nipc; k++)
+            found = img->ipc[k].kind == LZ_IPC_SHM && (uint64_t)img->ipc[k].id == g->file_ino;
+        if (!found) FAIL("manifest region %zu is malformed", i);
+    }
+    return 0;
+}
+
 /* The descriptor table, and the pipes and socket pairs its descriptors
  * name: every record the restorer follows (dup_of, ino, peer) exists. */
 static int check_fds(struct lz_image *img, char *why, size_t whylen)
@@ -251,6 +314,7 @@ static int check_fds(struct lz_image *img, char *why, size_t whylen)
     if (check_events(img, why, whylen) < 0 || lz_usocks_valid(img, why, whylen) < 0) return -1;
     if (check_ptys(img, why, whylen) < 0 || check_inet(img, why, whylen) < 0) return -1;
     if (check_timers(img, why, whylen) < 0) return -1;
+    if (check_ipc(img, why, whylen) < 0) return -1;
     /* a socket is one open file: exactly one descriptor opens it (others are dups) */
     for (size_t i = 0; i < img->nchans; i++) {
         const struct lz_chan *c = &img->chans[i];
@@ -399,6 +463,16 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
         case LZ_SEC_TIMERS:
             if (n % sizeof(struct lz_timer)) FAIL("manifest POSIX timer list is malformed");
             img->timers = p; img->ntimers = n / sizeof(struct lz_timer); break;
+        case LZ_SEC_IPC: {
+            uint64_t cnt;
+            if (n < 8) FAIL("manifest IPC section is malformed");
+            memcpy(&cnt, p, 8);
+            if (cnt > (n - 8) / sizeof(struct lz_ipc)) FAIL("manifest IPC section is malformed");
+            img->ipc = (const void *)((const char *)p + 8); img->nipc = (size_t)cnt;
+            img->ipc_bytes = (const char *)p + 8 + cnt * sizeof(struct lz_ipc);
+            img->ipc_len = n - 8 - cnt * sizeof(struct lz_ipc);
+            break;
+        }
         case LZ_SEC_THREADS:
             if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
             img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;

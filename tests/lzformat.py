@@ -60,11 +60,12 @@ SEC_PROC, SEC_REGIONS, SEC_EXTENTS, SEC_FDS, SEC_STRINGS, SEC_PACKS = 1, 2, 3, 4
 SEC_AUXV, SEC_FRAMES, SEC_THREADS, SEC_CHANS, SEC_GROUPS, SEC_EVENTS = 7, 8, 9, 10, 11, 12
 SEC_USOCKS, SEC_INET, SEC_PTYS = 13, 14, 15
 SEC_TIMERS = 17
+SEC_IPC = 16
 SECTION_NAMES = {SEC_PROC: "proc", SEC_REGIONS: "regions", SEC_EXTENTS: "extents", SEC_FDS: "fds",
                  SEC_STRINGS: "strings", SEC_PACKS: "packs", SEC_AUXV: "auxv", SEC_FRAMES: "frames",
                  SEC_THREADS: "threads", SEC_CHANS: "chans", SEC_GROUPS: "groups",
                  SEC_EVENTS: "events", SEC_USOCKS: "usocks", SEC_INET: "inet", SEC_PTYS: "ptys",
-                 SEC_TIMERS: "timers"}
+                 SEC_TIMERS: "timers", SEC_IPC: "ipc"}
 
 FRAME_ZERO = 0xFFFFFFFF
 CODEC_NONE, CODEC_ZERO, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3
@@ -215,6 +216,9 @@ INET = _L("lz_inet", 136,
           "I backlog, I path, Q bytes, Q xxh3, Q peer_ino")
 TIMER = _L("lz_timer", 56,
            "I kind, i id, i clockid, i notify, i signo, i tid, I flags, i overrun, Q value, q value_ns, q interval_ns")
+IPC = _L("lz_ipc", 88,
+         "I kind, I flags, i id, i key, I mode, I uid, I gid, I cuid, I name, I count, Q size, Q msgsize, "
+         "Q data, Q length, 16s reserved")
 TREE_HEADER = _L("lz_tree_header", 48, "8s magic, I version, I nprocs, I nshared, I pad, Q index, Q job0, Q job1")
 TREE_PROC = _L("lz_tree_proc", 72, "i pid, i ppid, i pgid, i sid, I state, i status, 16s comm, 32s dir")
 TREE_SHARED = _L("lz_tree_shared", 16, "i group, i pid, i fd, i pad")
@@ -237,7 +241,7 @@ FJ_STRINGS = {FJ_INODE, FJ_NAME, FJ_MOVED, FJ_DIRTIME}
 
 # every layout, for the offsetof() check of test_format_unit.py ("job0"/"job1"
 # stand for C's job[0]/job[1])
-LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT, PTY, USOCK, INET, TIMER,
+LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT, PTY, USOCK, INET, TIMER, IPC,
            TREE_HEADER, TREE_PROC, TREE_SHARED,
            FJ_REC, FJ_INODE_L, FJ_DATA_L, FJ_NAME_L, FJ_MOVED_L, FJ_DIRTIME_L, FJ_BEGIN_L, FJ_END_L]
 
@@ -371,6 +375,16 @@ class Manifest:
         return out
     inets = property(lambda self: self.records(SEC_INET))
     timers = property(lambda self: self.records(SEC_TIMERS))
+
+    @property
+    def ipc(self) -> list:
+        """The IPC section's records (after its u64 count); each record's
+        bytes are at ipc_data_off + record.data."""
+        s = self.section(SEC_IPC)
+        if s is None:
+            return []
+        n = struct.unpack_from("<Q", self.data, s.off)[0]
+        return IPC.array(self.data, s.off + 8, n * IPC.size)
 
     @property
     def groups(self) -> list[int]:
