@@ -81,6 +81,12 @@ struct rt_self {
     int busy;
     int ckpt_deferred, stop_deferred;
     uint64_t ckpt_value, stop_value;
+    /* What interrupted a blocking call (rt_calls.c): runs of the runtime's
+     * SIGURG handler and of the program's own handlers (rt_handlers.c) in
+     * this thread, and the CLOCK_MONOTONIC time spent in the runtime's
+     * handler (a restart's downtime included: it resumes in it) */
+    uint32_t rt_runs, prog_runs;
+    uint64_t hidden_ns, hidden_in;
 };
 extern __thread struct rt_self rt_self __attribute__((tls_model("initial-exec")));
 extern struct lz_resume rt_resume_block; /* written by the restorer */
@@ -224,6 +230,11 @@ int rt_result(struct rt_ckpt *ck, int rc, char *msg, size_t len);
 void rt_resume(struct rt_ckpt *ck);
 void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc);
 void rt_install_handler(void);
+/* The program's signal handlers run through a trampoline that counts them
+ * (rt_handlers.c): sigaction() with libc's `real` for any signal but the
+ * checkpoint signal. */
+int rt_handlers_sigaction(int (*real)(int, const struct sigaction *, struct sigaction *), int sig,
+                          const struct sigaction *act, struct sigaction *old);
 /* Writable shared file mappings (rt_shmaps.c): the SIGSEGV handler that
  * opens a write-protected page once its undo is saved; the program's own
  * SIGSEGV disposition (1: handled here). */
