@@ -30,6 +30,10 @@ __thread struct rt_self rt_self __attribute__((tls_model("initial-exec")));
 
 #define STOP_BASE_NS (10ull * 1000000000ull)
 #define STOP_CAP_NS (120ull * 1000000000ull)
+/* A thread seen blocking SIGURG at every look for this long cannot stop: it is named at
+ * once.  libc blocks every signal for moments of its own (a thread's creation, fork,
+ * posix_spawn until the child execs), which this outlasts. */
+#define BLOCKED_NS (500ull * 1000000ull)
 
 static struct {
     volatile uint32_t stopping;  /* a round is under way: threads asked to stop join it */
@@ -280,7 +284,8 @@ int rt_threads_stop(struct rt_ckpt *ck)
     int32_t *hosts = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *hosts);
     int32_t *asked_host = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *asked_host);
     struct lz_patience *wait = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *wait);
-    if (!ck->threads || !asked || !tids || !hosts || !asked_host || !wait) { rt_fmt(ck->err, sizeof ck->err, "out of scratch memory"); return -1; }
+    uint64_t *blocked_since = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *blocked_since); /* 0: not blocking */
+    if (!ck->threads || !asked || !tids || !hosts || !asked_host || !wait || !blocked_since) { rt_fmt(ck->err, sizeof ck->err, "out of scratch memory"); return -1; }
     long pid = lz_sc0(SYS_getpid), self = lz_sc0(SYS_gettid);
     T.ck = ck;
     T.nslots = 1; /* slot 0: this thread, filled last (with the process's pending signals) */
@@ -311,6 +316,7 @@ int rt_threads_stop(struct rt_ckpt *ck)
             if (r < 0) return fail_stop(ck, tids[i], hosts[i], "cannot be asked to stop for the checkpoint");
             lz_patience_start(&wait[nasked], rt_now_ns(CLOCK_MONOTONIC), STOP_BASE_NS, STOP_CAP_NS);
             asked_host[nasked] = hosts[i];
+            blocked_since[nasked] = 0;
             asked[nasked++] = tids[i];
         }
         if (nasked == before && __atomic_load_n(&T.arrived, __ATOMIC_ACQUIRE) + gone >= (uint32_t)nasked) break;
@@ -339,6 +345,18 @@ int rt_threads_stop(struct rt_ckpt *ck)
             for (long j = 0; j < nasked; j++) {
                 if (stopped_already(ck, asked[j]) || task_state(asked_host[j]) == 'X') continue;
                 int blocks = lz_task_blocks(0, asked_host[j], LZ_SIGCKPT);
+                if (!blocks) blocked_since[j] = 0;
+                else if (!blocked_since[j]) blocked_since[j] = now;
+                else if (now - blocked_since[j] >= BLOCKED_NS && !stopped_already(ck, asked[j]))
+                {
+                    char why[200], pcomm[32] = "?";
+                    long k = rt_read_file("/proc/self/comm", pcomm, sizeof pcomm - 1);
+                    if (k > 0) pcomm[k - (pcomm[k - 1] == '\n')] = 0;
+                    rt_fmt(why, sizeof why, "of process %d (%s) blocks SIGURG, the checkpoint signal (SigBlk in its "
+                           "/proc status: a raw rt_sigprocmask the runtime cannot see), so it cannot stop for the checkpoint",
+                           (int)pid, pcomm);
+                    return fail_stop(ck, asked[j], asked_host[j], why);
+                }
                 if (lz_patience_more(&wait[j], now, 0, asked_host[j], blocks)) more = 1;
                 else if (late < 0) late = j;
             }
