@@ -60,6 +60,9 @@ enum lz_section_type {
     LZ_SEC_CHANS = 10,  /* struct lz_chan[]: pipes and local socket pairs the program made */
     LZ_SEC_GROUPS = 11, /* uint32_t[]: the supplementary groups (getgroups order), lz_proc.ngroups of them */
     LZ_SEC_EVENTS = 12, /* struct lz_event[]: eventfd, timerfd, signalfd, epoll objects and epoll watches */
+    LZ_SEC_SIGQUEUE = 18, /* struct lz_siginfo_rec[]: pending signals past lz_proc.pending's LZ_MAX_PENDING, in
+                           * the order taken (added in version 5 without a bump: an older build would skip it,
+                           * so a manifest has it only when lz_proc.pending is full) */
 };
 
 struct lz_header {
@@ -120,6 +123,7 @@ struct lz_siginfo_rec {
 };
 
 #define LZ_MAX_PENDING 64
+#define LZ_MAX_SIGQUEUE 65536 /* pending signals a checkpoint holds in all (LZ_SEC_SIGQUEUE beyond the first 64) */
 #define LZ_MAX_THREADS 4096
 #define LZ_NRLIMITS 16
 #define LZ_NSIG 64 /* the kernel's signals, 1..64 (glibc's _NSIG counts 0 too) */

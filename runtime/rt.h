@@ -124,6 +124,9 @@ struct rt_ckpt {
     struct lz_proc *proc;
     struct lz_thread *threads; size_t nthreads; /* [0] the main thread (tid = pid) */
     struct lz_thread *ckpt_thread;   /* the one running this checkpoint */
+    /* every pending signal, in the order taken (rt_threads.c): the first LZ_MAX_PENDING go
+     * into proc->pending, the rest into the SIGQUEUE section */
+    struct lz_siginfo_rec *sigq; uint32_t nsigq, sigq_full;
     struct lz_region *regions; size_t nregions;
     struct lz_extent *extents; size_t nextents, extents_cap;
     struct lz_fd *fds; size_t nfds;
@@ -159,6 +162,8 @@ int lz_save_context(struct lz_jmpctx *c) __attribute__((returns_twice));
  * snapshot is taken.  0, or -1 with ck->err (none is left stopped). */
 int rt_threads_stop(struct rt_ckpt *ck);
 void rt_threads_release(void);
+/* Pending signals past the first LZ_MAX_PENDING (the SIGQUEUE section's records). */
+static inline size_t rt_sigq_extra(const struct rt_ckpt *ck) { return ck->nsigq > LZ_MAX_PENDING ? ck->nsigq - LZ_MAX_PENDING : 0; }
 /* In the handler, a request to stop from the checkpointing thread. */
 void rt_thread_stopped(uint32_t round);
 /* After a restart: wait until every restored thread has left the restorer's

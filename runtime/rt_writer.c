@@ -18,8 +18,8 @@
 
 /* A manifest holds one section of each type (enum lz_section_type); its
  * size counts one more, each with up to 8 bytes of padding. */
-#define RT_NSECTIONS 12
-_Static_assert(RT_NSECTIONS == LZ_SEC_EVENTS, "one section of each type, numbered from 1");
+#define RT_NSECTIONS 13 /* 1..12, and SIGQUEUE (18; the numbers between are other branches') */
+_Static_assert(LZ_SEC_EVENTS == 12 && LZ_SEC_SIGQUEUE == 18, "one section of each type");
 
 long rt_write_file(const char *path, const void *buf, size_t len)
 {
@@ -220,7 +220,7 @@ static int finish(struct rt_ckpt *ck)
     size_t size = sizeof(struct lz_header) + (RT_NSECTIONS + 1) * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
                   ck->proc->ngroups * sizeof(uint32_t) +
                   ck->nchans * sizeof(struct lz_chan) + ck->nevents * sizeof(struct lz_event) +
-                  ck->nthreads * sizeof(struct lz_thread) +
+                  ck->nthreads * sizeof(struct lz_thread) + rt_sigq_extra(ck) * sizeof(struct lz_siginfo_rec) +
                   ck->nregions * sizeof(struct lz_region) + nm->nextents * sizeof(struct lz_extent) +
                   nm->nframes * sizeof(struct lz_frame) + ck->nfds * sizeof(struct lz_fd) +
                   nm->npacks * sizeof(struct lz_pack) + ck->strings.len + ck->auxv_len + sizeof(struct lz_trailer);
@@ -256,6 +256,7 @@ static int finish(struct rt_ckpt *ck)
     p = put_section(p, LZ_SEC_AUXV, ck->auxv, ck->auxv_len);
     p = put_section(p, LZ_SEC_GROUPS, ck->groups, ck->proc->ngroups * sizeof(uint32_t));
     p = put_section(p, LZ_SEC_EVENTS, ck->events, ck->nevents * sizeof *ck->events);
+    p = put_section(p, LZ_SEC_SIGQUEUE, ck->sigq + LZ_MAX_PENDING, rt_sigq_extra(ck) * sizeof *ck->sigq);
     h->pause_ns = rt_pause_ns(ck);
     h->durable_ns = rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* the pack is on disk, the manifest follows */
     ck->durable_ns = h->durable_ns;

@@ -18,6 +18,7 @@ struct lz_image {
     const struct lz_pack *packs;     size_t npacks;
     const struct lz_chan *chans;     size_t nchans;
     const struct lz_event *events;   size_t nevents;
+    const struct lz_siginfo_rec *sigq; size_t nsigq; /* pending signals past proc->pending's */
     const char *strings;             size_t strings_len;
     const void *auxv;                size_t auxv_len;
     const uint32_t *groups;          /* the supplementary groups, proc->ngroups of them */

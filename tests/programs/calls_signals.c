@@ -8,10 +8,10 @@
  *     pipe nobody writes: the call must come back only with EINTR after one
  *     of its handlers ran: "interrupted C by SIG<number>".  Then "done".
  *
- *   calls_signals pending CYCLES TRIGGER
+ *   calls_signals pending CYCLES TRIGGER [N]
  *     Per cycle C: with SIGCHLD, SIGUSR1 and the real-time signals blocked,
- *     a child exits with status 7 (reaped: its SIGCHLD stays pending), five
- *     SIGRTMIN+2 are queued to the process with values C*100+1..5, three
+ *     a child exits with status 7 (reaped: its SIGCHLD stays pending), N
+ *     (5) SIGRTMIN+2 are queued to the process with values C*1000+1..N, three
  *     SIGRTMIN+3 (values C*100+11..13) and a SIGUSR1 to the second thread
  *     only.  It prints "ready C" and waits until the file TRIGGER.C exists;
  *     then each thread takes its pending signals with sigtimedwait and checks
@@ -135,7 +135,7 @@ static void *second(void *arg)
     return NULL;
 }
 
-static int pending(int cycles, const char *trigger)
+static int pending(int cycles, const char *trigger, int n)
 {
     sigset_t block;
     sigemptyset(&block);
@@ -150,7 +150,8 @@ static int pending(int cycles, const char *trigger)
         if (child == 0) _exit(7);
         int st;
         if (waitpid(child, &st, 0) != child) fail("waitpid %ld", child, 0);
-        for (int k = 1; k <= 5; k++) sigqueue(getpid(), SIGRTMIN + 2, (union sigval){.sival_int = c * 100 + k});
+        for (int k = 1; k <= n; k++)
+            if (sigqueue(getpid(), SIGRTMIN + 2, (union sigval){.sival_int = c * 1000 + k}) != 0) fail("sigqueue %ld: errno %ld", k, errno);
         for (int k = 11; k <= 13; k++) pthread_sigqueue(th, SIGRTMIN + 3, (union sigval){.sival_int = c * 100 + k});
         pthread_kill(th, SIGUSR1);
         printf("ready %d\n", c);
@@ -161,10 +162,10 @@ static int pending(int cycles, const char *trigger)
         if (take(SIGCHLD, &si) != SIGCHLD) fail("cycle %ld: SIGCHLD not pending", c, 0);
         if (si.si_code != CLD_EXITED || si.si_pid != child || si.si_status != 7)
             fail("SIGCHLD: code %ld status %ld", si.si_code, si.si_status);
-        for (int k = 1; k <= 5; k++) {
+        for (int k = 1; k <= n; k++) {
             if (take(SIGRTMIN + 2, &si) != SIGRTMIN + 2) fail("cycle %ld: queued signal %ld missing", c, k);
-            if (si.si_code != SI_QUEUE || si.si_value.sival_int != c * 100 + k || si.si_pid != getpid())
-                fail("queued signal: value %ld want %ld", si.si_value.sival_int, c * 100 + k);
+            if (si.si_code != SI_QUEUE || si.si_value.sival_int != c * 1000 + k || si.si_pid != getpid())
+                fail("queued signal: value %ld want %ld", si.si_value.sival_int, c * 1000 + k);
         }
         if (!none_pending()) fail("cycle %ld: more signals pending for the process", c, 0);
         thread_cycle = c;
@@ -180,7 +181,7 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 3 && !strcmp(argv[1], "own")) return own(atoi(argv[2]));
-    if (argc >= 4 && !strcmp(argv[1], "pending")) return pending(atoi(argv[2]), argv[3]);
-    fprintf(stderr, "usage: calls_signals own CYCLES | pending CYCLES TRIGGER\n");
+    if (argc >= 4 && !strcmp(argv[1], "pending")) return pending(atoi(argv[2]), argv[3], argc > 4 ? atoi(argv[4]) : 5);
+    fprintf(stderr, "usage: calls_signals own CYCLES | pending CYCLES TRIGGER [N]\n");
     return 2;
 }

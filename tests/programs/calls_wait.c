@@ -1,6 +1,6 @@
 /* calls_wait: blocking calls with timeouts that must not see a checkpoint.
  *
- *   calls_wait MODE ROUNDS MS
+ *   calls_wait MODE ROUNDS MS [times]
  *
  * Each round makes one call of MODE that waits MS milliseconds and must
  * come back as a plain timeout (or, msgrcv/semop, with what a second thread
@@ -11,7 +11,8 @@
  * It prints "start MODE", then per round "round I ok" (the call lasted at
  * least MS by CLOCK_MONOTONIC), and "done MODE ROUNDS"; any EINTR, early
  * return or wrong result prints "FAIL ..." and exits 1.  The same output
- * for the same arguments. */
+ * for the same arguments; with "times", each round's line ends with
+ * " took_ms=N", how long its call lasted by CLOCK_MONOTONIC. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -160,7 +161,8 @@ static void one_round(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) { fprintf(stderr, "usage: calls_wait MODE ROUNDS MS\n"); return 2; }
+    if (argc != 4 && argc != 5) { fprintf(stderr, "usage: calls_wait MODE ROUNDS MS [times]\n"); return 2; }
+    int times = argc == 5 && !strcmp(argv[4], "times");
     mode = argv[1];
     long rounds = atol(argv[2]);
     ms = atol(argv[3]);
@@ -186,7 +188,8 @@ int main(int argc, char **argv)
             printf("FAIL %s round %ld lasted %.3f s, want %.3f\n", mode, i, took / 1e9, want / 1e3);
             exit(1);
         }
-        printf("round %ld ok\n", i);
+        if (times) printf("round %ld ok took_ms=%lld\n", i, (long long)(took / 1000000));
+        else printf("round %ld ok\n", i);
     }
     if (msq >= 0) msgctl(msq, IPC_RMID, NULL);
     if (semid >= 0) semctl(semid, 0, IPC_RMID);
