@@ -73,14 +73,14 @@ MODES = ["poll", "ppoll", "select", "pselect", "epoll", "epoll_pwait", "nanoslee
          "usleep", "sigtimedwait", "sem_timedwait", "msgrcv", "semop", "pause"]
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_call_goes_on(mode, runner, cprogs):
-    """MODE's call, interrupted only by checkpoints and a restart, comes back
+@pytest.mark.parametrize("call", MODES)
+def test_call_goes_on(call, runner, cprogs):
+    """The call, interrupted only by checkpoints and a restart, comes back
     as it would have without them (ppoll's mask blocks every signal, SIGURG
     too: the checkpoint still gets through)."""
     rounds, ms = 6, 1200
-    out = cycles(runner, [cprogs["calls_wait"], mode, rounds, ms], r"^round 1 ok$")
-    assert re.search(rf"^done {mode} {rounds}$", out, re.M), out
+    out = cycles(runner, [cprogs["calls_wait"], call, rounds, ms], r"^round 1 ok$")
+    assert re.search(rf"^done {call} {rounds}$", out, re.M), out
     assert f"round {rounds} ok" in out, out
 
 
