@@ -249,3 +249,21 @@ def test_plain_run_unchanged(cprogs):
     """Without Lazarus the programs do what their header says (the reference)."""
     out = plain_output([cprogs["calls_wait"], "poll", 2, 100])
     assert out == "start poll\nround 1 ok\nround 2 ok\ndone poll 2\n", out
+
+
+def test_malformed_sigqueue_refused(runner, cprogs):
+    """A sealed manifest whose SIGQUEUE record names signal 99: the restart
+    is refused as malformed, nothing runs."""
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", cprogs["calls_signals"], "pending", 1,
+                           runner.base / "trig", 100)
+    proc.wait_for_output(r"^ready 1$", timeout=60)
+    idx = runner.checkpoint(store)
+    kill_job(proc)
+    path = ckpt_path(store, idx) / "manifest"
+    m = lzformat.Manifest.load(path)
+    sq = next(s for s in m.sections if s.type == lzformat.SEC_SIGQUEUE)
+    m.data[sq.off:sq.off + 4] = (99).to_bytes(4, "little")
+    m.save(path)
+    r = runner.lz("restart", "-d", store, timeout=60)
+    assert r.rc != 0 and "pending signal list is malformed" in r.stderr and len(r.stderr_lines()) == 1, str(r)
