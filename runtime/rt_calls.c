@@ -15,9 +15,9 @@
  * interrupted: the time spent in the runtime's handler does not count, nor,
  * after a restart, the downtime (the handler is left on the new run; see
  * rt_self.hidden_ns); an absolute deadline is kept.  nanosleep and
- * clock_nanosleep go on with the remainder the kernel wrote; glibc's sleep
- * and usleep call its nanosleep inside libc, so they are made here over the
- * wrapped one.  A mask given to ppoll, pselect, epoll_pwait or sigsuspend
+ * clock_nanosleep go on with the remainder the kernel wrote; glibc's sleep,
+ * usleep and thrd_sleep call its nanosleep inside libc, so they are made
+ * here over the wrapped ones.  A mask given to ppoll, pselect, epoll_pwait or sigsuspend
  * never blocks the checkpoint signal (like sigprocmask's, rt_signals.c).
  *
  * Calls the kernel restarts by itself under SA_RESTART (read, write, wait,
@@ -260,6 +260,14 @@ RT_API int usleep(useconds_t us)
 {
     struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
     return nanosleep(&ts, NULL);
+}
+
+/* C11's, over clock_nanosleep on CLOCK_REALTIME like glibc's: 0, -1 when
+ * interrupted, -2 on an error */
+RT_API int thrd_sleep(const struct timespec *req, struct timespec *rem)
+{
+    int r = clock_nanosleep(CLOCK_REALTIME, 0, req, rem);
+    return r == 0 ? 0 : r == EINTR ? -1 : -2;
 }
 
 /* System V IPC */

@@ -70,7 +70,7 @@ def cycles(runner, argv, first_line, per_cycle=3, restarts=2):
 # Every wrapped call: checkpoints inside its calls and two kill/restart
 # cycles; no EINTR, no early return, every round done.
 MODES = ["poll", "ppoll", "select", "pselect", "epoll", "epoll_pwait", "nanosleep", "clock_nanosleep", "clock_abs",
-         "usleep", "sigtimedwait", "sem_timedwait", "msgrcv", "semop", "pause"]
+         "usleep", "thrd_sleep", "sigtimedwait", "sem_timedwait", "msgrcv", "semop", "pause"]
 
 
 @pytest.mark.parametrize("call", MODES)

@@ -6,7 +6,7 @@
  * come back as a plain timeout (or, msgrcv/semop, with what a second thread
  * sends after MS), never with EINTR or early:
  *   poll ppoll select pselect epoll epoll_pwait nanosleep clock_nanosleep
- *   clock_abs sleep (MS rounded up to seconds) usleep sigtimedwait
+ *   clock_abs sleep (MS rounded up to seconds) usleep thrd_sleep sigtimedwait
  *   sem_timedwait msgrcv semop pause (a thread sends SIGUSR2, handled)
  * It prints "start MODE", then per round "round I ok" (the call lasted at
  * least MS by CLOCK_MONOTONIC), and "done MODE ROUNDS"; any EINTR, early
@@ -28,6 +28,7 @@
 #include <sys/msg.h>
 #include <sys/select.h>
 #include <sys/sem.h>
+#include <threads.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -128,6 +129,9 @@ static void one_round(void)
         if ((r = sleep((unsigned)((ms + 999) / 1000))) != 0) fail("sleep", r);
     } else if (!strcmp(mode, "usleep")) {
         if ((r = usleep((useconds_t)(ms * 1000))) != 0) fail("usleep", r);
+    } else if (!strcmp(mode, "thrd_sleep")) {
+        struct timespec t = ts_of(ms);
+        if ((r = thrd_sleep(&t, NULL)) != 0) fail("thrd_sleep", r);
     } else if (!strcmp(mode, "sigtimedwait")) {
         sigset_t s;
         sigemptyset(&s);
