@@ -267,3 +267,18 @@ def test_malformed_sigqueue_refused(runner, cprogs):
     m.save(path)
     r = runner.lz("restart", "-d", store, timeout=60)
     assert r.rc != 0 and "pending signal list is malformed" in r.stderr and len(r.stderr_lines()) == 1, str(r)
+
+
+def test_process_signal_stays_the_process(runner, cprogs):
+    """A SIGUSR1 (kill) and a SIGRTMIN+4 (sigqueue) pending for the process,
+    every thread blocking them: after a checkpoint on the same run the second
+    thread still takes them with sigtimedwait (they were put back for the
+    process, not into the checkpointing thread's own queue)."""
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", cprogs["calls_signals"], "shared", trig)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    checkpoints(runner, store, 2, gap=0.2)
+    runner.touch(trig)
+    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
+    assert proc.stdout == "ready\nshared ok\ndone\n", proc.stdout

@@ -17,7 +17,14 @@
  *     then each thread takes its pending signals with sigtimedwait and checks
  *     every siginfo (number, code, value, the child's PID and status, the
  *     order of the queued ones, nothing else pending): "check C ok", else
- *     "FAIL ...".  Then "done". */
+ *     "FAIL ...".  Then "done".
+ *
+ *   calls_signals shared TRIGGER
+ *     With SIGUSR1 and SIGRTMIN+4 blocked in every thread, it sends itself
+ *     SIGUSR1 (kill) and SIGRTMIN+4 (sigqueue, value 42): pending for the
+ *     process.  It prints "ready" and waits until the file TRIGGER exists;
+ *     then its second thread, not the main one, takes both with
+ *     sigtimedwait (2 s each): "shared ok", else "FAIL ...".  Then "done". */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -177,11 +184,51 @@ static int pending(int cycles, const char *trigger, int n)
     return 0;
 }
 
+static volatile int shared_go;
+
+static void *shared_taker(void *arg)
+{
+    (void)arg;
+    while (!shared_go) usleep(10000);
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGUSR1);
+    struct timespec two = {2, 0};
+    siginfo_t si;
+    if (sigtimedwait(&s, &si, &two) != SIGUSR1 || si.si_code != SI_USER || si.si_pid != getpid())
+        fail("the second thread did not get the process's SIGUSR1 (errno %ld)", errno, 0);
+    sigemptyset(&s);
+    sigaddset(&s, SIGRTMIN + 4);
+    if (sigtimedwait(&s, &si, &two) != SIGRTMIN + 4 || si.si_value.sival_int != 42)
+        fail("the second thread did not get the process's SIGRTMIN+4 (errno %ld)", errno, 0);
+    return NULL;
+}
+
+static int shared(const char *trigger)
+{
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGUSR1);
+    sigaddset(&block, SIGRTMIN + 4);
+    pthread_sigmask(SIG_BLOCK, &block, NULL);
+    pthread_t t;
+    if (pthread_create(&t, NULL, shared_taker, NULL) != 0) return 2;
+    kill(getpid(), SIGUSR1);
+    sigqueue(getpid(), SIGRTMIN + 4, (union sigval){.sival_int = 42});
+    printf("ready\n");
+    while (access(trigger, F_OK) != 0) usleep(20000);
+    shared_go = 1;
+    pthread_join(t, NULL);
+    printf("shared ok\ndone\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 3 && !strcmp(argv[1], "own")) return own(atoi(argv[2]));
+    if (argc >= 3 && !strcmp(argv[1], "shared")) return shared(argv[2]);
     if (argc >= 4 && !strcmp(argv[1], "pending")) return pending(atoi(argv[2]), argv[3], argc > 4 ? atoi(argv[4]) : 5);
-    fprintf(stderr, "usage: calls_signals own CYCLES | pending CYCLES TRIGGER [N]\n");
+    fprintf(stderr, "usage: calls_signals own CYCLES | pending CYCLES TRIGGER [N] | shared TRIGGER\n");
     return 2;
 }
