@@ -44,7 +44,7 @@ def checkpoints(runner, store, n, gap=0.25):
 def cycles(runner, argv, first_line, per_cycle=3, restarts=2):
     """Run argv under Lazarus; once first_line is out, checkpoint it
     per_cycle times (inside its calls), SIGKILL the whole job, stay down
-    DOWN s, restart; `restarts` times.  Returns (all output, final proc)."""
+    DOWN s, restart; `restarts` times.  Returns all the output."""
     store = runner.base / "store"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv)
     proc.wait_for_output(first_line, timeout=60)
@@ -282,3 +282,25 @@ def test_process_signal_stays_the_process(runner, cprogs):
     runner.touch(trig)
     assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
     assert proc.stdout == "ready\nshared ok\ndone\n", proc.stdout
+
+
+TREE = """#!/bin/bash
+"$1" epoll 6 1200 > a.out &
+"$1" sleep 4 2000 > b.out
+wait
+echo treedone
+"""
+
+
+def test_calls_go_on_in_a_tree(runner, cprogs):
+    """bash with two children in epoll_wait and sleep: checkpointed twice
+    inside their calls, the whole job SIGKILLed and restarted, twice; each
+    child's file (rolled back with the job) holds every round and no FAIL."""
+    script = runner.base / "tree.sh"
+    script.write_text(TREE)
+    os.chmod(script, 0o755)
+    out = cycles(runner, ["/bin/bash", script, cprogs["calls_wait"]], r"^$", per_cycle=2, restarts=2)
+    assert out.strip().endswith("treedone"), out
+    a, b = (runner.base / "a.out").read_text(), (runner.base / "b.out").read_text()
+    assert a.endswith("round 6 ok\ndone epoll 6\n") and "FAIL" not in a, a
+    assert b.endswith("round 4 ok\ndone sleep 4\n") and "FAIL" not in b, b
