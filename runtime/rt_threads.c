@@ -30,9 +30,11 @@ __thread struct rt_self rt_self __attribute__((tls_model("initial-exec")));
 
 #define STOP_BASE_NS (10ull * 1000000000ull)
 #define STOP_CAP_NS (120ull * 1000000000ull)
-/* A thread seen blocking SIGURG at every look for this long cannot stop: it is named at
- * once.  libc blocks every signal for moments of its own (a thread's creation, fork,
- * posix_spawn until the child execs), which this outlasts. */
+/* A thread seen blocking SIGURG, and not running nor waiting for a CPU, at every look for
+ * this long cannot stop: it is named at once.  libc blocks every signal for moments of its
+ * own (a thread's creation, fork, posix_spawn until the child execs), which this outlasts;
+ * a new thread not yet scheduled on a busy machine is runnable, and one computing with
+ * SIGURG blocked gets the patience of the others. */
 #define BLOCKED_NS (500ull * 1000000ull)
 
 static struct {
@@ -353,8 +355,8 @@ int rt_threads_stop(struct rt_ckpt *ck)
             int more = 0;
             for (long j = 0; j < nasked; j++) {
                 if (stopped_already(ck, asked[j]) || task_state(asked_host[j]) == 'X') continue;
-                int blocks = lz_task_blocks(0, asked_host[j], LZ_SIGCKPT);
-                if (!blocks) blocked_since[j] = 0;
+                int blocks = lz_task_blocks(0, asked_host[j], LZ_SIGCKPT), st = task_state(asked_host[j]);
+                if (!blocks || st == 'R' || st == 'D') blocked_since[j] = 0;
                 else if (!blocked_since[j]) blocked_since[j] = now;
                 else if (now - blocked_since[j] >= BLOCKED_NS && !stopped_already(ck, asked[j]))
                 {
