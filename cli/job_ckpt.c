@@ -37,6 +37,10 @@
  * runtime's start): the first on an idle machine, up to the second while it
  * makes progress (common/progress.h). */
 #define BEGIN_BASE_NS (10ull * 1000000000ull)
+/* a process whose every thread blocks the checkpoint signal, none running or waiting for a
+ * CPU, this long is named at once (libc blocks every signal for moments of its own: fork,
+ * posix_spawn) */
+#define BLOCKED_NS (500ull * 1000000ull)
 #define BEGIN_CAP_NS (120ull * 1000000000ull)
 #define NORUNTIME_BASE_NS (200ull * 1000000ull)
 #define NORUNTIME_CAP_NS (10ull * 1000000000ull)
@@ -81,8 +85,9 @@ void jc_fail(struct sv_state *st, const struct part *p, const char *fmt, ...)
         if (!st->parts[i].zombie) sv_tell(st, st->parts[i].pid, "ABORT %" PRIu64, st->index);
 }
 
-/* Every thread of pid blocks the checkpoint signal: it cannot answer. */
-static int blocks_everywhere(pid_t pid)
+/* Every thread of pid blocks the checkpoint signal: it cannot answer.  asleep:
+ * and none of them runs or waits for a CPU or a disk (else 0). */
+static int blocks_everywhere(pid_t pid, int asleep)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/task", pid);
@@ -94,6 +99,9 @@ static int blocks_everywhere(pid_t pid)
         if (e->d_name[0] >= '0' && e->d_name[0] <= '9') {
             any = 1;
             all = lz_task_blocks(pid, atoi(e->d_name), LZ_SIGCKPT);
+            char state = 0;
+            uint64_t cpu;
+            if (all && asleep && (lz_task_look(pid, atoi(e->d_name), &state, &cpu) < 0 || state == 'R' || state == 'D')) all = 0;
         }
     closedir(d);
     return any && all;
@@ -217,8 +225,17 @@ void job_ckpt_tick(struct sv_state *st)
             waiting = 1;
             if (p->begun) continue;
             if (!p->begin_wait.t0) lz_patience_start(&p->begin_wait, now, BEGIN_BASE_NS, BEGIN_CAP_NS);
-            int blocks = now - p->begin_wait.t0 >= BEGIN_BASE_NS && blocks_everywhere(p->pid);
-            if (!lz_patience_more(&p->begin_wait, now, p->pid, 0, blocks)) {
+            /* every thread blocking the signal at every look for BLOCKED_NS: it cannot answer */
+            int blocks = blocks_everywhere(p->pid, 0), asleep = blocks && blocks_everywhere(p->pid, 1);
+            if (!asleep) p->blocked_since = 0;
+            else if (!p->blocked_since) p->blocked_since = now;
+            if (asleep && now - p->blocked_since >= BLOCKED_NS) {
+                jc_fail(st, NULL, "process %d (%s): every thread of it blocks SIGURG, the checkpoint signal (SigBlk in "
+                                  "/proc/%d/task/*/status; main thread %d): it cannot answer the checkpoint request",
+                        p->inner ? p->inner : p->pid, p->comm, p->pid, p->pid);
+                return;
+            }
+            if (!lz_patience_more(&p->begin_wait, now, p->pid, 0, blocks && now - p->begin_wait.t0 >= BEGIN_BASE_NS)) {
                 char how[100];
                 if (blocks) snprintf(how, sizeof how, "it blocks the signal");
                 else lz_patience_why(&p->begin_wait, now, how, sizeof how);

@@ -35,6 +35,7 @@ struct part {
      * the runtime to appear in a process that runs without it */
     struct lz_patience begin_wait, runtime_wait;
     uint64_t runtime_cpu0; /* its CPU time when first seen without the runtime */
+    uint64_t blocked_since; /* first seen with every thread blocking the checkpoint signal (0: not) */
     /* sockets whose other end it says another process holds (PEER): checked
      * against every process's descriptors while all are stopped */
     struct { int fd; uint64_t ino; } peers[32];

@@ -67,6 +67,9 @@ enum lz_section_type {
     LZ_SEC_TIMERS = 17, /* struct lz_timer[]: the process's POSIX timers (added in version 5 without a bump) */
     LZ_SEC_IPC = 16,    /* u64 count, struct lz_ipc[count], then their bytes: the System V objects
                          * the process made or attached, the POSIX message queues it holds */
+    LZ_SEC_SIGQUEUE = 18, /* struct lz_siginfo_rec[]: pending signals past lz_proc.pending's LZ_MAX_PENDING, in
+                           * the order taken (added in version 5 without a bump: an older build would skip it,
+                           * so a manifest has it only when lz_proc.pending is full) */
 };
 
 struct lz_header {
@@ -127,6 +130,7 @@ struct lz_siginfo_rec {
 };
 
 #define LZ_MAX_PENDING 64
+#define LZ_MAX_SIGQUEUE 65536 /* pending signals a checkpoint holds in all (LZ_SEC_SIGQUEUE beyond the first 64) */
 #define LZ_MAX_THREADS 4096
 #define LZ_NRLIMITS 16
 #define LZ_NSIG 64 /* the kernel's signals, 1..64 (glibc's _NSIG counts 0 too) */

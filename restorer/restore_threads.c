@@ -24,6 +24,8 @@
 long lz_clone3_call(struct clone_args *args, size_t size, void (*fn)(void *), void *arg);
 
 static const struct lz_proc *proc;
+static const struct lz_siginfo_rec *sigq; /* pending signals past proc->pending's */
+static size_t nsigq;
 static int drop_caps; /* capabilities kept only to set TIDs (cli/pidns.c): none reach the program */
 static char *stacks;
 static volatile uint32_t ready, go;
@@ -31,6 +33,8 @@ static volatile uint32_t ready, go;
 void restore_threads_prepare(struct restore_ctx *rc, int caps_to_drop)
 {
     proc = rc->img.proc;
+    sigq = rc->img.sigq;
+    nsigq = rc->img.nsigq;
     drop_caps = caps_to_drop;
     if (rc->img.nthreads > 1) {
         stacks = malloc((rc->img.nthreads - 1) * (size_t)THREAD_STACK);
@@ -47,6 +51,19 @@ static void drop_capabilities(void)
     lz_sc2(SYS_capset, &h, d);
 }
 
+/* The signals pending for thread `for_tid` (0: for the process) of the
+ * image, in the order they were taken (proc->pending, then the SIGQUEUE
+ * section's): queued again, to thread tid or to the process. */
+static void queue_pending(int32_t for_tid, long pid, long tid)
+{
+    for (size_t i = 0; i < proc->npending + nsigq; i++) {
+        const struct lz_siginfo_rec *r = i < proc->npending ? &proc->pending[i] : &sigq[i - proc->npending];
+        if (r->tid != for_tid) continue;
+        if (for_tid) lz_sc4(SYS_rt_tgsigqueueinfo, pid, tid, r->signo, r->info);
+        else lz_sc3(SYS_rt_sigqueueinfo, pid, r->signo, r->info);
+    }
+}
+
 static void thread_state(const struct lz_thread *t, long pid, long tid)
 {
     drop_capabilities();
@@ -54,9 +71,7 @@ static void thread_state(const struct lz_thread *t, long pid, long tid)
     if (t->robust_list) lz_sc2(SYS_set_robust_list, t->robust_list, t->robust_len);
     if (t->tid_address) lz_sc1(SYS_set_tid_address, t->tid_address);
     lz_sc2(SYS_prctl, PR_SET_NAME, t->comm);
-    for (uint32_t i = 0; i < proc->npending; i++)
-        if (proc->pending[i].tid == t->tid)
-            lz_sc4(SYS_rt_tgsigqueueinfo, pid, tid, proc->pending[i].signo, proc->pending[i].info);
+    queue_pending(t->tid, pid, tid);
     uint64_t mask = t->handler_sigmask;
     lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &mask, NULL, LZ_KSIGSET_SIZE);
 }
@@ -113,8 +128,7 @@ _Noreturn void restore_threads_and_jump(struct restore_ctx *rc)
         it.it_value.tv_usec = p->itimers[w].value_us % 1000000;
         if (it.it_value.tv_sec || it.it_value.tv_usec) lz_sc3(SYS_setitimer, w, &it, NULL);
     }
-    for (uint32_t i = 0; i < p->npending; i++)
-        if (p->pending[i].tid == 0) lz_sc3(SYS_rt_sigqueueinfo, pid, p->pending[i].signo, p->pending[i].info);
+    queue_pending(0, pid, pid);
     const struct lz_thread *main_thread = &img->threads[0];
     thread_state(main_thread, pid, pid);
     struct lz_jmpctx jc = main_thread->ctx;

@@ -81,6 +81,12 @@ struct rt_self {
     int busy;
     int ckpt_deferred, stop_deferred;
     uint64_t ckpt_value, stop_value;
+    /* What interrupted a blocking call (rt_calls.c): runs of the runtime's
+     * SIGURG handler and of the program's own handlers (rt_handlers.c) in
+     * this thread, and the CLOCK_MONOTONIC time spent in the runtime's
+     * handler (a restart's downtime included: it resumes in it) */
+    uint32_t rt_runs, prog_runs;
+    uint64_t hidden_ns, hidden_in;
 };
 extern __thread struct rt_self rt_self __attribute__((tls_model("initial-exec")));
 extern struct lz_resume rt_resume_block; /* written by the restorer */
@@ -118,6 +124,9 @@ struct rt_ckpt {
     struct lz_proc *proc;
     struct lz_thread *threads; size_t nthreads; /* [0] the main thread (tid = pid) */
     struct lz_thread *ckpt_thread;   /* the one running this checkpoint */
+    /* every pending signal, in the order taken (rt_threads.c): the first LZ_MAX_PENDING go
+     * into proc->pending, the rest into the SIGQUEUE section */
+    struct lz_siginfo_rec *sigq; uint32_t nsigq, sigq_full;
     struct lz_region *regions; size_t nregions;
     struct lz_extent *extents; size_t nextents, extents_cap;
     struct lz_fd *fds; size_t nfds;
@@ -163,6 +172,8 @@ int lz_save_context(struct lz_jmpctx *c) __attribute__((returns_twice));
  * snapshot is taken.  0, or -1 with ck->err (none is left stopped). */
 int rt_threads_stop(struct rt_ckpt *ck);
 void rt_threads_release(void);
+/* Pending signals past the first LZ_MAX_PENDING (the SIGQUEUE section's records). */
+static inline size_t rt_sigq_extra(const struct rt_ckpt *ck) { return ck->nsigq > LZ_MAX_PENDING ? ck->nsigq - LZ_MAX_PENDING : 0; }
 /* In the handler, a request to stop from the checkpointing thread. */
 void rt_thread_stopped(uint32_t round);
 /* After a restart: wait until every restored thread has left the restorer's
@@ -271,6 +282,11 @@ int rt_result(struct rt_ckpt *ck, int rc, char *msg, size_t len);
 void rt_resume(struct rt_ckpt *ck);
 void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc);
 void rt_install_handler(void);
+/* The program's signal handlers run through a trampoline that counts them
+ * (rt_handlers.c): sigaction() with libc's `real` for any signal but the
+ * checkpoint signal. */
+int rt_handlers_sigaction(int (*real)(int, const struct sigaction *, struct sigaction *), int sig,
+                          const struct sigaction *act, struct sigaction *old);
 /* Writable shared file mappings (rt_shmaps.c): the SIGSEGV handler that
  * opens a write-protected page once its undo is saved; the program's own
  * SIGSEGV disposition (1: handled here). */

@@ -142,6 +142,7 @@ void rt_redeliver_checkpoint(void)
 void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc)
 {
     int saved_errno = errno;
+    rt_self.hidden_in = rt_now_ns(CLOCK_MONOTONIC);
     uint64_t v = (uint64_t)si->si_value.sival_ptr;
     if (rt_watch_is_ours(si)) {
         rt_watch_check(); /* a message (for rt_job_wait), or the supervisor is gone */
@@ -158,5 +159,9 @@ void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc)
         do_checkpoint(v >> 2, (uint32_t)(v & 3), uc);
         rt_watch_check(); /* its end may have come while the signal was blocked here */
     }
+    /* a call this run interrupted goes on without the time spent here (rt_calls.c); after a
+     * restart hidden_in is of the old run: the downtime is taken off as well */
+    rt_self.hidden_ns += rt_now_ns(CLOCK_MONOTONIC) - rt_self.hidden_in;
+    rt_self.rt_runs++;
     errno = saved_errno;
 }

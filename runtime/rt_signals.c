@@ -44,8 +44,9 @@ void rt_chain_program_signal(int sig, siginfo_t *si, void *uc)
 {
     struct sigaction *p = &rt.prog_urg;
     if (p->sa_flags & SA_SIGINFO) {
-        if (p->sa_sigaction) p->sa_sigaction(sig, si, uc);
+        if (p->sa_sigaction) { rt_self.prog_runs++; p->sa_sigaction(sig, si, uc); }
     } else if (p->sa_handler != SIG_DFL && p->sa_handler != SIG_IGN && p->sa_handler) {
+        rt_self.prog_runs++; /* a call it interrupts returns EINTR as natively (rt_calls.c) */
         p->sa_handler(sig);
     }
 }
@@ -60,7 +61,7 @@ RT_API int sigaction(int sig, const struct sigaction *act, struct sigaction *old
         sigdelset(&a.sa_mask, SIGSEGV);
         return sigaction(sig, &a, old);
     }
-    if (!rt.active || sig != LZ_SIGCKPT) return real_sigaction_fn()(sig, act, old);
+    if (!rt.active || sig != LZ_SIGCKPT) return rt_handlers_sigaction(real_sigaction_fn(), sig, act, old);
     if (old) *old = rt.prog_urg;
     if (act) rt.prog_urg = *act;
     return 0;

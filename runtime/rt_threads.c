@@ -30,6 +30,12 @@ __thread struct rt_self rt_self __attribute__((tls_model("initial-exec")));
 
 #define STOP_BASE_NS (10ull * 1000000000ull)
 #define STOP_CAP_NS (120ull * 1000000000ull)
+/* A thread seen blocking SIGURG, and not running nor waiting for a CPU, at every look for
+ * this long cannot stop: it is named at once.  libc blocks every signal for moments of its
+ * own (a thread's creation, fork, posix_spawn until the child execs), which this outlasts;
+ * a new thread not yet scheduled on a busy machine is runnable, and one computing with
+ * SIGURG blocked gets the patience of the others. */
+#define BLOCKED_NS (500ull * 1000000ull)
 
 static struct {
     volatile uint32_t stopping;  /* a round is under way: threads asked to stop join it */
@@ -75,7 +81,8 @@ static void read_pending(uint64_t *own, uint64_t *shared)
 /* Dequeues the signals in `set` (own ones first: the kernel takes a thread's
  * own queue before the process's) to learn their siginfo; `shared` chooses
  * which queue the records describe.  Queued again by the caller. */
-static void take_pending(uint64_t set, int shared, int32_t tid, struct lz_siginfo_rec *pend, uint32_t *npend, uint32_t max)
+static void take_pending(uint64_t set, int shared, int32_t tid, struct lz_siginfo_rec *pend, uint32_t *npend, uint32_t max,
+                         uint32_t *full)
 {
     for (int sig = 1; sig <= LZ_NSIG; sig++) {
         if (!(set & (1ull << (sig - 1)))) continue;
@@ -89,8 +96,9 @@ static void take_pending(uint64_t set, int shared, int32_t tid, struct lz_siginf
             r.tid = shared ? 0 : tid;
             uint32_t k = __atomic_fetch_add(npend, 1, __ATOMIC_RELAXED);
             if (k < max) pend[k] = r;
-            else { /* no room: queued again at once, not recorded */
+            else { /* no room: queued again at once, not recorded (the checkpoint fails) */
                 __atomic_fetch_sub(npend, 1, __ATOMIC_RELAXED);
+                __atomic_store_n(full, 1, __ATOMIC_RELAXED);
                 lz_sc4(SYS_rt_tgsigqueueinfo, lz_sc0(SYS_getpid), lz_sc0(SYS_gettid), sig, r.info);
                 return;
             }
@@ -103,11 +111,11 @@ static void take_pending(uint64_t set, int shared, int32_t tid, struct lz_siginf
 }
 
 /* One thread's kernel-side state.  Its own pending signals (and, with_shared,
- * the process's) are recorded in p->pending and queued again at once. */
-static void thread_capture(struct lz_thread *t, struct lz_proc *p, int with_shared)
+ * the process's) are recorded in ck->sigq and queued again at once. */
+static void thread_capture(struct lz_thread *t, struct rt_ckpt *ck, int with_shared)
 {
-    struct lz_siginfo_rec *pend = p->pending;
-    uint32_t *npend = &p->npending, max = LZ_MAX_PENDING;
+    struct lz_siginfo_rec *pend = ck->sigq;
+    uint32_t *npend = &ck->nsigq, max = LZ_MAX_SIGQUEUE;
     memset(t, 0, sizeof *t);
     t->tid = (int32_t)lz_sc0(SYS_gettid);
     lz_sc2(SYS_prctl, PR_GET_NAME, t->comm);
@@ -132,21 +140,26 @@ static void thread_capture(struct lz_thread *t, struct lz_proc *p, int with_shar
     lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &t->handler_sigmask, LZ_KSIGSET_SIZE);
     /* Pending signals: dequeued for their siginfo and queued again at once
      * (all blocked here), so the running program sees no difference.  The
-     * process's are queued again to this thread: the kernel lets a thread
-     * queue a signal with any siginfo only to itself. */
+     * process's are queued again to the process, or, where the kernel refuses
+     * (a siginfo of the kernel's or of kill(), from a thread that is not the
+     * main one), to this thread: a thread may queue any siginfo to itself. */
     uint64_t pend_now = 0, urg = 1ull << (LZ_SIGCKPT - 1);
     lz_sc2(SYS_rt_sigpending, &pend_now, LZ_KSIGSET_SIZE);
     if (!(pend_now & ~urg)) return;
     uint64_t own, shared;
     read_pending(&own, &shared);
     uint32_t first = *npend < max ? *npend : max;
-    take_pending(own & ~urg, 0, t->tid, pend, npend, max);
-    if (with_shared) take_pending(shared & ~urg, 1, t->tid, pend, npend, max);
+    take_pending(own & ~urg, 0, t->tid, pend, npend, max, &ck->sigq_full);
+    if (with_shared) take_pending(shared & ~urg, 1, t->tid, pend, npend, max, &ck->sigq_full);
     long pid = lz_sc0(SYS_getpid);
     uint32_t last = *npend < max ? *npend : max;
-    for (uint32_t i = first; i < last; i++)
+    for (uint32_t i = first; i < last; i++) {
+        /* the process's go back to the process where the kernel lets us (any siginfo from the
+         * main thread, a queued one from any): a thread that waits for it (sigwait) gets it */
+        if (with_shared && pend[i].tid == 0 && lz_sc3(SYS_rt_sigqueueinfo, pid, pend[i].signo, pend[i].info) == 0) continue;
         if (pend[i].tid == t->tid || (with_shared && pend[i].tid == 0)) /* others may be adding theirs */
             lz_sc4(SYS_rt_tgsigqueueinfo, pid, t->tid, pend[i].signo, pend[i].info);
+    }
 }
 
 /* A thread asked to stop: record, count in, wait to be let go. */
@@ -159,7 +172,7 @@ void rt_thread_stopped(uint32_t round)
     uint32_t k = __atomic_fetch_add(&T.nslots, 1, __ATOMIC_ACQ_REL);
     if (k < LZ_MAX_THREADS) {
         struct lz_thread *t = &ck->threads[k];
-        thread_capture(t, ck->proc, 0);
+        thread_capture(t, ck, 0);
         volatile uint32_t go = T.go;
         if (lz_save_context(&t->ctx) != 0) {
             /* restored: out of the restorer's code now; run once the runtime is back */
@@ -280,7 +293,10 @@ int rt_threads_stop(struct rt_ckpt *ck)
     int32_t *hosts = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *hosts);
     int32_t *asked_host = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *asked_host);
     struct lz_patience *wait = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *wait);
-    if (!ck->threads || !asked || !tids || !hosts || !asked_host || !wait) { rt_fmt(ck->err, sizeof ck->err, "out of scratch memory"); return -1; }
+    uint64_t *blocked_since = arena_alloc(&ck->arena, LZ_MAX_THREADS * sizeof *blocked_since); /* 0: not blocking */
+    ck->sigq = arena_alloc(&ck->arena, LZ_MAX_SIGQUEUE * sizeof *ck->sigq); /* reserved: pages touched as used */
+    ck->nsigq = ck->sigq_full = 0;
+    if (!ck->sigq || !ck->threads || !asked || !tids || !hosts || !asked_host || !wait || !blocked_since) { rt_fmt(ck->err, sizeof ck->err, "out of scratch memory"); return -1; }
     long pid = lz_sc0(SYS_getpid), self = lz_sc0(SYS_gettid);
     T.ck = ck;
     T.nslots = 1; /* slot 0: this thread, filled last (with the process's pending signals) */
@@ -311,6 +327,7 @@ int rt_threads_stop(struct rt_ckpt *ck)
             if (r < 0) return fail_stop(ck, tids[i], hosts[i], "cannot be asked to stop for the checkpoint");
             lz_patience_start(&wait[nasked], rt_now_ns(CLOCK_MONOTONIC), STOP_BASE_NS, STOP_CAP_NS);
             asked_host[nasked] = hosts[i];
+            blocked_since[nasked] = 0;
             asked[nasked++] = tids[i];
         }
         if (nasked == before && __atomic_load_n(&T.arrived, __ATOMIC_ACQUIRE) + gone >= (uint32_t)nasked) break;
@@ -338,7 +355,19 @@ int rt_threads_stop(struct rt_ckpt *ck)
             int more = 0;
             for (long j = 0; j < nasked; j++) {
                 if (stopped_already(ck, asked[j]) || task_state(asked_host[j]) == 'X') continue;
-                int blocks = lz_task_blocks(0, asked_host[j], LZ_SIGCKPT);
+                int blocks = lz_task_blocks(0, asked_host[j], LZ_SIGCKPT), st = task_state(asked_host[j]);
+                if (!blocks || st == 'R' || st == 'D') blocked_since[j] = 0;
+                else if (!blocked_since[j]) blocked_since[j] = now;
+                else if (now - blocked_since[j] >= BLOCKED_NS && !stopped_already(ck, asked[j]))
+                {
+                    char why[200], pcomm[32] = "?";
+                    long k = rt_read_file("/proc/self/comm", pcomm, sizeof pcomm - 1);
+                    if (k > 0) pcomm[k - (pcomm[k - 1] == '\n')] = 0;
+                    rt_fmt(why, sizeof why, "of process %d (%s) blocks SIGURG, the checkpoint signal (SigBlk in its "
+                           "/proc status: a raw rt_sigprocmask the runtime cannot see), so it cannot stop for the checkpoint",
+                           (int)pid, pcomm);
+                    return fail_stop(ck, asked[j], asked_host[j], why);
+                }
                 if (lz_patience_more(&wait[j], now, 0, asked_host[j], blocks)) more = 1;
                 else if (late < 0) late = j;
             }
@@ -355,7 +384,14 @@ int rt_threads_stop(struct rt_ckpt *ck)
     uint32_t nrec = __atomic_load_n(&T.nslots, __ATOMIC_ACQUIRE);
     if (nrec > LZ_MAX_THREADS) { rt_fmt(ck->err, sizeof ck->err, "the program has more than %d threads", LZ_MAX_THREADS); return give_up(); }
     /* this thread, with the process's pending signals */
-    thread_capture(&ck->threads[0], ck->proc, 1);
+    thread_capture(&ck->threads[0], ck, 1);
+    if (ck->sigq_full) {
+        rt_fmt(ck->err, sizeof ck->err, "more than %d signals are pending in the program (queued real-time signals): "
+               "a checkpoint holds at most that many", LZ_MAX_SIGQUEUE);
+        return give_up();
+    }
+    ck->proc->npending = ck->nsigq < LZ_MAX_PENDING ? ck->nsigq : LZ_MAX_PENDING;
+    memcpy(ck->proc->pending, ck->sigq, ck->proc->npending * sizeof *ck->sigq);
     ck->threads[0].flags = LZ_TH_CKPT;
     /* the main thread first: the restorer's own thread becomes it */
     for (uint32_t i = 1; i < nrec; i++)

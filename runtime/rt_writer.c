@@ -19,7 +19,7 @@
 /* A manifest holds one section of each type (enum lz_section_type); its
  * size counts one more, each with up to 8 bytes of padding. */
 /* How many sections write_manifest() puts, one of each type (a branch that adds one counts it here). */
-#define RT_NSECTIONS 17
+#define RT_NSECTIONS 18
 
 long rt_write_file(const char *path, const void *buf, size_t len)
 {
@@ -265,6 +265,7 @@ static int finish(struct rt_ckpt *ck)
                   ck->ntimers * sizeof(struct lz_timer) +
                   8 + ck->nipc * sizeof(struct lz_ipc) + ck->ipc_len +
                   ck->nthreads * sizeof(struct lz_thread) +
+                  ck->nthreads * sizeof(struct lz_thread) + rt_sigq_extra(ck) * sizeof(struct lz_siginfo_rec) +
                   ck->nregions * sizeof(struct lz_region) + nm->nextents * sizeof(struct lz_extent) +
                   nm->nframes * sizeof(struct lz_frame) + ck->nfds * sizeof(struct lz_fd) +
                   nm->npacks * sizeof(struct lz_pack) + ck->strings.len + ck->auxv_len + sizeof(struct lz_trailer);
@@ -305,6 +306,7 @@ static int finish(struct rt_ckpt *ck)
     p = put_section(p, LZ_SEC_INET, ck->inets, ck->ninets * sizeof *ck->inets);
     p = put_section(p, LZ_SEC_TIMERS, ck->timers, ck->ntimers * sizeof *ck->timers);
     p = put_ipc(p, ck);
+    p = put_section(p, LZ_SEC_SIGQUEUE, ck->sigq + LZ_MAX_PENDING, rt_sigq_extra(ck) * sizeof *ck->sigq);
     h->pause_ns = rt_pause_ns(ck);
     h->durable_ns = rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* the pack is on disk, the manifest follows */
     ck->durable_ns = h->durable_ns;

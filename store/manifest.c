@@ -353,6 +353,14 @@ static int check_contents(struct lz_image *img, char *why, size_t whylen)
         for (size_t j = 0; j < img->nthreads && !found; j++) found = img->threads[j].tid == p->pending[i].tid;
         if (!found || p->pending[i].signo < 1 || p->pending[i].signo > LZ_NSIG) FAIL("manifest process record is malformed");
     }
+    /* more pending signals only after a full lz_proc.pending */
+    if (img->nsigq && (p->npending != LZ_MAX_PENDING || img->nsigq > LZ_MAX_SIGQUEUE - LZ_MAX_PENDING))
+        FAIL("manifest pending signal list is malformed");
+    for (size_t i = 0; i < img->nsigq; i++) {
+        int found = img->sigq[i].tid == 0;
+        for (size_t j = 0; j < img->nthreads && !found; j++) found = img->threads[j].tid == img->sigq[i].tid;
+        if (!found || img->sigq[i].signo < 1 || img->sigq[i].signo > LZ_NSIG) FAIL("manifest pending signal list is malformed");
+    }
     for (size_t i = 0; i < img->npacks; i++)
         if (img->packs[i].path == 0 || !str_ok(img, img->packs[i].path) || !*lz_str(img, img->packs[i].path))
             FAIL("manifest pack list is malformed");
@@ -473,6 +481,9 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
             img->ipc_len = n - 8 - cnt * sizeof(struct lz_ipc);
             break;
         }
+        case LZ_SEC_SIGQUEUE:
+            if (n % sizeof(struct lz_siginfo_rec)) FAIL("manifest pending signal list is malformed");
+            img->sigq = p; img->nsigq = n / sizeof(struct lz_siginfo_rec); break;
         case LZ_SEC_THREADS:
             if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
             img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;

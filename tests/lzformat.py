@@ -61,11 +61,13 @@ SEC_AUXV, SEC_FRAMES, SEC_THREADS, SEC_CHANS, SEC_GROUPS, SEC_EVENTS = 7, 8, 9, 
 SEC_USOCKS, SEC_INET, SEC_PTYS = 13, 14, 15
 SEC_TIMERS = 17
 SEC_IPC = 16
+SEC_SIGQUEUE = 18  # struct lz_siginfo_rec[] (136 B): pending signals past the process record's 64
 SECTION_NAMES = {SEC_PROC: "proc", SEC_REGIONS: "regions", SEC_EXTENTS: "extents", SEC_FDS: "fds",
                  SEC_STRINGS: "strings", SEC_PACKS: "packs", SEC_AUXV: "auxv", SEC_FRAMES: "frames",
                  SEC_THREADS: "threads", SEC_CHANS: "chans", SEC_GROUPS: "groups",
                  SEC_EVENTS: "events", SEC_USOCKS: "usocks", SEC_INET: "inet", SEC_PTYS: "ptys",
-                 SEC_TIMERS: "timers", SEC_IPC: "ipc"}
+                 SEC_TIMERS: "timers", SEC_IPC: "ipc",
+                 SEC_SIGQUEUE: "sigqueue"}
 
 FRAME_ZERO = 0xFFFFFFFF
 CODEC_NONE, CODEC_ZERO, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3
