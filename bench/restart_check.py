@@ -166,6 +166,13 @@ def make_chain(args, build, pattern, tsfile, rounds=None, name=""):
     return store, index
 
 
+def increments(build, store):
+    """The checkpoints of a store as `lazarus list --json` gives them, oldest first."""
+    r = subprocess.run([build.lazarus, "list", "-d", store, "--json"], capture_output=True, text=True, check=True)
+    return [{k: c[k] for k in ("index", "changed_bytes", "stored_bytes", "pause_ms", "durable_ms")}
+            for c in sorted(json.loads(r.stdout), key=lambda c: c["index"])]
+
+
 def drop_caches():
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
@@ -202,6 +209,7 @@ def versus_full(args, build, tsfile, fstype, cache):
         # checked whole, so a chain reads the pages later increments replaced too)
         read = {k: checked_bytes(os.path.join(st, f"ckpt.{i:06d}", "manifest"))[0]
                 for k, st, i in (("chain", chain, ci), ("full", full, fi))}
+        writes = increments(build, chain)
         restart(args, build, chain, ci, tsfile)
         restart(args, build, full, fi, tsfile)
         pairs = []
@@ -211,7 +219,7 @@ def versus_full(args, build, tsfile, fstype, cache):
             pairs.append((t["chain"], t["full"]))
             log(f"{pattern} pair {rep + 1}/{args.reps}: chain {t['chain']:.3f} s, full {t['full']:.3f} s")
         ratio = statistics.median(a / b for a, b in pairs)
-        results[pattern] = {"pairs": pairs, "ratio": ratio, "read_bytes": read}
+        results[pattern] = {"pairs": pairs, "ratio": ratio, "read_bytes": read, "increments": writes}
         ok &= ratio <= TARGET
         if not args.keep:
             shutil.rmtree(chain, ignore_errors=True)
@@ -229,6 +237,16 @@ def versus_full(args, build, tsfile, fstype, cache):
               f"{c:>10.3f}{f:>10.3f}{r['ratio']:>8.3f}   target <= {TARGET}  {'PASS' if r['ratio'] <= TARGET else 'FAIL'}")
     print("MiB: stored bytes of the frames each restart reads (every frame is checked whole); "
           "bytes: their ratio, the floor of the time ratio when reading is what costs")
+    print("What the chain's increments cost (medians over the 10; the full checkpoint: the first):")
+    head = f"{'pattern':10}{'changed MiB':>12}{'stored MiB':>11}{'max MiB':>8}{'pause ms':>9}{'durable ms':>11}{'full: stored MiB':>17}{'durable ms':>11}"
+    print(head)
+    print("-" * len(head))
+    for pattern, r in results.items():
+        inc, first = r["increments"][1:], r["increments"][0]
+        med = lambda k: statistics.median(c[k] for c in inc) if inc else 0
+        print(f"{pattern:10}{med('changed_bytes') / 2**20:>12.1f}{med('stored_bytes') / 2**20:>11.1f}"
+              f"{max((c['stored_bytes'] for c in inc), default=0) / 2**20:>8.1f}{med('pause_ms'):>9.1f}{med('durable_ms'):>11.0f}"
+              f"{first['stored_bytes'] / 2**20:>17.1f}{first['durable_ms']:>11.0f}")
     with open(os.path.join(args.workdir, "results_versus_full.json"), "w") as fh:
         json.dump({"mib": args.mib, "cache": cache, "rounds": args.rounds, "dirty": args.dirty, "results": results}, fh, indent=1)
     return 0 if ok else 1

@@ -205,6 +205,51 @@ static int store_page(struct writer *w, size_t rfirst, uint64_t a, const void *p
     return rc;
 }
 
+/* Which previous frames have their live pages stored again.  A restart reads
+ * every frame it uses whole (one checksum per frame), replaced pages too, so
+ * what a chain of increments leaves in its old frames is what a restart from
+ * its newest checkpoint reads in vain.  Bounded two ways:
+ *  - a frame less than half referenced is stored again (libckpt's rule: old
+ *    packs stop being needed, `gc` deletes them);
+ *  - the stale bytes of all frames kept stay within 1/LZ_STALE_SHARE of the
+ *    bytes the checkpoint holds: the sparsest frames go first, by buckets of
+ *    live share (no sort, no allocation), until the rest fit.
+ * A frame stored again costs the writer its live pages (off the pause: read
+ * back from the pack in copy mode, from the snapshot in a forked writer). */
+#define LZ_STALE_SHARE 16
+#define SHARE_BUCKETS 64
+static int choose_sparse(struct writer *w, size_t pf, uint64_t nnew)
+{
+    uint64_t held = nnew * PAGE, stale_kept = 0, stale_in[SHARE_BUCKETS] = {0};
+    for (size_t f = 0; f < pf; f++) {
+        uint64_t raw = w->pm->frames[f].raw, live = w->live[f] < raw ? w->live[f] : raw;
+        w->sparse[f] = live * 2 < raw;
+        held += live;
+        if (w->sparse[f] || !live) continue;
+        stale_kept += raw - live;
+        stale_in[live * SHARE_BUCKETS / (raw + 1)] += raw - live;
+    }
+    uint64_t budget = held / LZ_STALE_SHARE;
+    /* whole buckets stored again, sparsest first, and of the last one only
+     * the frames needed: a chain's frames, aging alike, are then stored
+     * again a few at each checkpoint rather than all at once */
+    size_t cut = 0;
+    uint64_t part = 0; /* in the last bucket: the stale bytes still to free */
+    int partial = 0;
+    while (cut < SHARE_BUCKETS && stale_kept > budget) {
+        if (stale_kept - stale_in[cut] < budget) { part = stale_kept - budget; partial = 1; cut++; break; }
+        stale_kept -= stale_in[cut++];
+    }
+    for (size_t f = 0; f < pf && cut; f++) {
+        uint64_t raw = w->pm->frames[f].raw, live = w->live[f] < raw ? w->live[f] : raw;
+        if (w->sparse[f] || !live) continue;
+        size_t b = (size_t)(live * SHARE_BUCKETS / (raw + 1));
+        if (b + 1 < cut || (b + 1 == cut && !partial)) w->sparse[f] = 1;
+        else if (b + 1 == cut && part) { w->sparse[f] = 1; part = part > raw - live ? part - (raw - live) : 0; }
+    }
+    return 0;
+}
+
 int rt_store_pages(struct rt_ckpt *ck)
 {
     struct writer *w = arena_alloc(&ck->arena, sizeof *w);
@@ -270,7 +315,7 @@ int rt_store_pages(struct rt_ckpt *ck)
         if (it->kind == IT_NEW)
             for (uint64_t o = 0; o < it->len; o += PAGE) rt_examine_page(w, (const void *)(it->src + o), &pg[n++]);
     }
-    for (size_t f = 0; f < pf; f++) w->sparse[f] = w->live[f] * 2 < w->pm->frames[f].raw;
+    if (rc == 0) rc = choose_sparse(w, pf, nnew);
     size_t npg = 0;
     for (size_t i = 0; i < ck->nregions && rc == 0; i++) {
         struct lz_region *r = &ck->regions[i];
