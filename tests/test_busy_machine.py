@@ -245,9 +245,6 @@ def test_main_program_killed_alone(mode, runner, rng):
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")  # cgroup v1: a thread can be moved alone (its TID into `tasks`)
 
 
-@pytest.mark.xfail(strict=False, reason="a thread throttled to 1 ms of CPU a second gains CPU time in /proc only "
-                   "every 10 s (clock ticks): the progress check may take it for stuck and give up "
-                   "(failed once in 3 full runs; LIMITS.md)")
 @pytest.mark.parametrize("mode", ["root"])
 def test_thread_in_a_long_call_on_a_starved_cpu(mode, runner, rng):
     """`programs/slow_call.c`: a thread moved into a cgroup allowed 1 ms of
