@@ -60,7 +60,8 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
                 return 0;
             }
     if (from >= 0) {
-        out->kind = LZ_FD_STDIO; /* the launcher's: re-attached to the restarter's */
+        out->kind = LZ_FD_STDIO; /* the launcher's, here or dup'ed: re-attached to the restarter's */
+        out->launcher = from != fd ? (uint32_t)from + 1 : 0;
         return 0;
     }
     /* a terminal is the restarter's too; a pipe on 0/1/2 that is not the
