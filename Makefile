@@ -15,7 +15,7 @@ COMMON_SRC  := common/util.c common/hash_fast.c common/codec.c common/progress.c
 RT_SRC      := runtime/rt_init.c runtime/rt_signals.c runtime/rt_capture.c \
                runtime/rt_regions.c runtime/rt_fds.c runtime/rt_writer.c \
                runtime/rt_checkpoint.c runtime/rt_resume.c runtime/rt_files.c runtime/context.S \
-               runtime/rt_dirty.c runtime/rt_map.c runtime/rt_plan.c runtime/rt_dedup.c runtime/rt_frames.c runtime/rt_packio.c runtime/rt_fork.c runtime/rt_threads.c runtime/rt_exec.c runtime/rt_launcher.c runtime/rt_job.c runtime/rt_watch.c runtime/rt_pipes.c runtime/rt_events.c runtime/rt_shmaps.c \
+               runtime/rt_dirty.c runtime/rt_map.c runtime/rt_plan.c runtime/rt_dedup.c runtime/rt_frames.c runtime/rt_windows.c runtime/rt_packio.c runtime/rt_fork.c runtime/rt_threads.c runtime/rt_exec.c runtime/rt_launcher.c runtime/rt_job.c runtime/rt_watch.c runtime/rt_pipes.c runtime/rt_events.c runtime/rt_shmaps.c \
                common/codec.c common/progress.c files/track_log.c files/track_tables.c files/track_fds.c \
                files/track_names.c files/track_streams.c files/track_maps.c files/track_maps_arm.c files/track_shared.c files/track_open.c files/track_interval.c
 RESTORE_SRC := restorer/restore_main.c restorer/restore_memory.c restorer/restore_fill.c restorer/restore_fds.c restorer/restore_pipes.c restorer/restore_events.c \

@@ -19,7 +19,9 @@ today's build.
 
 --versus-full: instead, today's restart from the newest of a chain of ROUNDS
 increments (default 10) against from one full checkpoint of as much memory
-(issue 16: <= 1.1, warm and cold).
+(issue 16: <= 1.1, warm and cold); with --compact the chain is run with
+`lazarus run --compact`.  It also prints what the chain's increments cost
+(stored bytes, pause, time until durable).
 
 The program is bench/programs/incrheap.c: MIB MiB written with PATTERN, a full
 checkpoint through the C API, then ROUNDS times DIRTY % of the pages
@@ -37,7 +39,7 @@ halfzero (every page half zeros: lz4 frames of about half the size, which
 the restorer must expand).
 
     make && python3 bench/restart_check.py [--reps 5] [--mib 1024] [--cold] [--baseline REV]
-    python3 bench/restart_check.py --versus-full [--rounds 10] [--cold]
+    python3 bench/restart_check.py --versus-full [--compact] [--rounds 10] [--cold]
 
 Standard library only.  Results in WORKDIR/results*.json (default
 bench/out/restart_check).  Exits 1 if the target is missed.
@@ -130,7 +132,8 @@ def make_chain(args, build, pattern, tsfile, rounds=None, name=""):
     rounds = args.rounds if rounds is None else rounds
     store = os.path.join(args.workdir, f"store.{pattern}.{rounds}{name}")
     shutil.rmtree(store, ignore_errors=True)
-    p = subprocess.Popen([build.lazarus, "run", "-d", store, "-i", "0", "-k", "100", "--",
+    compact = ["--compact"] if args.compact and rounds else []
+    p = subprocess.Popen([build.lazarus, "run", "-d", store, "-i", "0", "-k", "100", *compact, "--",
                           build.prog, str(args.mib), pattern, "nohuge", tsfile],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # the job's stderr a pipe, not this script's: a file the job writes to, changed by
@@ -224,7 +227,8 @@ def versus_full(args, build, tsfile, fstype, cache):
         if not args.keep:
             shutil.rmtree(chain, ignore_errors=True)
             shutil.rmtree(full, ignore_errors=True)
-    print(f"`lazarus restart` of {args.mib} MiB from the newest of {args.rounds} increments ({args.dirty} % each) "
+    print(f"`lazarus restart` of {args.mib} MiB from the newest of {args.rounds} increments ({args.dirty} % each"
+          f"{', run --compact' if args.compact else ''}) "
           f"against from one full checkpoint, {cache} cache, {args.workdir} ({fstype})")
     head = f"{'pattern':10}{'chain MiB':>10}{'full MiB':>9}{'bytes':>7}{'chain (s)':>10}{'full (s)':>10}{'ratio':>8}"
     print(head)
@@ -247,7 +251,7 @@ def versus_full(args, build, tsfile, fstype, cache):
         print(f"{pattern:10}{med('changed_bytes') / 2**20:>12.1f}{med('stored_bytes') / 2**20:>11.1f}"
               f"{max((c['stored_bytes'] for c in inc), default=0) / 2**20:>8.1f}{med('pause_ms'):>9.1f}{med('durable_ms'):>11.0f}"
               f"{first['stored_bytes'] / 2**20:>17.1f}{first['durable_ms']:>11.0f}")
-    with open(os.path.join(args.workdir, "results_versus_full.json"), "w") as fh:
+    with open(os.path.join(args.workdir, f"results_versus_full{'_compact' if args.compact else ''}.json"), "w") as fh:
         json.dump({"mib": args.mib, "cache": cache, "rounds": args.rounds, "dirty": args.dirty, "results": results}, fh, indent=1)
     return 0 if ok else 1
 
@@ -262,6 +266,8 @@ def main():
     ap.add_argument("--patterns", default="random,halfzero")
     ap.add_argument("--cold", action="store_true", help="drop the caches before each restart (root)")
     ap.add_argument("--baseline", default=BASELINE, help=f"the commit to compare with (default {BASELINE})")
+    ap.add_argument("--compact", action="store_true",
+                    help="--versus-full: the chain run with `lazarus run --compact`")
     ap.add_argument("--versus-full", action="store_true",
                     help="instead: restart from the chain's newest against a full checkpoint of as much memory "
                          "(issue 16: <= 1.1x)")

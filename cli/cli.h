@@ -36,6 +36,7 @@ struct cli_opts {
     int force;
     char compress[32];     /* --compress SPEC, checked with lz_codec_parse ("" = not given) */
     int job_stdio;         /* run --job-stdio */
+    int compact;           /* run --compact */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* "1.2 GiB" */

@@ -67,6 +67,7 @@ struct rt_state {
     int ninherited;
     int codec, level;      /* compression of new frames (--compress) */
     int nofork;            /* LAZARUS_NO_FORK=1: write checkpoints in the pause (benchmarks) */
+    int compact;           /* LAZARUS_COMPACT=1 (run --compact): stale bytes bounded (rt_frames.c) */
     int tracing;           /* LAZARUS_TRACE=1 */
     int nodirty;           /* LAZARUS_NO_DIRTY=1: no dirty tracking, pages compared by digest (tests) */
     int lazyfree;          /* the program called madvise(MADV_FREE) once: clean pages may vanish */
