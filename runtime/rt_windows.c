@@ -66,6 +66,31 @@ static int pulled_in(const struct writer *w, const struct rt_item *it, uint64_t 
     return it->kind == IT_REF && !w->sparse[it->pframe] && rt_window_of(w, it->addr + o) >= 0;
 }
 
+/* Copy mode: at most this much pulled in per checkpoint (the staging map is
+ * memory of the program's process or its writer's); the windows past it wait
+ * for a later checkpoint, their frames' live pages stored again alone. */
+#define PULL_MAX (128ull << 20)
+
+static void cap_pulled(struct writer *w)
+{
+    struct rt_ckpt *ck = w->ck;
+    uint64_t *in = arena_alloc(&ck->arena, (w->nwin + 1) * 8), total = 0;
+    if (!in) { w->nwin = 0; return; }
+    memset(in, 0, (w->nwin + 1) * 8);
+    for (size_t k = 0; k < ck->nitems; k++) {
+        const struct rt_item *it = &ck->items[k];
+        if (it->kind != IT_REF || w->sparse[it->pframe] || !rt_window_overlaps(w, it->addr, it->len)) continue;
+        for (uint64_t o = 0; o < it->len; o += PAGE) {
+            long i = rt_window_of(w, it->addr + o);
+            if (i >= 0) in[i] += PAGE;
+        }
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < w->nwin; i++)
+        if (total + in[i] <= PULL_MAX) { total += in[i]; w->win[n++] = w->win[i]; }
+    w->nwin = n;
+}
+
 /* Copy mode: the pulled-in pages, in the order the writer stores them, read
  * back from their frames (each once) into a map of their own. */
 static int stage_pulled(struct writer *w, size_t pf)
@@ -131,7 +156,9 @@ int rt_windows_plan(struct writer *w, size_t pf)
     for (size_t i = 0; i < w->nwin; i++)
         if (!n || w->win[i].start >= w->win[n - 1].end) w->win[n++] = w->win[i];
     w->nwin = n;
-    return ck->planned ? stage_pulled(w, pf) : 0;
+    if (!ck->planned) return 0;
+    cap_pulled(w);
+    return stage_pulled(w, pf);
 }
 
 const char *rt_window_pulled(struct writer *w, const struct rt_item *it, uint64_t o)
