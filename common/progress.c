@@ -83,8 +83,8 @@ int lz_task_blocks(int pid, int tid, int sig)
 }
 
 /* The task's time on a CPU in ns (schedstat's first field), or 0: stat's
- * utime and stime move in 10 ms ticks, which a thread given 1 ms of CPU a
- * second passes only every ten seconds. */
+ * utime and stime move in 10 ms ticks, which a thread that runs a
+ * millisecond at a time passes only now and then. */
 static uint64_t run_ns(int pid, int tid)
 {
     char buf[128];

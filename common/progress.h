@@ -3,8 +3,8 @@
  * that is making progress gets more time, up to `cap`: a task that is
  * runnable (a busy machine has not given it a CPU yet), in an
  * uninterruptible wait (a loaded disk), or whose CPU time advanced since the
- * previous look (busy in a long call; read in ns from schedstat, so that a
- * thread starved to a millisecond a second still shows it) has made
+ * previous look (busy in a long call; read in ns from schedstat too: stat's
+ * 10 ms ticks miss a thread that runs a millisecond at a time) has made
  * progress then.  A wait gives
  * up once past `base` with no progress seen for LZ_PATIENCE_QUIET_NS (or
  * `base`, if shorter), or at `cap`.  Raw system calls, no allocation, no locks: used by the runtime in
