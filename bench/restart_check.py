@@ -19,7 +19,9 @@ today's build.
 
 --versus-full: instead, today's restart from the newest of a chain of ROUNDS
 increments (default 10) against from one full checkpoint of as much memory
-(issue 16: <= 1.1, warm and cold).
+(issue 16: <= 1.1, warm and cold); with --compact the chain is run with
+`lazarus run --compact`.  It also prints what the chain's increments cost
+(stored bytes, pause, time until durable).
 
 The program is bench/programs/incrheap.c: MIB MiB written with PATTERN, a full
 checkpoint through the C API, then ROUNDS times DIRTY % of the pages
@@ -37,7 +39,7 @@ halfzero (every page half zeros: lz4 frames of about half the size, which
 the restorer must expand).
 
     make && python3 bench/restart_check.py [--reps 5] [--mib 1024] [--cold] [--baseline REV]
-    python3 bench/restart_check.py --versus-full [--rounds 10] [--cold]
+    python3 bench/restart_check.py --versus-full [--compact] [--rounds 10] [--cold]
 
 Standard library only.  Results in WORKDIR/results*.json (default
 bench/out/restart_check).  Exits 1 if the target is missed.
@@ -130,7 +132,8 @@ def make_chain(args, build, pattern, tsfile, rounds=None, name=""):
     rounds = args.rounds if rounds is None else rounds
     store = os.path.join(args.workdir, f"store.{pattern}.{rounds}{name}")
     shutil.rmtree(store, ignore_errors=True)
-    p = subprocess.Popen([build.lazarus, "run", "-d", store, "-i", "0", "-k", "100", "--",
+    compact = ["--compact"] if args.compact and rounds else []
+    p = subprocess.Popen([build.lazarus, "run", "-d", store, "-i", "0", "-k", "100", *compact, "--",
                           build.prog, str(args.mib), pattern, "nohuge", tsfile],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # the job's stderr a pipe, not this script's: a file the job writes to, changed by
@@ -164,6 +167,13 @@ def make_chain(args, build, pattern, tsfile, rounds=None, name=""):
             p.kill()
             p.wait()
     return store, index
+
+
+def increments(build, store):
+    """The checkpoints of a store as `lazarus list --json` gives them, oldest first."""
+    r = subprocess.run([build.lazarus, "list", "-d", store, "--json"], capture_output=True, text=True, check=True)
+    return [{k: c[k] for k in ("index", "changed_bytes", "stored_bytes", "pause_ms", "durable_ms")}
+            for c in sorted(json.loads(r.stdout), key=lambda c: c["index"])]
 
 
 def drop_caches():
@@ -202,6 +212,7 @@ def versus_full(args, build, tsfile, fstype, cache):
         # checked whole, so a chain reads the pages later increments replaced too)
         read = {k: checked_bytes(os.path.join(st, f"ckpt.{i:06d}", "manifest"))[0]
                 for k, st, i in (("chain", chain, ci), ("full", full, fi))}
+        writes = increments(build, chain)
         restart(args, build, chain, ci, tsfile)
         restart(args, build, full, fi, tsfile)
         pairs = []
@@ -211,12 +222,13 @@ def versus_full(args, build, tsfile, fstype, cache):
             pairs.append((t["chain"], t["full"]))
             log(f"{pattern} pair {rep + 1}/{args.reps}: chain {t['chain']:.3f} s, full {t['full']:.3f} s")
         ratio = statistics.median(a / b for a, b in pairs)
-        results[pattern] = {"pairs": pairs, "ratio": ratio, "read_bytes": read}
+        results[pattern] = {"pairs": pairs, "ratio": ratio, "read_bytes": read, "increments": writes}
         ok &= ratio <= TARGET
         if not args.keep:
             shutil.rmtree(chain, ignore_errors=True)
             shutil.rmtree(full, ignore_errors=True)
-    print(f"`lazarus restart` of {args.mib} MiB from the newest of {args.rounds} increments ({args.dirty} % each) "
+    print(f"`lazarus restart` of {args.mib} MiB from the newest of {args.rounds} increments ({args.dirty} % each"
+          f"{', run --compact' if args.compact else ''}) "
           f"against from one full checkpoint, {cache} cache, {args.workdir} ({fstype})")
     head = f"{'pattern':10}{'chain MiB':>10}{'full MiB':>9}{'bytes':>7}{'chain (s)':>10}{'full (s)':>10}{'ratio':>8}"
     print(head)
@@ -229,7 +241,17 @@ def versus_full(args, build, tsfile, fstype, cache):
               f"{c:>10.3f}{f:>10.3f}{r['ratio']:>8.3f}   target <= {TARGET}  {'PASS' if r['ratio'] <= TARGET else 'FAIL'}")
     print("MiB: stored bytes of the frames each restart reads (every frame is checked whole); "
           "bytes: their ratio, the floor of the time ratio when reading is what costs")
-    with open(os.path.join(args.workdir, "results_versus_full.json"), "w") as fh:
+    print("What the chain's increments cost (medians over the 10; the full checkpoint: the first):")
+    head = f"{'pattern':10}{'changed MiB':>12}{'stored MiB':>11}{'max MiB':>8}{'pause ms':>9}{'durable ms':>11}{'full: stored MiB':>17}{'durable ms':>11}"
+    print(head)
+    print("-" * len(head))
+    for pattern, r in results.items():
+        inc, first = r["increments"][1:], r["increments"][0]
+        med = lambda k: statistics.median(c[k] for c in inc) if inc else 0
+        print(f"{pattern:10}{med('changed_bytes') / 2**20:>12.1f}{med('stored_bytes') / 2**20:>11.1f}"
+              f"{max((c['stored_bytes'] for c in inc), default=0) / 2**20:>8.1f}{med('pause_ms'):>9.1f}{med('durable_ms'):>11.0f}"
+              f"{first['stored_bytes'] / 2**20:>17.1f}{first['durable_ms']:>11.0f}")
+    with open(os.path.join(args.workdir, f"results_versus_full{'_compact' if args.compact else ''}.json"), "w") as fh:
         json.dump({"mib": args.mib, "cache": cache, "rounds": args.rounds, "dirty": args.dirty, "results": results}, fh, indent=1)
     return 0 if ok else 1
 
@@ -244,6 +266,8 @@ def main():
     ap.add_argument("--patterns", default="random,halfzero")
     ap.add_argument("--cold", action="store_true", help="drop the caches before each restart (root)")
     ap.add_argument("--baseline", default=BASELINE, help=f"the commit to compare with (default {BASELINE})")
+    ap.add_argument("--compact", action="store_true",
+                    help="--versus-full: the chain run with `lazarus run --compact`")
     ap.add_argument("--versus-full", action="store_true",
                     help="instead: restart from the chain's newest against a full checkpoint of as much memory "
                          "(issue 16: <= 1.1x)")

@@ -37,6 +37,7 @@ struct cli_opts {
     char compress[32];     /* --compress SPEC, checked with lz_codec_parse ("" = not given) */
     int job_stdio;         /* run --job-stdio */
     int tcp_refuse;        /* run --tcp=refuse (default reset) */
+    int compact;           /* run --compact */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* "1.2 GiB" */

@@ -14,7 +14,7 @@ static const char usage[] =
     "usage: lazarus COMMAND [OPTIONS]\n"
     "Checkpoint and restart a Linux program.\n\n"
     "  run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--durability process|machine] [--exclude DIR]...\n"
-    "      [--job-stdio] [--tcp=reset|refuse] [--] PROGRAM [ARG...]\n"
+    "      [--job-stdio] [--tcp=reset|refuse] [--compact] [--] PROGRAM [ARG...]\n"
     "                           run PROGRAM under Lazarus\n"
     "  checkpoint [-d DIR]      checkpoint the running job now; prints its index once durable\n"
     "  restart [-d DIR] [--at N] [--force] [--compress SPEC]\n"
@@ -41,7 +41,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"keep", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
         {"durability", required_argument, 0, 'D'}, {"exclude", required_argument, 0, 'x'}, {"force", no_argument, 0, 'f'},
         {"compress", required_argument, 0, 'c'}, {"job-stdio", no_argument, 0, 'S'},
-        {"tcp", required_argument, 0, 'T'}, {0, 0, 0, 0}};
+        {"tcp", required_argument, 0, 'T'}, {"compact", no_argument, 0, 'C'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -93,6 +93,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             o->tcp_refuse = !strcmp(optarg, "refuse");
             continue;
         }
+        if (c == 'C') { o->compact = 1; continue; }
         if (c == 'c') {
             char err[256];
             int codec, level;

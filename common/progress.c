@@ -82,6 +82,18 @@ int lz_task_blocks(int pid, int tid, int sig)
     return 0;
 }
 
+/* The task's time on a CPU in ns (schedstat's first field), or 0: stat's
+ * utime and stime move in 10 ms ticks, which a thread that runs a
+ * millisecond at a time passes only now and then. */
+static uint64_t run_ns(int pid, int tid)
+{
+    char buf[128];
+    if (read_proc(pid, tid, "schedstat", buf, sizeof buf) < 0) return 0;
+    uint64_t v = 0;
+    for (const char *c = buf; *c >= '0' && *c <= '9'; c++) v = v * 10 + (uint64_t)(*c - '0');
+    return v;
+}
+
 void lz_patience_start(struct lz_patience *p, uint64_t now, uint64_t base, uint64_t cap)
 {
     *p = (struct lz_patience){.t0 = now, .base = base, .cap = cap < base ? base : cap, .last_progress = now,
@@ -95,10 +107,12 @@ int lz_patience_more(struct lz_patience *p, uint64_t now, int pid, int tid, int 
         char st = 0;
         uint64_t cpu = 0;
         if (lz_task_look(pid, tid, &st, &cpu) < 0) st = 0;
-        int moved = st == 'R' || st == 'D' || (p->looked && st && cpu != p->cpu);
+        uint64_t ran = st ? run_ns(pid, tid) : 0;
+        int moved = st == 'R' || st == 'D' || (p->looked && st && (cpu != p->cpu || ran != p->run_ns));
         if (moved && !stuck) p->last_progress = now;
         p->state = st;
         p->cpu = cpu;
+        p->run_ns = ran;
         p->looked = 1;
         p->last_look = now;
     }

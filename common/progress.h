@@ -3,7 +3,9 @@
  * that is making progress gets more time, up to `cap`: a task that is
  * runnable (a busy machine has not given it a CPU yet), in an
  * uninterruptible wait (a loaded disk), or whose CPU time advanced since the
- * previous look (busy in a long call) has made progress then.  A wait gives
+ * previous look (busy in a long call; read in ns from schedstat too: stat's
+ * 10 ms ticks miss a thread that runs a millisecond at a time) has made
+ * progress then.  A wait gives
  * up once past `base` with no progress seen for LZ_PATIENCE_QUIET_NS (or
  * `base`, if shorter), or at `cap`.  Raw system calls, no allocation, no locks: used by the runtime in
  * its signal handler and by the static restorer as well as the CLI. */
@@ -19,6 +21,7 @@ struct lz_patience {
     uint64_t quiet;           /* no progress for this long: stuck */
     uint64_t last_look, last_progress;
     uint64_t cpu;             /* the task's utime + stime (ticks) at the last look */
+    uint64_t run_ns;          /* its time on a CPU (ns, schedstat; 0 unknown) then */
     char state;               /* its state then ('R', 'S', 'D', 'T', 'Z'...; 0: gone) */
     int looked;
 };

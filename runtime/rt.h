@@ -61,11 +61,13 @@ struct rt_state {
      * and stderr, a jobserver pipe): re-attached at restart to the
      * restarter's (rt_launcher.c).  ref: for a regular file, a close-on-exec
      * copy of it, which tells its open file description (kcmp) from the same
-     * file opened anew by name; -1 otherwise */
-    struct { int fd, ref; uint64_t dev, ino; } inherited[RT_MAX_INHERITED];
+     * file opened anew by name; -1 otherwise.  acc: its O_ACCMODE (a pipe's
+     * two ends share an inode), -1 unknown */
+    struct { int fd, ref, acc; uint64_t dev, ino; } inherited[RT_MAX_INHERITED];
     int ninherited;
     int codec, level;      /* compression of new frames (--compress) */
     int nofork;            /* LAZARUS_NO_FORK=1: write checkpoints in the pause (benchmarks) */
+    int compact;           /* LAZARUS_COMPACT=1 (run --compact): stale bytes bounded (rt_frames.c) */
     int tracing;           /* LAZARUS_TRACE=1 */
     int nodirty;           /* LAZARUS_NO_DIRTY=1: no dirty tracking, pages compared by digest (tests) */
     int lazyfree;          /* the program called madvise(MADV_FREE) once: clean pages may vanish */
@@ -332,7 +334,7 @@ void rt_launcher_start(int ctl_fd);
 int rt_launcher_of(int fd, uint64_t dev, uint64_t ino, uint32_t mode);
 /* 1: one of the runtime's references (never the program's). */
 int rt_launcher_is_ref(int fd);
-/* "LAZARUS_INHERITED=fd:dev:ino,..." for a program this process starts now
+/* "LAZARUS_INHERITED=fd:dev:ino:acc,..." for a program this process starts now
  * (those it still holds at their numbers) into buf. */
 void rt_launcher_env(char *buf, size_t len);
 /* After a restart: the restarter's descriptors are the launcher's now. */

@@ -69,7 +69,8 @@ static int describe(struct rt_ckpt *ck, int fd, struct lz_fd *out)
                 return 0;
             }
     if (from >= 0) {
-        out->kind = LZ_FD_STDIO; /* the launcher's: re-attached to the restarter's */
+        out->kind = LZ_FD_STDIO; /* the launcher's, here or dup'ed: re-attached to the restarter's */
+        out->launcher = from != fd ? (uint32_t)from + 1 : 0;
         return 0;
     }
     /* the launcher's terminal on 0/1/2 at another of those numbers is still the restarter's */

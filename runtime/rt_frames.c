@@ -126,7 +126,7 @@ static int flush_frame(struct writer *w)
 /* Copy mode: the program runs on while this writer works, so the clean
  * pages of a sparse frame, stored again, are read back from that frame in
  * its pack rather than from the program's memory. */
-static const char *prev_frame_data(struct writer *w, uint32_t f)
+const char *rt_prev_frame_data(struct writer *w, uint32_t f)
 {
     if (w->rf_frame == f) return w->rf_raw;
     const struct lz_frame *fr = &w->pm->frames[f];
@@ -163,20 +163,26 @@ static const char *prev_frame_data(struct writer *w, uint32_t f)
 }
 
 /* p is stable when it stays readable and unchanged until the frame is
- * written (the program's snapshot or a copy of it), not a reused buffer. */
+ * written (the program's snapshot or a copy of it), not a reused buffer.
+ * In a window (rt_windows.c) the page is stored whatever holds it already:
+ * the window's frame holds its range whole, in order. */
 static int store_page(struct writer *w, size_t rfirst, uint64_t a, const void *p, int stable, int file,
                       const struct pgref *g)
 {
     struct pgref mine;
+    long win = w->nwin ? rt_window_of(w, a) : -1;
     if (!g) { rt_examine_page(w, p, &mine); g = &mine; } /* a page of a sparse frame, stored again */
-    if (g->frame == PG_ZERO) return file ? emit(w, rfirst, a, PAGE, LZ_FRAME_ZERO, 0) : 0;
-    if (g->frame != PG_NONE && !w->sparse[g->frame]) {
+    if (g->frame == PG_ZERO && win < 0) return file ? emit(w, rfirst, a, PAGE, LZ_FRAME_ZERO, 0) : 0;
+    if (g->frame != PG_NONE && g->frame != PG_ZERO && !w->sparse[g->frame] && win < 0) {
         long f = use_prev_frame(w, g->frame);
         return f < 0 ? -1 : emit(w, rfirst, a, PAGE, (uint32_t)f, g->skip);
     }
     uint32_t skip;
-    long f = rt_dedup_new(w, g->d0, g->d1, &skip);
+    long f = win < 0 ? rt_dedup_new(w, g->d0, g->d1, &skip) : -1;
     if (f >= 0) return emit(w, rfirst, a, PAGE, (uint32_t)f, skip);
+    /* a window's frame starts and ends with it */
+    if (win != w->cur_win && w->spos && flush_frame(w) < 0) return -1;
+    w->cur_win = win;
     if (!w->spos) {
         if (w->nm->nframes == w->nm->frames_cap) return rt_fail(w->ck, "too many frames", 0);
         w->sframe = (uint32_t)w->nm->nframes++;
@@ -196,13 +202,64 @@ static int store_page(struct writer *w, size_t rfirst, uint64_t a, const void *p
         w->contig = 0;
     }
     if (!w->contig) memcpy(w->stage + w->spos, p, PAGE);
-    uint32_t i = pend_slot(g->d0);
-    while (w->pend[i].used) i = (i + 1) % PENDING_SLOTS;
-    w->pend[i] = (struct pend){g->d0, g->d1, w->spos, 1};
+    if (g->frame != PG_ZERO) { /* a zero page (in a window) has no digest: not findable */
+        uint32_t i = pend_slot(g->d0);
+        while (w->pend[i].used) i = (i + 1) % PENDING_SLOTS;
+        w->pend[i] = (struct pend){g->d0, g->d1, w->spos, 1};
+    }
     int rc = emit(w, rfirst, a, PAGE, w->sframe, w->spos);
     w->spos += PAGE;
     if (rc == 0 && w->spos == LZ_FRAME_MAX) rc = flush_frame(w);
     return rc;
+}
+
+/* Which previous frames have their live pages stored again.  A restart reads
+ * every frame it uses whole (one checksum per frame), replaced pages too, so
+ * what a chain of increments leaves in its old frames is what a restart from
+ * its newest checkpoint reads in vain.  Bounded two ways:
+ *  - a frame less than half referenced is stored again (libckpt's rule: old
+ *    packs stop being needed, `gc` deletes them);
+ *  - under `run --compact` (rt.compact), the stale bytes of all frames kept
+ *    stay within 1/LZ_STALE_SHARE of the bytes the checkpoint holds: the
+ *    sparsest frames go first, by buckets of live share (no sort, no
+ *    allocation), until the rest fit; a frame that was one address range is
+ *    stored again as that range whole (rt_windows.c).  It costs increments
+ *    several times what changed, so it is not the default.
+ * A frame stored again costs the writer its live pages (off the pause: read
+ * back from the pack in copy mode, from the snapshot in a forked writer). */
+#define LZ_STALE_SHARE 16
+#define SHARE_BUCKETS 64
+static int choose_sparse(struct writer *w, size_t pf, uint64_t nnew)
+{
+    uint64_t held = nnew * PAGE, stale_kept = 0, stale_in[SHARE_BUCKETS] = {0};
+    for (size_t f = 0; f < pf; f++) {
+        uint64_t raw = w->pm->frames[f].raw, live = w->live[f] < raw ? w->live[f] : raw;
+        w->sparse[f] = live * 2 < raw;
+        held += live;
+        if (w->sparse[f] || !live) continue;
+        stale_kept += raw - live;
+        stale_in[live * SHARE_BUCKETS / (raw + 1)] += raw - live;
+    }
+    if (!rt.compact) return 0; /* the default: an increment writes what changed */
+    uint64_t budget = held / LZ_STALE_SHARE;
+    /* whole buckets stored again, sparsest first, and of the last one only
+     * the frames needed: a chain's frames, aging alike, are then stored
+     * again a few at each checkpoint rather than all at once */
+    size_t cut = 0;
+    uint64_t part = 0; /* in the last bucket: the stale bytes still to free */
+    int partial = 0;
+    while (cut < SHARE_BUCKETS && stale_kept > budget) {
+        if (stale_kept - stale_in[cut] < budget) { part = stale_kept - budget; partial = 1; cut++; break; }
+        stale_kept -= stale_in[cut++];
+    }
+    for (size_t f = 0; f < pf && cut; f++) {
+        uint64_t raw = w->pm->frames[f].raw, live = w->live[f] < raw ? w->live[f] : raw;
+        if (w->sparse[f] || !live) continue;
+        size_t b = (size_t)(live * SHARE_BUCKETS / (raw + 1));
+        if (b + 1 < cut || (b + 1 == cut && !partial)) w->sparse[f] = 1;
+        else if (b + 1 == cut && part) { w->sparse[f] = 1; part = part > raw - live ? part - (raw - live) : 0; }
+    }
+    return 0;
 }
 
 int rt_store_pages(struct rt_ckpt *ck)
@@ -270,7 +327,8 @@ int rt_store_pages(struct rt_ckpt *ck)
         if (it->kind == IT_NEW)
             for (uint64_t o = 0; o < it->len; o += PAGE) rt_examine_page(w, (const void *)(it->src + o), &pg[n++]);
     }
-    for (size_t f = 0; f < pf; f++) w->sparse[f] = w->live[f] * 2 < w->pm->frames[f].raw;
+    if (rc == 0) rc = choose_sparse(w, pf, nnew);
+    if (rc == 0) rc = rt_windows_plan(w, pf);
     size_t npg = 0;
     for (size_t i = 0; i < ck->nregions && rc == 0; i++) {
         struct lz_region *r = &ck->regions[i];
@@ -279,7 +337,8 @@ int rt_store_pages(struct rt_ckpt *ck)
         for (uint32_t k = ck->ritems[i]; k < ck->ritems[i + 1] && rc == 0; k++) {
             const struct rt_item *it = &ck->items[k];
             if (it->kind == IT_ZERO) { rc = emit(w, rfirst, it->addr, it->len, LZ_FRAME_ZERO, 0); continue; }
-            if (it->kind == IT_REF && !w->sparse[it->pframe]) {
+            int kept = it->kind == IT_REF && !w->sparse[it->pframe];
+            if (kept && !(w->nwin && rt_window_overlaps(w, it->addr, it->len))) {
                 long f = use_prev_frame(w, it->pframe);
                 rc = f < 0 ? -1 : emit(w, rfirst, it->addr, it->len, (uint32_t)f, it->skip);
                 continue;
@@ -297,8 +356,18 @@ int rt_store_pages(struct rt_ckpt *ck)
                 const struct pgref *g = it->kind == IT_NEW && two_pass ? &pg[npg++] : NULL;
                 if (digest && g && g->frame == PG_NONE) w->changed += PAGE;
                 const char *src = (const char *)(it->src + o);
+                if (kept && rt_window_of(w, it->addr + o) < 0) { /* beside a window: referenced */
+                    long f = use_prev_frame(w, it->pframe);
+                    rc = f < 0 ? -1 : emit(w, rfirst, it->addr + o, PAGE, (uint32_t)f, it->skip + (uint32_t)o);
+                    continue;
+                }
+                if (kept) { /* pulled into a window */
+                    if (!(src = rt_window_pulled(w, it, o))) { rc = -1; break; }
+                    rc = store_page(w, rfirst, it->addr + o, src, 1, it->region_file, NULL);
+                    continue;
+                }
                 int again = it->kind == IT_REF && ck->planned; /* a sparse frame's page, the program running */
-                if (again && !(src = prev_frame_data(w, it->pframe))) { rc = -1; break; }
+                if (again && !(src = rt_prev_frame_data(w, it->pframe))) { rc = -1; break; }
                 if (again) src += it->skip + o;
                 rc = store_page(w, rfirst, it->addr + o, src, !again && !(moving && it->src == it->addr), it->region_file, g);
             }
@@ -306,6 +375,7 @@ int rt_store_pages(struct rt_ckpt *ck)
         r->nextents = (uint32_t)(w->nm->nextents - rfirst);
     }
     if (rc == 0) rc = flush_frame(w);
+    rt_windows_done(w);
     if (w->rf_fd >= 0) lz_sc1(SYS_close, w->rf_fd);
     rt_trace(ck->t0, "writer", "pages stored");
     uint64_t written = w->io ? rt_packio_offset(w->io) : 0;

@@ -212,6 +212,8 @@ __attribute__((constructor)) static void rt_init(void)
         fprintf(stderr, "lazarus: %s; using lz4\n", cerr);
         rt.codec = LZ_CODEC_LZ4;
     }
+    const char *cp = rt_env("LAZARUS_COMPACT");
+    rt.compact = cp && *cp == '1';
     const char *nf = rt_env("LAZARUS_NO_FORK");
     rt.nofork = nf && *nf == '1';
     rt.tracing = rt_env("LAZARUS_TRACE") != NULL;

@@ -6,7 +6,11 @@
  * rollback, and another writer's lines are no outside change), and a restart
  * gives the program the restarter's descriptor of the same number instead.
  *
- * Terminals, pipes and sockets are known by their number and identity.  A
+ * Terminals, pipes and sockets are known by their identity (device, inode
+ * and access mode: a pipe's ends share an inode), at their own number or
+ * another one (a shell's `exec 10>&1`, or bash saving its stdout on 10 while
+ * a redirected command runs): the restarter's of the launcher's number then
+ * takes that place too.  A
  * regular file is known by its open file description: the runtime keeps a
  * close-on-exec copy of it (`ref`, at RT_LAUNCHER_FD_BASE or above) and asks
  * kcmp, so the program's dups of it at other numbers (`exec 3>&1`) are the
@@ -15,7 +19,7 @@
  * descriptor) falls back to number and identity.  With `run --job-stdio`
  * (LAZARUS_JOB_STDIO=1) regular files are the job's, as any other.
  *
- * Children inherit the list (LAZARUS_INHERITED "fd:dev:ino,...", made at
+ * Children inherit the list (LAZARUS_INHERITED "fd:dev:ino:acc,...", made at
  * each exec from what the process still holds at those numbers) and make
  * their own copies of the regular files among them. */
 #include "rt.h"
@@ -42,6 +46,12 @@ static int same_description(int a, int b)
     return lz_sc5(SYS_kcmp, self, self, KCMP_FILE, a, b) == 0;
 }
 
+static int access_mode(int fd)
+{
+    long fl = lz_sc2(SYS_fcntl, fd, F_GETFL);
+    return fl < 0 ? -1 : (int)(fl & O_ACCMODE);
+}
+
 int rt_launcher_is_ref(int fd)
 {
     for (int i = 0; i < rt.ninherited; i++)
@@ -59,7 +69,10 @@ int rt_launcher_of(int fd, uint64_t dev, uint64_t ino, uint32_t mode)
             if (same_description(fd, rt.inherited[i].ref) && (k == fd || found < 0)) found = k;
             continue;
         }
-        if (k == fd && rt.inherited[i].dev == dev && rt.inherited[i].ino == ino) return k;
+        if (rt.inherited[i].dev != dev || rt.inherited[i].ino != ino) continue;
+        if (k == fd) return k;
+        /* a regular file whose copy was closed: by number only */
+        if (found < 0 && !S_ISREG(mode) && (rt.inherited[i].acc < 0 || rt.inherited[i].acc == access_mode(fd))) found = k;
     }
     return found;
 }
@@ -70,11 +83,12 @@ static int launchers_hook(int fd, uint64_t dev, uint64_t ino, uint32_t mode)
     return rt_launcher_of(fd, dev, ino, mode) >= 0;
 }
 
-static void add(int fd, const struct stat *st, int regular)
+static void add(int fd, const struct stat *st, int regular, int acc)
 {
     if (rt.ninherited >= RT_MAX_INHERITED) return;
     int i = rt.ninherited++;
     rt.inherited[i].fd = fd;
+    rt.inherited[i].acc = acc;
     rt.inherited[i].dev = (uint64_t)st->st_dev;
     rt.inherited[i].ino = (uint64_t)st->st_ino;
     long ref = regular ? lz_sc3(SYS_fcntl, fd, F_DUPFD_CLOEXEC, RT_LAUNCHER_FD_BASE) : -1;
@@ -93,6 +107,8 @@ void rt_launcher_start(int cfd)
             unsigned long long dev = strtoull(e + 1, &e, 10);
             if (*e != ':') break;
             unsigned long long ino = strtoull(e + 1, &e, 10);
+            int acc = -1; /* the launcher's access mode: this process may hold another file at fd */
+            if (*e == ':') acc = (int)strtol(e + 1, &e, 10);
             struct stat st;
             /* one it does not have (closed before the exec) it cannot get back;
              * a regular file is the launcher's only if it is still that file
@@ -102,7 +118,7 @@ void rt_launcher_start(int cfd)
             if (have && (!regular || ((uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino))) {
                 st.st_dev = (dev_t)dev;
                 st.st_ino = (ino_t)ino;
-                add((int)fd, &st, regular && fd < LZ_LAUNCHER_FDS);
+                add((int)fd, &st, regular && fd < LZ_LAUNCHER_FDS, regular ? access_mode((int)fd) : acc);
             }
             p = *e == ',' ? e + 1 : e;
         }
@@ -115,7 +131,7 @@ void rt_launcher_start(int cfd)
         if (fd == cfd || fstat(fd, &st) < 0 || S_ISDIR(st.st_mode)) continue;
         int regular = S_ISREG(st.st_mode);
         if (regular && (job_files || fd >= LZ_LAUNCHER_FDS)) continue;
-        add(fd, &st, regular);
+        add(fd, &st, regular, access_mode(fd));
     }
 }
 
@@ -127,8 +143,9 @@ void rt_launcher_env(char *buf, size_t len)
         int k = rt.inherited[i].fd;
         /* a regular file put elsewhere (`cmd >> same.out`) is not the launcher's there */
         if (ref_valid(i) && !same_description(k, rt.inherited[i].ref)) continue;
-        n += (size_t)rt_fmt(buf + n, len - n, "%s%d:%llu:%llu", first ? "" : ",", k,
-                            (unsigned long long)rt.inherited[i].dev, (unsigned long long)rt.inherited[i].ino);
+        n += (size_t)rt_fmt(buf + n, len - n, "%s%d:%llu:%llu:%d", first ? "" : ",", k,
+                            (unsigned long long)rt.inherited[i].dev, (unsigned long long)rt.inherited[i].ino,
+                            rt.inherited[i].acc);
         first = 0;
     }
 }
@@ -139,7 +156,10 @@ void rt_launcher_restarted(const struct lz_resume *r)
     for (int k = 0; k < LZ_LAUNCHER_FDS; k++) {
         int known = 0;
         for (int i = 0; i < rt.ninherited; i++) known |= rt.inherited[i].fd == k;
-        if (!known && r->launcher_ref[k] >= 0 && rt.ninherited < RT_MAX_INHERITED) rt.inherited[rt.ninherited++].fd = k;
+        if (!known && r->launcher_ref[k] >= 0 && rt.ninherited < RT_MAX_INHERITED) {
+            rt.inherited[rt.ninherited].acc = -1;
+            rt.inherited[rt.ninherited++].fd = k;
+        }
     }
     for (int i = 0; i < rt.ninherited; i++) {
         struct stat st;
@@ -154,6 +174,7 @@ void rt_launcher_restarted(const struct lz_resume *r)
             rt.inherited[i].dev = (uint64_t)st.st_dev;
             rt.inherited[i].ino = (uint64_t)st.st_ino;
             rt.inherited[i].ref = ref;
+            rt.inherited[i].acc = access_mode(at);
         }
     }
 }

@@ -61,6 +61,7 @@ struct rt_item {
 enum { IT_REF = 1, IT_NEW = 2, IT_ZERO = 3 };
 
 struct pend { uint64_t d0, d1; uint32_t skip, used; };
+struct rt_window { uint64_t start, end; }; /* an old frame's range, stored again whole (rt_windows.c) */
 
 struct writer {
     struct rt_ckpt *ck;
@@ -88,6 +89,8 @@ struct writer {
     uint32_t packidx; /* this pack in nm->packs */
     char pack_path[LZ_PATH_MAX + 64];
     uint64_t changed;
+    struct rt_window *win; size_t nwin; long cur_win; /* by address; the window of the frame being filled, -1 */
+    char *pull; uint64_t pull_len; uint64_t pulled;   /* copy mode: the pulled-in pages, in store order */
 };
 
 static inline uint32_t pend_slot(uint64_t d0) { return (uint32_t)(d0 % PENDING_SLOTS); }
@@ -96,6 +99,18 @@ static inline uint32_t pend_slot(uint64_t d0) { return (uint32_t)(d0 % PENDING_S
 struct pgref { uint64_t d0, d1; uint32_t frame, skip; };
 #define PG_ZERO 0xfffffffeu
 #define PG_NONE 0xffffffffu
+
+/* rt_frames.c: copy mode, a previous frame read back from its pack (checked). */
+const char *rt_prev_frame_data(struct writer *w, uint32_t f);
+
+/* rt_windows.c: once the sparse frames are chosen, their ranges (and in copy
+ * mode the pages to pull in, read back); the window holding an address, or
+ * -1; whether a run meets one; the next pulled-in page's bytes. */
+int rt_windows_plan(struct writer *w, size_t pf);
+long rt_window_of(const struct writer *w, uint64_t a);
+int rt_window_overlaps(const struct writer *w, uint64_t a, uint64_t len);
+const char *rt_window_pulled(struct writer *w, const struct rt_item *it, uint64_t o);
+void rt_windows_done(struct writer *w);
 
 /* rt_plan.c: in a forked writer, every region from pagemap. */
 int rt_plan_all(struct rt_ckpt *ck);

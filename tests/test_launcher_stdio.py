@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+import conftest
 from conftest import INCLUDE, LAZARUS, LIBDIR, _compile
 
 STEPS, CKPT, FAIL, WAIT = 40, 10, 15, 20
@@ -216,3 +217,31 @@ def test_job_stdio_rolls_the_files_back(runner, prog):
     assert lines(b / "err") == errs(0, STEPS), "err must be rolled back to the checkpoint, Lazarus' later lines too"
     assert lines(b / "out2") == []
     assert program_lines(b / "err2") == []
+
+
+WAIT_RELEASE = 'while [ ! -e release ]; do sleep 0.05; done'
+PARKED = {
+    # the script keeps the launcher's stdout pipe on 10 itself
+    "exec": f"exec 10>&1 1>/dev/null\necho ready >&10\n{WAIT_RELEASE}\necho after >&10\n",
+    # bash saves its stdout on 10 while a redirected compound command runs, and puts it back after
+    "saved": f"echo ready\n{{ {WAIT_RELEASE}; }} > /dev/null\necho after\n",
+}
+
+
+@pytest.mark.parametrize("shape", list(PARKED))
+def test_launcher_pipe_parked_on_another_descriptor(runner, shape):
+    """bash holds the launcher's stdout pipe on descriptor 10 (`exec 10>&1`, or
+    its own save around `{ ...; } > /dev/null`) when it is checkpointed: that
+    is the launcher's pipe, not one the job made, so after a restart it writes
+    into the restarter's stdout (it was given a pipe with no reader, and died
+    of SIGPIPE)."""
+    b = runner.base
+    (b / "job.sh").write_text(PARKED[shape])
+    store = b / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "bash", b / "job.sh")
+    proc.wait_for_output(r"^ready$", 60)
+    runner.lz("checkpoint", "-d", store, check_rc=0)
+    conftest.kill_program(proc, "bash")
+    runner.touch(b / "release")
+    r = runner.lz("restart", "-d", store, timeout=120)
+    assert r.rc == 0 and r.stdout.splitlines() == ["after"], str(r)
