@@ -1,6 +1,7 @@
 /* The job's tree, read while every process is captured and still stopped:
  * each process's ids as the job sees them, the exited ones' wait status, the
- * open file descriptions processes share, the socket pairs between them. */
+ * open file descriptions processes share (files, sockets, event-loop
+ * objects), the socket pairs between them. */
 #include "job_ckpt.h"
 #include "tree.h"
 #include "util.h"
@@ -46,7 +47,7 @@ static int fdent_cmp(const void *a, const void *b)
     return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
-static int find_shared(struct sv_state *st, struct lz_tree *t, char *why, size_t whylen)
+static int find_shared(struct sv_state *st, struct lz_tree *t)
 {
     struct fdent *v = NULL;
     size_t n = 0, cap = 0;
@@ -63,8 +64,8 @@ static int find_shared(struct sv_state *st, struct lz_tree *t, char *why, size_t
             char fp[96];
             struct stat sb;
             snprintf(fp, sizeof fp, "/proc/%d/fd/%d", p->pid, fd);
-            /* eventfd, timerfd, signalfd and epoll objects (anonymous inodes, no file
-             * type) are restored per process: one shared between processes is refused below */
+            /* eventfd, timerfd, signalfd, epoll and inotify objects (anonymous inodes, no
+             * file type): one shared between processes is made once (restart_tree.c) */
             if (stat(fp, &sb) < 0) continue;
             if ((sb.st_mode & S_IFMT) == 0 && !is_event_object(fp)) continue;
             /* (sockets: a listener a parent shares with its children is made once, restart_tree.c) */
@@ -102,15 +103,6 @@ static int find_shared(struct sv_state *st, struct lz_tree *t, char *why, size_t
         }
         a = b;
     }
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < n && v[i].group >= 0 && (v[i].mode & S_IFMT) == 0; k++)
-            if (v[k].group == v[i].group && v[k].pid != v[i].pid) {
-                snprintf(why, whylen, "descriptor %d of process %d (an eventfd, timerfd, signalfd, epoll or inotify) is shared with "
-                         "process %d of the job: such a descriptor shared between processes cannot be restored yet; "
-                         "close it in one of them", v[i].fd, v[i].inner, v[k].inner);
-                free(v);
-                return -1;
-            }
     size_t ns = 0;
     for (size_t i = 0; i < n; i++) ns += v[i].group >= 0;
     t->shared = calloc(ns ? ns : 1, sizeof *t->shared);
@@ -215,6 +207,6 @@ int jc_build_tree(struct sv_state *st, struct lz_tree *t, char *why, size_t whyl
             if (i) snprintf(tp->dir, sizeof tp->dir, LZ_PROC_PREFIX "%d", tp->pid);
         }
     }
-    if (find_shared(st, t, why, whylen) < 0) return -1;
+    if (find_shared(st, t) < 0) return -1;
     return t->shared ? 0 : -1;
 }

@@ -2,8 +2,8 @@
  * every part is loaded and checked before anything changes (its manifest,
  * its mapped files, its pipes' data), then the plan the restorers follow is
  * made (store/restart_plan.h): who makes which child, process groups and
- * sessions, zombies, and the pipes and open file descriptions processes
- * share, each made once by their nearest common ancestor. */
+ * sessions, zombies, and the pipes, open file descriptions and event-loop
+ * objects processes share, each made once by their nearest common ancestor. */
 #include "cli.h"
 #include "frames_check.h"
 #include "restart_plan.h"
@@ -148,6 +148,15 @@ static const struct lz_fd *fd_record(const struct lz_image *img, int fd)
     return NULL;
 }
 
+/* The record of event-loop object descriptor fd (not a watch). */
+static const struct lz_event *event_record(const struct lz_image *img, int fd)
+{
+    for (size_t i = 0; i < img->nevents; i++)
+        if (img->events[i].fd == fd && img->events[i].kind != LZ_EV_WATCH && img->events[i].kind != LZ_EV_INWATCH)
+            return &img->events[i];
+    return NULL;
+}
+
 /* Open deleted files whose inode processes hold through descriptions of
  * their own (each opened it before it was deleted): one inode, made by the
  * nearest common ancestor of its holders, every description opened through
@@ -192,8 +201,9 @@ static int plan_ghost_inodes(struct restart_tree *rt, const char *ckpt, struct o
     return 0;
 }
 
-/* Open file descriptions of regular files, directories and devices that
- * several processes share (the tree's groups).  A dup inside one process
+/* Open file descriptions of regular files, directories, devices, local
+ * sockets and event-loop objects that several processes share (the tree's
+ * groups).  A dup inside one process
  * follows its original; stdio from the launcher and deleted files are made
  * per process, as before. */
 static int plan_files(struct restart_tree *rt, const char *ckpt, struct objs *o, char *why, size_t whylen)
@@ -215,7 +225,7 @@ static int plan_files(struct restart_tree *rt, const char *ckpt, struct objs *o,
             if (k < 0 || t->procs[k].state != LZ_TP_LIVE) continue;
             const struct lz_fd *f = fd_record(&rt->imgs[k], t->shared[r].fd);
             if (!f || (f->kind != LZ_FD_FILE && f->kind != LZ_FD_DIR && f->kind != LZ_FD_DEV && f->kind != LZ_FD_USOCK &&
-                       f->kind != LZ_FD_GHOST)) continue;
+                       f->kind != LZ_FD_GHOST && f->kind != LZ_FD_EVENT)) continue;
             if (!model) model = f, mimg = &rt->imgs[k], creator = t->procs[k].pid, mk = k;
             else creator = common_ancestor(t, creator, t->procs[k].pid);
             if (t->procs[k].pid != last_pid) nprocs++;
@@ -250,6 +260,19 @@ static int plan_files(struct restart_tree *rt, const char *ckpt, struct objs *o,
                 snprintf(why, whylen, "the store's path is too long");
                 return -1;
             }
+            continue;
+        }
+        if (model->kind == LZ_FD_EVENT) { /* an event-loop object: made from its record (restore_events.c) */
+            const struct lz_event *e = event_record(mimg, model->fd);
+            if (!e) {
+                snprintf(why, whylen, "process %d: descriptor %d has no event record in its manifest", t->procs[mk].pid,
+                         model->fd);
+                return -1;
+            }
+            ob->kind = LZ_PO_EVENT;
+            ob->event = *e;
+            ob->flags = model->flags;
+            ob->leader = t->procs[mk].pid;
             continue;
         }
         ob->flags = model->flags;

@@ -1,7 +1,8 @@
 /* Event-loop descriptors made anew with their state (format.h, lz_event):
  * an eventfd with its counter and flags, a signalfd with its mask, a timerfd
  * on its clock, an epoll empty at first, an inotify (its watches, by path,
- * are restore_inotify.c's).  Once every descriptor is at its
+ * are restore_inotify.c's); one several processes of the job share is made
+ * once, from its first holder's record (restore_tree.c).  Once every descriptor is at its
  * number, the epolls get their watches back (each with its events and data)
  * and the timers are armed:
  *   - a relative timer keeps the time it had left (the downtime is not
@@ -39,8 +40,13 @@ static const struct lz_event *object_of(const struct lz_image *img, int fd)
 
 int restore_event_open(const struct lz_image *img, const struct lz_fd *f)
 {
-    const struct lz_event *e = object_of(img, f->fd);
-    int nb = (f->flags & O_NONBLOCK) ? 1 : 0, fd = -1;
+    return restore_event_make(object_of(img, f->fd), f->flags);
+}
+
+int restore_event_make(const struct lz_event *e, uint32_t open_flags)
+{
+    const struct lz_event *f = e; /* (its descriptor, for messages) */
+    int nb = (open_flags & O_NONBLOCK) ? 1 : 0, fd = -1;
     const char *what = "?";
     switch (e->kind) {
     case LZ_EV_EVENTFD:
@@ -120,11 +126,14 @@ static void arm_timer(const struct lz_event *e)
 
 void restore_events_finish(const struct lz_image *img)
 {
+    /* an object shared with other processes of the job gets its watches and
+     * its arming once, from its first holder (restore_tree.c) */
     for (size_t i = 0; i < img->nevents; i++)
-        if (img->events[i].kind == LZ_EV_INOTIFY) restore_inotify_watches(img, &img->events[i]);
+        if (img->events[i].kind == LZ_EV_INOTIFY && !restore_tree_event_other(img->events[i].fd))
+            restore_inotify_watches(img, &img->events[i]);
     for (size_t i = 0; i < img->nevents; i++) {
         const struct lz_event *e = &img->events[i];
-        if (e->kind != LZ_EV_WATCH) continue;
+        if (e->kind != LZ_EV_WATCH || restore_tree_event_other(e->fd)) continue;
         struct epoll_event ev = {.events = (uint32_t)e->mask, .data.u64 = e->data};
         if (epoll_ctl(e->fd, EPOLL_CTL_ADD, e->target, &ev) == 0) continue;
         if (errno == EPERM) /* the restarter's file in its place (a regular file, /dev/null) */
@@ -133,5 +142,5 @@ void restore_events_finish(const struct lz_image *img)
         restore_fail("cannot make epoll descriptor %d watch descriptor %d again: %s", e->fd, e->target, strerror(errno));
     }
     for (size_t i = 0; i < img->nevents; i++)
-        if (img->events[i].kind == LZ_EV_TIMERFD) arm_timer(&img->events[i]);
+        if (img->events[i].kind == LZ_EV_TIMERFD && !restore_tree_event_other(img->events[i].fd)) arm_timer(&img->events[i]);
 }

@@ -2,7 +2,7 @@
  * (store/restart_plan.h, made by `lazarus restart`) says which children this
  * process makes, with which PIDs, process groups and sessions, which of
  * them are zombies, and which objects (pipes, socket pairs, open file
- * descriptions, shared memory, pseudo-terminals) it makes for its descendants to inherit.  Before its jump back every restorer says
+ * descriptions, event-loop objects, shared memory, pseudo-terminals) it makes for its descendants to inherit.  Before its jump back every restorer says
  * READY and waits until the supervisor lets all go at once: a job whose
  * restore failed in any process never runs. */
 #include "restorer.h"
@@ -188,6 +188,11 @@ static void make_objects(void)
             place(sv[1], o->fd2, what);
             continue;
         }
+        if (o->kind == LZ_PO_EVENT) { /* empty or unarmed: its leader adds watches and arms it */
+            snprintf(what, sizeof what, "event-loop descriptor %d, shared by processes of the job", o->event.fd);
+            place(restore_event_make(&o->event, o->flags), o->fd, what);
+            continue;
+        }
         if (o->kind == LZ_PO_SHM) {
             snprintf(what, sizeof what, "the memory shared by processes of the job");
             int fd = memfd_create("lazarus-shared", 0);
@@ -356,7 +361,7 @@ int *restore_tree_fds(const struct lz_image *img, int base)
                 (o->kind == LZ_PO_TCP && f->kind == LZ_FD_INET && (f->ino == o->chan.ino || f->ino == o->chan2.ino))) {
                 src[i] = take(f->ino == o->chan.ino ? o->fd : o->fd2, base, f->fd);
                 restore_set_flags(src[i], f->flags, f->fd); /* O_NONBLOCK belongs to the description */
-            } else if (o->kind == LZ_PO_FILE || o->kind == LZ_PO_USOCK || o->kind == LZ_PO_GHOST) {
+            } else if (o->kind == LZ_PO_FILE || o->kind == LZ_PO_USOCK || o->kind == LZ_PO_GHOST || o->kind == LZ_PO_EVENT) {
                 for (uint32_t k = 0; k < plan.h.nholds; k++)
                     if (plan.holds[k].obj == j && plan.holds[k].pid == plan.me->pid && plan.holds[k].fd == f->fd) {
                         src[i] = take(o->fd, base, f->fd);
@@ -383,6 +388,16 @@ int restore_tree_shared_pty(uint64_t index)
 {
     for (uint32_t j = 0; plan.me && j < plan.h.nobjs; j++)
         if (plan.objs[j].kind == LZ_PO_PTY && (uint64_t)plan.objs[j].offset == index) return 1;
+    return 0;
+}
+
+int restore_tree_event_other(int fd)
+{
+    for (uint32_t k = 0; plan.me && k < plan.h.nholds; k++) {
+        const struct lz_plan_hold *h = &plan.holds[k];
+        if (h->pid == plan.me->pid && h->fd == fd && h->obj < plan.h.nobjs && plan.objs[h->obj].kind == LZ_PO_EVENT)
+            return plan.objs[h->obj].leader != plan.me->pid;
+    }
     return 0;
 }
 

@@ -64,6 +64,7 @@ void restore_inet_pair(const struct lz_inet *a, const char *pa, const struct lz_
  * LZ_FD_EVENT descriptor f, made anew (close-on-exec; the caller places it);
  * then, with every descriptor in place, the epoll watches and the timers. */
 int restore_event_open(const struct lz_image *img, const struct lz_fd *f);
+int restore_event_make(const struct lz_event *e, uint32_t open_flags);
 void restore_events_finish(const struct lz_image *img);
 /* Pseudo-terminals (restore_pty.c): per descriptor record of one, an open
  * file parked at >= base (-1 for the other records); malloc'ed. */
@@ -139,6 +140,7 @@ int restore_tree_main_pid(int own);
 int *restore_tree_fds(const struct lz_image *img, int base);
 int restore_tree_shared_chan(uint64_t ino); /* a pipe or socket the plan makes */
 int restore_tree_shared_pty(uint64_t index); /* a pseudo-terminal the plan makes */
+int restore_tree_event_other(int fd); /* an event object the plan makes whose first holder is another process */
 /* Sessions and groups exactly (restore_sessions.c): the plan's processes;
  * does leader `me` make children of its old session before its setsid; the
  * session it is in now as the plan names it; child q made in its session and

@@ -9,7 +9,9 @@
  * Objects are what several processes share and so must be made once, by the
  * nearest common ancestor of those that hold them, before it makes its
  * children: a pipe (with the bytes in flight), an open file description
- * (a file's offset and flags, shared after a fork) or shared memory.  Each sits at a fixed
+ * (a file's offset and flags, shared after a fork), an event-loop object
+ * (an eventfd, timerfd, signalfd, epoll or inotify inherited over fork) or
+ * shared memory.  Each sits at a fixed
  * descriptor number above every number any process of the job used, not
  * close-on-exec, so every process made after it inherits it; a restorer
  * takes the ones it holds into place and closes the rest. */
@@ -72,6 +74,14 @@ enum lz_plan_kind {
     LZ_PO_TCP = 9, /* a TCP connection whose ends two processes hold: fd is end `inet` (the
                     * accepting one; chan.ino its socket's inode), fd2 end `inet2` (chan2.ino),
                     * each with the data it had queued to read (path, path2) */
+    LZ_PO_EVENT = 10, /* an eventfd, timerfd, signalfd, epoll or inotify whose description several
+                       * processes share (inherited over fork: a prefork pool's): made by `creator`
+                       * from `event` (the first holder's record; open flags in `flags`), each
+                       * holder taking it (the holds); `leader`, that first holder, alone gives
+                       * it what needs descriptor numbers or must happen once after every
+                       * descriptor is in place: an epoll's watches (all holders' tables name the
+                       * same files at those numbers: runtime/rt_events.c checks each with kcmp),
+                       * an inotify's watches, a timer's arming */
     LZ_PO_SHM = 3, /* shared memory (LZ_R_SHARED_ANON regions with one object's dev/ino in
                     * several processes): a memfd of `offset` bytes; each process maps its
                     * part of it and fills it from its own image (the same bytes) */
@@ -93,6 +103,8 @@ struct lz_plan_obj {
     struct lz_usock usock; /* LZ_PO_USOCK: its record */
     struct lz_fd ghost;    /* LZ_PO_GHOST: the first holder's record (mode, mtime, checksum, flags, offset) */
     struct lz_inet inet, inet2; /* TCP connection: its two ends' records */
+    struct lz_event event;      /* LZ_PO_EVENT: the first holder's record of the object */
+    int32_t leader, pad2;       /* LZ_PO_EVENT: that holder's PID */
 };
 
 /* Process pid's descriptor fd is file object obj (pipes are matched by inode). */
