@@ -5,6 +5,7 @@
 #include "codec.h"
 #include "rt_dirty.h"
 #include "rt_map.h"
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -136,6 +137,40 @@ static void rt_atfork_child_body(void)
     rt_own_channel();
 }
 
+/* The runtime's fork handlers come before every other: glibc runs child
+ * handlers in the order they were registered, and a library whose
+ * constructor ran before ours (one the program links: initialised before a
+ * preloaded one) would otherwise run its child handler while the child still
+ * blocks the checkpoint signal and is not yet a process of the job of its own
+ * -- a thread it makes there (tclsh does) inherits that mask and can never
+ * stop for a checkpoint.  Every registration (pthread_atfork calls
+ * __register_atfork) registers ours first; our prepare handler then runs
+ * last, next to the fork. */
+extern void *__dso_handle;
+typedef int (*register_atfork_fn)(void (*)(void), void (*)(void), void (*)(void), void *);
+
+static register_atfork_fn real_register_atfork(void)
+{
+    static register_atfork_fn f;
+    if (!f) f = (register_atfork_fn)dlsym(RTLD_NEXT, "__register_atfork");
+    return f;
+}
+
+static void rt_atfork_register(void)
+{
+    static int done;
+    register_atfork_fn f = real_register_atfork();
+    if (!f || __atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL)) return;
+    f(rt_atfork_prepare, rt_atfork_parent, rt_atfork_child, &__dso_handle);
+}
+
+RT_API int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void), void *dso)
+{
+    rt_atfork_register();
+    register_atfork_fn f = real_register_atfork();
+    return f ? f(prepare, parent, child, dso) : ENOMEM;
+}
+
 /* The environment as the kernel gave it.  getenv and setenv are not used
  * before the program's main: a program may replace them (bash does, and its
  * getenv sees nothing once its setenv has been called before its own set-up). */
@@ -180,7 +215,7 @@ static void rt_files_start(int main_process)
     if (jv && fj_adopt(jv, err, sizeof err) < 0)
         fprintf(stderr, "lazarus: process %d: %s; its file changes will not be rolled back\n", getpid(), err);
     if (jv) rt_env_drop(FJ_ENV); /* its descriptor is this image's now; exec passes a fresh one */
-    if (!rt.active) pthread_atfork(rt_atfork_prepare, rt_atfork_parent, rt_atfork_child); /* a member's rt_init registers it */
+    rt_atfork_register();
 }
 
 /* In every process of a job: the supervisor started the main program with
@@ -220,7 +255,7 @@ __attribute__((constructor)) static void rt_init(void)
     const char *nd = rt_env("LAZARUS_NO_DIRTY");
     rt.nodirty = nd && *nd == '1';
     rt_track_all(); /* what the program maps later is tracked from its first checkpoint on */
-    pthread_atfork(rt_atfork_prepare, rt_atfork_parent, rt_atfork_child);
+    rt_atfork_register();
     rt_install_handler();
     rt_own_channel();
     rt_notify("HELLO %d", getpid());
