@@ -235,6 +235,23 @@ void job_ckpt_tick(struct sv_state *st)
                         p->inner ? p->inner : p->pid, p->comm, p->pid, p->pid);
                 return;
             }
+            /* in vfork for BLOCKED_NS: it answers only once its child has exec'd or exited */
+            pid_t vc = jc_vfork_child(p->pid);
+            if (!vc) p->vfork_since = 0;
+            else if (!p->vfork_since) p->vfork_since = now;
+            if (vc && now - p->vfork_since >= BLOCKED_NS) {
+                char comm[64] = "";
+                snprintf(comm, sizeof comm, "/proc/%d/comm", vc);
+                size_t cn;
+                char *cb = lz_read_file(comm, &cn);
+                snprintf(comm, sizeof comm, "%.*s", cb ? (int)strcspn(cb, "\n") : 1, cb ? cb : "?");
+                free(cb);
+                jc_fail(st, p, "is waiting in vfork: its child %d (%s) has run on its memory without exec or exit for at least "
+                        "%.1f s, and until it does the process cannot answer the checkpoint request; checkpoint again "
+                        "once it has",
+                        jc_inner_pid(vc), comm, (double)(now - p->vfork_since) / 1e9);
+                return;
+            }
             if (!lz_patience_more(&p->begin_wait, now, p->pid, 0, blocks && now - p->begin_wait.t0 >= BEGIN_BASE_NS)) {
                 char how[100];
                 if (blocks) snprintf(how, sizeof how, "it blocks the signal");

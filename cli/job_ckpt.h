@@ -39,6 +39,11 @@ int jc_runs_runtime(pid_t pid);
 /* Sends it the checkpoint request (LZ_SIGCKPT with index and trigger). */
 void jc_signal_part(struct sv_state *st, struct part *p);
 int jc_is_main(struct sv_state *st, const struct part *p);
+/* The child that runs on pid's memory between vfork and exec (pid waits in
+ * vfork and cannot take a signal until it execs or exits), or 0. */
+pid_t jc_vfork_child(pid_t pid);
+/* pid as its own (innermost) PID namespace numbers it. */
+pid_t jc_inner_pid(pid_t pid);
 
 /* job_tree.c: read while every process is captured and still stopped */
 /* The tree (ids, zombies' wait status, shared descriptions): 0, or -1 with why. */

@@ -4,11 +4,14 @@
 #include "job_ckpt.h"
 #include "util.h"
 #include <dirent.h>
+#include <linux/kcmp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 size_t jc_count_parts(struct sv_state *st, enum jc_what what)
 {
@@ -142,3 +145,49 @@ void jc_signal_part(struct sv_state *st, struct part *p)
 }
 
 int jc_is_main(struct sv_state *st, const struct part *p) { return p->pid == st->s->prog; }
+
+pid_t jc_vfork_child(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", pid);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    pid_t found = 0;
+    while (d && !found && (e = readdir(d))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        char cp[300];
+        snprintf(cp, sizeof cp, "/proc/%d/task/%s/children", pid, e->d_name);
+        size_t n;
+        char *b = lz_read_file(cp, &n);
+        for (char *q = b; q && *q && !found;) {
+            char *end;
+            long c = strtol(q, &end, 10);
+            if (end == q) break;
+            q = end;
+            /* a process (not a thread) sharing its address space: CLONE_VM without CLONE_THREAD */
+            if (c > 0 && syscall(SYS_kcmp, pid, (pid_t)c, KCMP_VM, 0, 0) == 0) found = (pid_t)c;
+        }
+        free(b);
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+pid_t jc_inner_pid(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    size_t n;
+    char *b = lz_read_file(path, &n);
+    const char *l = b ? strstr(b, "NSpid:") : NULL;
+    pid_t inner = pid;
+    for (l = l ? l + 6 : NULL; l && *l && *l != '\n';) {
+        char *end;
+        long v = strtol(l, &end, 10);
+        if (end == l) break;
+        inner = (pid_t)v;
+        l = end;
+    }
+    free(b);
+    return inner;
+}

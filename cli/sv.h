@@ -36,6 +36,7 @@ struct part {
     struct lz_patience begin_wait, runtime_wait;
     uint64_t runtime_cpu0; /* its CPU time when first seen without the runtime */
     uint64_t blocked_since; /* first seen with every thread blocking the checkpoint signal (0: not) */
+    uint64_t vfork_since;   /* first seen waiting in vfork for a child that runs on its memory (0: not) */
     /* sockets whose other end it says another process holds (PEER): checked
      * against every process's descriptors while all are stopped */
     struct { int fd; uint64_t ino; } peers[32];

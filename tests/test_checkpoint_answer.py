@@ -3,15 +3,18 @@ pthread_atfork child handler that a library registered in its constructor
 (before the preloaded runtime's: tclsh's way) inherited the blocked
 checkpoint signal of the runtime's fork; the job is checkpointed, SIGKILLed
 whole and restarted twice, and the child finds the handler's thread still
-counting.  As root and as an ordinary user."""
+counting.  A process between vfork and exec for long: the checkpoint fails
+at once with a line naming it, its child and vfork, the program runs on and
+is checkpointed once the child exec'd.  As root and as an ordinary user."""
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import PROGRAMS_SRC, kill_tree, wait_gone
+from conftest import PROGRAMS_SRC, _compile, kill_tree, wait_gone
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +56,28 @@ def test_thread_made_in_atfork_child_handler(runner, atfork_prog):
     runner.touch(Path(f"{trig}.3"))
     assert proc.wait(timeout=60) == 0, out + proc.stdout + proc.stderr
     assert proc.stdout.endswith("done\n"), proc.stdout
+
+
+def test_process_in_vfork_fails_at_once(runner, programs):
+    """A process whose vfork child runs on its memory without exec: the
+    checkpoint fails at once naming both and vfork (not after waiting); the
+    program runs on, and once the child exec'd a checkpoint is taken."""
+    prog = _compile("vfork_wait", programs.dir)
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", prog, trig)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    res = runner.lz("checkpoint", "-d", store, timeout=120)
+    took = time.monotonic() - t0
+    assert res.rc != 0 and res.stdout == "", str(res)
+    assert re.search(r"process \d+ \(vfork_wait\): is waiting in vfork: its child \d+ \(vfork_wait\) has run on its "
+                     r"memory without exec or exit", res.stderr), str(res)
+    assert len(res.stderr_lines()) == 1 and took < 8, (took, str(res))
+    assert runner.indexes(store) == [] and proc.poll() is None, proc.stderr
+    runner.touch(Path(f"{trig}.1"))
+    proc.wait_for_output(r"^reaped$", timeout=60)
+    runner.checkpoint(store)
+    runner.touch(Path(f"{trig}.2"))
+    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
