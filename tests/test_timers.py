@@ -384,6 +384,37 @@ def test_inotify_shared_restored(runner):
     assert proc.stdout == "ok\n", proc.stdout
 
 
+TREE_INOTIFY = """
+import ctypes, os, select, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+def own(d):
+    fd = libc.inotify_init1(os.O_NONBLOCK)
+    os.mkdir(d)
+    assert libc.inotify_add_watch(fd, d.encode(), 0x100) == 1
+    return fd
+def check(fd, d, who):
+    while not os.path.exists(sys.argv[2]):
+        time.sleep(0.02)
+    open(d + "/new", "w").close()
+    ep = select.epoll()
+    ep.register(fd, select.EPOLLIN)
+    if not ep.poll(5) or b"new" not in os.read(fd, 4096):
+        print("FAIL", who, flush=True)
+        os._exit(1)
+    print("ok", who, flush=True)
+pid = os.fork()
+if pid == 0:
+    check(own(sys.argv[1] + "/child"), sys.argv[1] + "/child", "child")
+    os._exit(0)
+fd = own(sys.argv[1] + "/parent")
+time.sleep(0.5)
+print("ready", flush=True)
+check(fd, sys.argv[1] + "/parent", "parent")
+_, st = os.waitpid(pid, 0)
+sys.exit(0 if st == 0 else 1)
+"""
+
+
 def test_inotify_tree_each_with_its_own(runner):
     """A parent and its forked child, each with its own inotify watching a
     directory of the job: checkpointed whole, killed whole, restarted, and
