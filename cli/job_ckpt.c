@@ -13,7 +13,8 @@
  *      main program's (tmp.N.PID -> tmp.N.MAIN/proc.PID), writes the tree
  *      and commits with one rename.
  * A process that fails, exits while stopped, or does not answer fails the
- * checkpoint: ABORT to all, and once every writer is gone the parts' file
+ * checkpoint: ABORT to all, and once every writer is gone (and each process
+ * told GO has said whether it forked one, for up to 2 s) the parts' file
  * journals are kept as jrnl.N (lz_store_cleanup_tmp).
  * This file runs the phases and reads the messages; who is in the job is in
  * job_members.c, the tree read in step 3 in job_tree.c, step 4 and a failed
@@ -41,6 +42,8 @@
  * CPU, this long is named at once (libc blocks every signal for moments of its own: fork,
  * posix_spawn) */
 #define BLOCKED_NS (500ull * 1000000ull)
+/* After ABORT, how long a process told GO may take to say what it did (FORKED: its writer) */
+#define ANSWER_AFTER_ABORT_NS (2000ull * 1000000ull)
 #define BEGIN_CAP_NS (120ull * 1000000000ull)
 #define NORUNTIME_BASE_NS (200ull * 1000000ull)
 #define NORUNTIME_CAP_NS (10ull * 1000000000ull)
@@ -81,6 +84,7 @@ void jc_fail(struct sv_state *st, const struct part *p, const char *fmt, ...)
     else
         snprintf(st->fail_why, sizeof st->fail_why, "%s", why);
     st->failed = 1;
+    st->failed_ns = lz_now_ns(CLOCK_MONOTONIC);
     for (size_t i = 0; i < st->nparts; i++)
         if (!st->parts[i].zombie) sv_tell(st, st->parts[i].pid, "ABORT %" PRIu64, st->index);
 }
@@ -159,7 +163,7 @@ void job_ckpt_message(struct sv_state *st, pid_t pid, const char *msg, int fd)
         p->begun = p->stopped = 1;
         jc_trace("stopped %d (%zu/%zu)", p->pid, jc_count_parts(st, JC_STOPPED), jc_count_parts(st, JC_ANY));
     } else if (!strncmp(msg, "FORKED ", 7)) {
-        p->captured = 1;
+        p->captured = p->answered = 1;
         if (fd >= 0 && p->writer_fd < 0) { p->writer_fd = fd; p->wlen = 0; fcntl(fd, F_SETFL, O_NONBLOCK); fd = -1; }
         jc_trace("captured %d (%zu/%zu)", p->pid, jc_count_parts(st, JC_CAPTURED), jc_count_parts(st, JC_ANY));
     } else if (!strncmp(msg, "PEER ", 5)) {
@@ -174,9 +178,10 @@ void job_ckpt_message(struct sv_state *st, pid_t pid, const char *msg, int fd)
         p->peers[p->npeers++].ino = ino;
     } else if (!strncmp(msg, "OK ", 3)) {
         stats_from(p, msg);
+        p->answered = 1;
     } else if (!strncmp(msg, "ERR ", 4)) {
         const char *q = strchr(msg + 4, ' ');
-        p->begun = 1;
+        p->begun = p->answered = 1;
         jc_fail(st, p, "%s", q ? q + 1 : "failed");
     }
     if (fd >= 0) close(fd);
@@ -205,6 +210,12 @@ void job_ckpt_tick(struct sv_state *st)
     uint64_t now = lz_now_ns(CLOCK_MONOTONIC);
     if (st->failed) {
         for (size_t i = 0; i < st->nparts; i++) if (st->parts[i].writer_fd >= 0) return; /* still writing */
+        /* a process told GO that has not answered yet may be forking its writer (its FORKED on the
+         * way): waited for, a moment, so that the part that writer makes is cleaned up too */
+        for (size_t i = 0; st->go_sent && i < st->nparts && now - st->failed_ns < ANSWER_AFTER_ABORT_NS; i++) {
+            const struct part *p = &st->parts[i];
+            if (!p->zombie && p->stopped && !p->answered && jc_proc_state(p->pid) && jc_proc_state(p->pid) != 'Z') return;
+        }
         jc_finish_failed(st);
         return;
     }

@@ -26,6 +26,7 @@ struct part {
     int inner;          /* its own (from its STOPPED) */
     int zombie;         /* exited, not waited for: nothing to capture */
     int begun, stopped, captured, written;
+    int answered;       /* said FORKED, OK or ERR after GO: a writer it forked is known */
     int writer_fd;      /* its writer's report pipe, -1 = none (yet, or any more) */
     char wmsg[1200];
     size_t wlen;
@@ -55,6 +56,7 @@ struct sv_state {
     struct lz_tree tree;  /* the processes and the descriptions they share, read while all are stopped */
     int have_tree;
     int failed;           /* ABORT sent: waiting for the writers to end */
+    uint64_t failed_ns;   /* when */
     char fail_why[1024];
     uint64_t index;
     uint32_t trigger;

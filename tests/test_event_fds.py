@@ -208,9 +208,8 @@ def test_refused_clearly(kind, runner):
     res = runner.lz("checkpoint", "-d", store)
     assert res.rc != 0 and res.stdout == "", str(res)
     assert re.search(want, res.stderr), f"want /{want}/\n{res}"
-    # (refused by the child: the parent's writer may have begun its part before the
-    # supervisor heard of it, and leave it behind: LIMITS.md)
-    assert runner.indexes(store) == [] and (kind == "shared" or tmp_entries(store) == [])
+    # (refused by the child: the parent's writer began its part before the supervisor heard of it)
+    assert runner.indexes(store) == [] and tmp_entries(store) == []
     assert proc.poll() is None, proc.stderr
     runner.touch(f1)
     proc.wait_for_output(r"^closed$", timeout=30)
