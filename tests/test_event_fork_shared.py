@@ -1,6 +1,6 @@
 """Event-loop objects shared by processes of the job (inherited over fork,
 as a prefork worker pool's): a parent and its forked child sharing an
-eventfd, a timerfd and an epoll watching both are checkpointed, the whole job
+eventfd, a timerfd, an epoll watching both and a signalfd are checkpointed, the whole job
 SIGKILLed and restarted, twice; the program checks itself that each is still
 ONE object (what the child reads from the counter the parent no longer
 finds, the timer the child arms fires through the parent's epoll with the
@@ -40,7 +40,7 @@ def _fdinfo(pid: int, fd: int) -> str:
 
 def _one_object(parent: int, child: int, fds: list[int]) -> None:
     """From outside: each of fds is one open file description in both."""
-    efd, _tfd, ep = fds
+    efd, _tfd, ep, sfd = fds
     for fd in fds:
         if SYS_KCMP is not None:
             r = _libc.syscall(SYS_KCMP, parent, child, KCMP_FILE, fd, fd)
@@ -50,15 +50,17 @@ def _one_object(parent: int, child: int, fds: list[int]) -> None:
         assert ids[0].group(1) == ids[1].group(1), ids
     watches = [re.findall(r"^tfd:.*$", _fdinfo(p, ep), re.M) for p in (parent, child)]
     assert len(watches[0]) == 2 and watches[0] == watches[1], watches
+    masks = [re.search(r"^sigmask:\s*(\w+)", _fdinfo(p, sfd), re.M).group(1) for p in (parent, child)]
+    assert masks[0] == masks[1] == "0000000000000200", masks  # SIGUSR1
 
 
 def test_fork_shared_event_objects(runner, prog):
     store = runner.base / "store"
     trig = runner.base / "trig"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", prog, "2", trig)
-    m = proc.wait_for_output(r"^pids (\d+) (\d+) (\d+) (\d+) (\d+)$", timeout=60)
+    m = proc.wait_for_output(r"^pids (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)$", timeout=60)
     own = [int(m.group(1)), int(m.group(2))]
-    fds = [int(m.group(i)) for i in (3, 4, 5)]
+    fds = [int(m.group(i)) for i in (3, 4, 5, 6)]
     out = ""
     for c in (1, 2):
         proc.wait_for_output(rf"^ready {c}$", timeout=60)
