@@ -4,7 +4,8 @@
  *   - before each checkpoint the parent adds 100*c to the counter and arms
  *     the timer for an hour;
  *   - after the restart (trigger file TRIG.c) the child finds the epoll
- *     reporting the eventfd only (its data), reads 100*c from it, finds the
+ *     reporting the eventfd only (its data, which it then changes with
+ *     EPOLL_CTL_MOD through its own descriptor), reads 100*c from it, finds the
  *     timer with most of its hour left, reads a SIGUSR1 it raised through
  *     the signalfd, and re-arms the timer for 0.2 s;
  *   - the parent waits on the epoll for the timer the child armed (its
@@ -56,7 +57,10 @@ static void child(int cycles, const char *trig, int efd, int tfd, int ep, int sf
         wait_file(trig, c);
         struct epoll_event ev[4];
         int n = epoll_wait(ep, ev, 4, 0);
-        if (n != 1 || ev[0].data.u64 != EFD_DATA) fail("child", "epoll does not report the eventfd alone", n);
+        if (n != 1 || ev[0].data.u64 != EFD_DATA + (uint64_t)(c - 1)) fail("child", "epoll does not report the eventfd alone", n);
+        /* the watch is found by the child's own descriptor number (registered with it at the restart) */
+        struct epoll_event mod = {.events = EPOLLIN, .data.u64 = EFD_DATA + (uint64_t)c};
+        if (epoll_ctl(ep, EPOLL_CTL_MOD, efd, &mod) < 0) fail("child", "EPOLL_CTL_MOD of the eventfd's watch", c);
         uint64_t v = 0;
         if (read(efd, &v, sizeof v) != sizeof v || v != (uint64_t)(100 * c)) fail("child", "eventfd counter", (long long)v);
         struct itimerspec its;
