@@ -7,7 +7,7 @@
  * stderr (write(2): no stdio buffer), then:
  *   i == CKPT: lazarus_checkpoint(); writes `continued` or `restarted` (the
  *              restored program) to stdout;
- *   i == FAIL: lazarus_checkpoint() while a TCP socket is open, which fails:
+ *   i == FAIL: lazarus_checkpoint() while a netlink socket is open, which fails:
  *              the supervisor says so on its stderr (Lazarus' own line);
  *   i == WAIT: waits until the file RELEASE exists (the test kills it here).
  * --fork:   a forked child does all this; the parent waits for it, writes
@@ -46,7 +46,7 @@ static int work(long steps, long ckpt, long fail, long wait_at, const char *rele
             say(out, r == LAZARUS_RESTARTED ? "restarted\n" : r == LAZARUS_CONTINUED ? "continued\n" : "ckpt %ld\n", r);
         }
         if (i == fail) {
-            int s = socket(AF_INET, SOCK_STREAM, 0);
+            int s = socket(AF_NETLINK, SOCK_RAW, 0); /* NETLINK_ROUTE: a kind no checkpoint takes */
             lazarus_checkpoint(NULL);
             close(s);
         }
