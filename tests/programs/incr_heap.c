@@ -35,7 +35,8 @@
  *                   dontfork dofork wipeonfork keeponfork hugepage nohugepage
  *   rawadvise I ADVICE  the same through syscall(SYS_madvise, ...), which
  *                   an interposed madvise does not see
- *   waitsig         wait (pause()) until a signal handler has run, e.g. the
+ *   waitsig         wait (a raw pause system call, which a checkpoint does
+ *                   interrupt) until a signal handler has run, e.g. the
  *                   checkpoint's: the next command runs right after it
  *   hugekb I        print "hugekb I KB": the AnonHugePages (kB) of the
  *                   mappings of region I, from /proc/self/smaps
@@ -329,7 +330,7 @@ int main(int argc, char **argv)
                                    : (int)syscall(SYS_madvise, r->p, r->pages * PAGE, advice);
             if (rc) { perror("madvise"); return 1; }
         } else if (!strcmp(cmd, "waitsig")) {
-            pause();
+            syscall(SYS_pause); /* raw: the runtime's pause() goes on through a checkpoint */
         } else if (!strcmp(cmd, "hugekb") || !strcmp(cmd, "vmflags") || !strcmp(cmd, "vma")) {
             struct region *r = nargs == 2 ? region_arg(a1) : NULL;
             if (!r) { printf("error %s\n", line); fflush(stdout); continue; }
