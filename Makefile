@@ -105,6 +105,7 @@ CLI_SRC := \
 	cli/identity.c \
 	cli/job.c \
 	cli/restart_tree.c \
+	cli/restart_objects.c \
 	cli/cmd_diff.c \
 	cli/list_stats.c \
 	cli/privilege.c \

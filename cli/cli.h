@@ -132,6 +132,10 @@ struct fj_plan *rollback_plan_load(const char *dir, uint64_t target, int64_t sto
 /* Loads and checks every part of rt->tree (loaded by the caller) and finds
  * what its processes share: 0, or -1 with why (one line; nothing changed). */
 int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index, char *why, size_t whylen);
+/* What processes of the job share, each made once by their nearest common
+ * ancestor (restart_objects.c): into rt->objs and rt->holds.  0, or -1 and why. */
+int restart_tree_objects(struct restart_tree *rt, const char *ckpt, char *why, size_t whylen);
+ssize_t restart_tree_proc_index(const struct lz_tree *t, int32_t pid); /* -1: not in the tree */
 /* Makes the plan (store/restart_plan.h) and the go pipe, above every
  * descriptor number of the job and ctl_fd: 0, or -1 with why. */
 int restart_tree_plan(struct restart_tree *rt, int ctl_fd, char *why, size_t whylen);
