@@ -196,6 +196,10 @@ int rt_store_chans(struct rt_ckpt *ck);
  * c->bytes and c->nmsgs set; with `from`, each datagram's sender appended
  * there.  0 or -1 (ck->err). */
 struct rt_senders { char *buf; size_t len, cap; }; /* per datagram: u32 length + sun_path of its sender */
+/* sock_diag's answer about a local socket (rt_pipes.c): see there. */
+#define RT_DIAG_BUF 4096
+struct unix_diag_msg;
+long rt_unix_diag(long nl, uint32_t ino, uint32_t show, void *buf, const struct unix_diag_msg **m);
 int rt_peek_socket(struct rt_ckpt *ck, const struct lz_fd *f, int type, uint32_t shutdown, struct lz_chan *c, char **data,
                    size_t cap, struct rt_senders *from);
 /* Local sockets that are not one end of a connected pair (rt_usock.c):

@@ -139,9 +139,11 @@ static long getopt_int(int fd, int level, int name, int *v)
     return lz_sc5(SYS_getsockopt, fd, level, name, v, &len);
 }
 
-/* UNIX_DIAG_PEER and UNIX_DIAG_SHUTDOWN of the socket `ino`, asked of the
- * kernel through a NETLINK_SOCK_DIAG socket: 0, or -errno. */
-static long diag_unix(long nl, uint32_t ino, struct sockinfo *si)
+/* The kernel's sock_diag answer about the local socket `ino` with the
+ * attributes `show` (UDIAG_SHOW_*), asked through the NETLINK_SOCK_DIAG
+ * socket nl, in buf (RT_DIAG_BUF bytes, aligned): its length, *m its
+ * message (attributes from m + 1 to buf + length), or -errno. */
+long rt_unix_diag(long nl, uint32_t ino, uint32_t show, void *buf, const struct unix_diag_msg **m)
 {
     struct { struct nlmsghdr h; struct unix_diag_req r; } req;
     memset(&req, 0, sizeof req);
@@ -151,28 +153,38 @@ static long diag_unix(long nl, uint32_t ino, struct sockinfo *si)
     req.r.sdiag_family = AF_UNIX;
     req.r.udiag_states = ~0u;
     req.r.udiag_ino = ino;
-    req.r.udiag_show = UDIAG_SHOW_PEER;
+    req.r.udiag_show = show;
     req.r.udiag_cookie[0] = req.r.udiag_cookie[1] = ~0u; /* no cookie: by inode */
     struct sockaddr_nl sa;
     memset(&sa, 0, sizeof sa);
     sa.nl_family = AF_NETLINK;
     long n = lz_sc6(SYS_sendto, nl, (long)&req, sizeof req, 0, (long)&sa, sizeof sa);
     if (n < 0) return n;
-    union { struct nlmsghdr h; char b[4096]; } buf;
+    const struct nlmsghdr *h = buf;
     /* the kernel answers within sendto: never wait in the pause */
-    do n = lz_sc6(SYS_recvfrom, nl, (long)&buf, sizeof buf, MSG_DONTWAIT, 0, 0);
+    do n = lz_sc6(SYS_recvfrom, nl, (long)buf, RT_DIAG_BUF, MSG_DONTWAIT, 0, 0);
     while (n == -EINTR);
-    if (n < (long)sizeof(struct nlmsghdr) || buf.h.nlmsg_len > (uint32_t)n) return n < 0 ? n : -EIO;
-    if (buf.h.nlmsg_type == NLMSG_ERROR) {
-        const struct nlmsgerr *er = NLMSG_DATA(&buf.h);
+    if (n < (long)sizeof(struct nlmsghdr) || h->nlmsg_len > (uint32_t)n) return n < 0 ? n : -EIO;
+    if (h->nlmsg_type == NLMSG_ERROR) {
+        const struct nlmsgerr *er = NLMSG_DATA(h);
         return er->error ? er->error : -EIO;
     }
-    if (buf.h.nlmsg_type != SOCK_DIAG_BY_FAMILY || buf.h.nlmsg_len < NLMSG_LENGTH(sizeof(struct unix_diag_msg))) return -EIO;
-    const struct unix_diag_msg *m = NLMSG_DATA(&buf.h);
-    if (m->udiag_ino != ino) return -EIO;
+    if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY || h->nlmsg_len < NLMSG_LENGTH(sizeof(struct unix_diag_msg))) return -EIO;
+    *m = NLMSG_DATA(h);
+    if ((*m)->udiag_ino != ino) return -EIO;
+    return (long)h->nlmsg_len;
+}
+
+/* UNIX_DIAG_PEER and UNIX_DIAG_SHUTDOWN of the socket `ino`: 0, or -errno. */
+static long diag_unix(long nl, uint32_t ino, struct sockinfo *si)
+{
+    _Alignas(struct nlmsghdr) char buf[RT_DIAG_BUF];
+    const struct unix_diag_msg *m;
+    long len = rt_unix_diag(nl, ino, UDIAG_SHOW_PEER, buf, &m);
+    if (len < 0) return len;
     si->peer = 0;
     si->shutdown = 0;
-    const char *a = (const char *)(m + 1), *end = (const char *)&buf + buf.h.nlmsg_len;
+    const char *a = (const char *)(m + 1), *end = buf + len;
     while (end - a >= (long)sizeof(struct nlattr)) {
         const struct nlattr *at = (const void *)a;
         if (at->nla_len < sizeof *at || at->nla_len > end - a) break;

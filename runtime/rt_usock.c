@@ -65,36 +65,14 @@ static int64_t timeo_us(int fd, int name)
 /* What sock_diag knows of the local socket `ino`: 0 or -errno. */
 static long diag(long nl, uint32_t ino, struct diag *d)
 {
-    struct { struct nlmsghdr h; struct unix_diag_req r; } req;
-    memset(&req, 0, sizeof req);
-    req.h.nlmsg_len = sizeof req;
-    req.h.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-    req.h.nlmsg_flags = NLM_F_REQUEST;
-    req.r.sdiag_family = AF_UNIX;
-    req.r.udiag_states = ~0u;
-    req.r.udiag_ino = ino;
-    req.r.udiag_show = UDIAG_SHOW_PEER | UDIAG_SHOW_RQLEN | UDIAG_SHOW_VFS;
-    req.r.udiag_cookie[0] = req.r.udiag_cookie[1] = ~0u;
-    struct sockaddr_nl sa;
-    memset(&sa, 0, sizeof sa);
-    sa.nl_family = AF_NETLINK;
-    long n = lz_sc6(SYS_sendto, nl, (long)&req, sizeof req, 0, (long)&sa, sizeof sa);
-    if (n < 0) return n;
-    union { struct nlmsghdr h; char b[4096]; } buf;
-    do n = lz_sc6(SYS_recvfrom, nl, (long)&buf, sizeof buf, MSG_DONTWAIT, 0, 0);
-    while (n == -EINTR);
-    if (n < (long)sizeof(struct nlmsghdr) || buf.h.nlmsg_len > (uint32_t)n) return n < 0 ? n : -EIO;
-    if (buf.h.nlmsg_type == NLMSG_ERROR) {
-        const struct nlmsgerr *er = NLMSG_DATA(&buf.h);
-        return er->error ? er->error : -EIO;
-    }
-    if (buf.h.nlmsg_type != SOCK_DIAG_BY_FAMILY || buf.h.nlmsg_len < NLMSG_LENGTH(sizeof(struct unix_diag_msg))) return -EIO;
-    const struct unix_diag_msg *m = NLMSG_DATA(&buf.h);
-    if (m->udiag_ino != ino) return -EIO;
+    _Alignas(struct nlmsghdr) char buf[RT_DIAG_BUF];
+    const struct unix_diag_msg *m;
+    long len = rt_unix_diag(nl, ino, UDIAG_SHOW_PEER | UDIAG_SHOW_RQLEN | UDIAG_SHOW_VFS, buf, &m);
+    if (len < 0) return len;
     memset(d, 0, sizeof *d);
     d->state = m->udiag_state;
     d->type = m->udiag_type;
-    const char *a = (const char *)(m + 1), *end = (const char *)&buf + buf.h.nlmsg_len;
+    const char *a = (const char *)(m + 1), *end = buf + len;
     while (end - a >= (long)sizeof(struct nlattr)) {
         const struct nlattr *at = (const void *)a;
         if (at->nla_len < sizeof *at || at->nla_len > end - a) break;
