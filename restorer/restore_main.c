@@ -24,6 +24,10 @@
 
 static char restorer_stack[1 << 20] __attribute__((aligned(64)));
 static struct restore_ctx ctx;
+/* A child of the plan going on in a copy of its parent's restorer: the
+ * parent's context (its image and where it mapped each region). */
+static struct restore_ctx parent_ctx;
+static int inheriting;
 static int tracing;
 static int compress_codec = -1, compress_level; /* read before the initial stack (environment) goes */
 static int drop_caps;
@@ -99,11 +103,19 @@ static _Noreturn void restore_on_own_stack(void *unused)
 {
     (void)unused;
     struct restore_ctx *rc = &ctx;
-    unmap_initial_stack();
-    restore_park_vdso(rc);
+    if (inheriting) {
+        restore_inherit(rc, &parent_ctx);
+    } else {
+        unmap_initial_stack();
+        restore_park_vdso(rc);
+    }
+    restore_tree_objects(); /* what the processes of a job share: before the memory (shared memory's memfds) */
     restore_map_regions(rc, RESTORE_ANON);
     restore_fill_memory(rc, RESTORE_ANON);
     restore_trace("anonymous memory filled and verified, every frame checked");
+    /* the children of a job only now, so that they share this memory
+     * copy-on-write as they did (restore_inherit.c) */
+    restore_tree_children(rc->ckpt_dir);
     wait_for_rollback();
     restore_map_regions(rc, RESTORE_FILES);
     restore_fill_memory(rc, RESTORE_FILES);
@@ -144,6 +156,30 @@ static _Noreturn void restore_on_own_stack(void *unused)
     restore_threads_and_jump(rc); /* each thread's state, timers, pending signals */
 }
 
+static void switch_to_own_stack(void)
+{
+    char *top = restorer_stack + sizeof restorer_stack - 64;
+    __asm__ volatile("movq %0, %%rsp\n\tcall *%1\n\tud2" : : "r"(top), "r"(restore_on_own_stack), "D"(NULL) : "memory");
+    __builtin_unreachable();
+}
+
+void restore_continue_child(const char *ckpt_dir)
+{
+    struct restore_ctx child;
+    memset(&child, 0, sizeof child);
+    child.store_dir = ctx.store_dir;
+    child.index = ctx.index;
+    child.ctl_fd = ctx.ctl_fd;
+    if (!(child.ckpt_dir = strdup(ckpt_dir))) restore_fail("out of memory");
+    char why[1024];
+    if (lz_manifest_load(child.ckpt_dir, &child.img, why, sizeof why) < 0) restore_fail("%s", why);
+    if (restore_check_layout_inherited(&child, &ctx) < 0) return; /* a fresh restorer finds a placement */
+    parent_ctx = ctx;
+    ctx = child;
+    inheriting = 1;
+    switch_to_own_stack(); /* the frames above are the parent's, done with */
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 5) {
@@ -172,10 +208,7 @@ int main(int argc, char **argv)
     ctx.index = v;
     ctx.ctl_fd = atoi(argv[4]);
     restore_report_fd = ctx.ctl_fd;
-    /* a job of several processes: its children first, once (not again after
-     * a placement attempt below re-runs us) */
-    restore_tree_read();
-    if (!getenv("LAZARUS_TREE_DONE")) restore_tree_start(ctx.ckpt_dir, argv);
+    restore_tree_read(argv); /* a job of several processes: the plan */
     char why[1024];
     if (lz_manifest_load(ctx.ckpt_dir, &ctx.img, why, sizeof why) < 0) restore_fail("%s", why);
     /* Started without randomization, the restorer sits just below the stack
@@ -197,7 +230,7 @@ int main(int argc, char **argv)
         char *env[11] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, cz};
         int ne = 3;
         if (rolled_fd >= 0) env[ne++] = rolled;
-        if (restore_in_tree()) { env[ne++] = plan; env[ne++] = "LAZARUS_TREE_DONE=1"; }
+        if (restore_in_tree()) env[ne++] = plan;
         if (drop_caps) env[ne++] = "LAZARUS_DROP_CAPS=1";
         if (restore_timer_ids_off) env[ne++] = "LAZARUS_TEST_NO_TIMER_IDS=1";
         if (tracing) env[ne++] = "LAZARUS_TRACE=1";
@@ -210,7 +243,5 @@ int main(int argc, char **argv)
         if (__rseq_size)
             syscall(SYS_rseq, (char *)__builtin_thread_pointer() + __rseq_offset, LZ_RSEQ_ORIG_LEN, RSEQ_FLAG_UNREGISTER, RSEQ_SIG);
     }
-    char *top = restorer_stack + sizeof restorer_stack - 64;
-    __asm__ volatile("movq %0, %%rsp\n\tcall *%1\n\tud2" : : "r"(top), "r"(restore_on_own_stack), "D"(NULL) : "memory");
-    __builtin_unreachable();
+    switch_to_own_stack();
 }

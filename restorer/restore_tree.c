@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/personality.h>
 #include <termios.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -32,8 +33,9 @@
 /* Joining a process group fails (EPERM) until its leader has made it: tried
  * again every millisecond, for 2 s, and on while the restart makes progress
  * towards it -- more of the job's processes appear (each restorer makes its
- * children, slowly on a loaded machine), or the leader exists and has not
- * made its group yet -- up to a minute.  No progress for a second past the
+ * children, slowly on a loaded machine, and may fill its own memory first),
+ * the leader exists and has not made its group yet, or the leader is a
+ * process of the plan not made yet -- up to a minute.  No progress for a second past the
  * 2 s ends it (the leader is in another session, say). */
 #define JOIN_BASE_NS (2ull * 1000000000ull)
 #define JOIN_CAP_NS (60ull * 1000000000ull)
@@ -49,14 +51,34 @@ static struct {
 
 int restore_report_fd = -1;
 
+/* Copies of the restorer's arguments and environment (the kernel-made stack
+ * holding them is unmapped before the children are made): a child that
+ * cannot continue from this restorer's memory runs a fresh one with them. */
+static char *saved_argv[6];
+static char **saved_env;
+
 int restore_in_tree(void) { return plan.me != NULL; }
 
 int restore_tree_main_pid(int own) { return plan.me ? plan.procs[0].pid : own; }
 
-void restore_tree_read(void)
+extern char **environ;
+
+static void save_args(char **argv)
+{
+    for (int k = 0; k < 5 && argv[k]; k++) saved_argv[k] = strdup(argv[k]);
+    size_t n = 0;
+    while (environ[n]) n++;
+    saved_env = calloc(n + 1, sizeof *saved_env);
+    if (!saved_env) restore_fail("out of memory");
+    for (size_t k = 0; k < n; k++)
+        if (!(saved_env[k] = strdup(environ[k]))) restore_fail("out of memory");
+}
+
+void restore_tree_read(char **argv)
 {
     const char *v = getenv(LZ_PLAN_ENV);
     if (!v) return;
+    save_args(argv);
     int fd = atoi(v);
     struct stat st;
     if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof plan.h) restore_fail("the restart plan is missing");
@@ -75,6 +97,13 @@ void restore_tree_read(void)
         if (plan.procs[k].pid == self) plan.me = &plan.procs[k];
     if (!plan.me) restore_fail("process %d is not in the restart plan (its PID could not be given back)", self);
     restore_sessions_init(plan.procs, plan.h.nprocs);
+}
+
+static int planned(int32_t pid)
+{
+    for (uint32_t k = 0; k < plan.h.nprocs; k++)
+        if (plan.procs[k].pid == pid) return 1;
+    return 0;
 }
 
 /* Its session and process group, as at the checkpoint; the process group
@@ -100,7 +129,10 @@ static void group_setup(const struct lz_plan_proc *p)
             uint32_t n = 0;
             for (uint32_t k = 0; k < plan.h.nprocs; k++) n += kill(plan.procs[k].pid, 0) == 0 || errno == EPERM;
             pid_t g = getpgid(p->join_pgid);
-            if (n != made || (g >= 0 && g != p->join_pgid)) moved = now;
+            /* a leader of the plan not made yet is on its way: its creator
+             * may be filling its memory first (restore_continue_child) */
+            int coming = g < 0 && errno == ESRCH && planned(p->join_pgid);
+            if (n != made || (g >= 0 && g != p->join_pgid) || coming) moved = now;
             made = n;
         }
         if (now - t0 >= JOIN_CAP_NS || (now - t0 >= JOIN_BASE_NS && now - moved >= JOIN_QUIET_NS)) break;
@@ -235,20 +267,19 @@ static _Noreturn void become_zombie(int status)
     _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
 }
 
-extern char **environ;
-
-static _Noreturn void exec_child(const struct lz_plan_proc *q, const char *root, char **argv)
+static _Noreturn void exec_child(const struct lz_plan_proc *q, const char *root)
 {
     char dir[LZ_PATH_MAX + 64];
     snprintf(dir, sizeof dir, "%s/%s", root, q->dir);
-    char *args[] = {argv[0], dir, argv[2], argv[3], argv[4], NULL};
-    /* its own placement attempts start again; everything else is ours */
-    static const char attempt[] = "LAZARUS_RESTORE_ATTEMPT=", done[] = "LAZARUS_TREE_DONE=";
+    char *args[] = {saved_argv[0], dir, saved_argv[2], saved_argv[3], saved_argv[4], NULL};
+    /* its own placement attempts start again, at the usual place; everything else is ours */
+    static const char attempt[] = "LAZARUS_RESTORE_ATTEMPT=";
     char *env[16];
     int n = 0;
-    for (char **e = environ; *e && n < (int)(sizeof env / sizeof *env) - 1; e++)
-        if (strncmp(*e, attempt, sizeof attempt - 1) && strncmp(*e, done, sizeof done - 1)) env[n++] = *e;
+    for (char **e = saved_env; *e && n < (int)(sizeof env / sizeof *env) - 1; e++)
+        if (strncmp(*e, attempt, sizeof attempt - 1)) env[n++] = *e;
     env[n] = NULL;
+    personality((unsigned long)personality(LZ_PERSONALITY_QUERY) | ADDR_NO_RANDOMIZE);
     execve("/proc/self/exe", args, env);
     restore_fail("process %d: cannot run the restorer: %s", q->pid, strerror(errno));
 }
@@ -278,8 +309,10 @@ static void tty_setup(void)
 }
 
 /* This process's children in the plan (only == 1: those of the session
- * it is in now, before its own setsid), each once. */
-static void make_children(const char *root, char **argv, int only, uint8_t *made)
+ * it is in now, before its own setsid), each once.  A child goes on in a
+ * copy of this restorer, keeping what it shares with this process's memory
+ * (restore_continue_child), or else runs a fresh restorer for its part. */
+static void make_children(const char *root, int only, uint8_t *made)
 {
     int32_t cur = restore_sessions_cur_sid();
     for (uint32_t k = 0; k < plan.h.nprocs; k++) {
@@ -293,16 +326,25 @@ static void make_children(const char *root, char **argv, int only, uint8_t *made
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             group_setup(q);
             if (q->flags & LZ_PP_ZOMBIE) become_zombie(q->status);
-            exec_child(q, root, argv);
+            plan.me = q;
+            char dir[LZ_PATH_MAX + 64];
+            snprintf(dir, sizeof dir, "%s/%s", root, q->dir);
+            restore_continue_child(dir); /* returns only where it cannot */
+            exec_child(q, root);
         }
     }
 }
 
-void restore_tree_start(const char *ckpt_dir, char **argv)
+void restore_tree_objects(void)
 {
     if (!plan.me) return;
-    if (plan.me->ppid == 0) group_setup(plan.me); /* the others did it before their exec */
+    if (plan.me->ppid == 0) group_setup(plan.me); /* the others did it when they were made */
     make_objects();
+}
+
+void restore_tree_children(const char *ckpt_dir)
+{
+    if (!plan.me) return;
     /* the checkpoint directory the parts are in */
     char root[LZ_PATH_MAX];
     snprintf(root, sizeof root, "%s", ckpt_dir);
@@ -313,11 +355,11 @@ void restore_tree_start(const char *ckpt_dir, char **argv)
     uint8_t *made = calloc(plan.h.nprocs, 1);
     if (!made) restore_fail("out of memory");
     if ((plan.me->flags & LZ_PP_SETSID) && getsid(0) != plan.me->pid) { /* deferred (restore_sessions_defer) */
-        make_children(root, argv, 1, made);
+        make_children(root, 1, made);
         if (setsid() < 0) lz_warn("process %d: cannot make its session again: %s", plan.me->pid, strerror(errno));
     }
     tty_setup();
-    make_children(root, argv, 0, made);
+    make_children(root, 0, made);
     free(made);
 }
 
