@@ -99,6 +99,14 @@ void restore_tree_read(char **argv)
     restore_sessions_init(plan.procs, plan.h.nprocs);
 }
 
+/* CLOCK_MONOTONIC by a system call: the vDSO is parked by now (restore_memory.c) */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static int planned(int32_t pid)
 {
     for (uint32_t k = 0; k < plan.h.nprocs; k++)
@@ -117,13 +125,13 @@ static void group_setup(const struct lz_plan_proc *p)
     if ((p->flags & LZ_PP_GROUP) && setpgid(0, 0) < 0)
         lz_warn("process %d: cannot make its process group again: %s", p->pid, strerror(errno));
     if (!p->join_pgid) return;
-    uint64_t t0 = lz_now_ns(CLOCK_MONOTONIC), moved = t0, now = t0, looked = 0;
+    uint64_t t0 = mono_ns(), moved = t0, now = t0, looked = 0;
     uint32_t made = 0;
     int e;
     for (;;) {
         if (setpgid(0, p->join_pgid) == 0) return;
         if ((e = errno) != EPERM) break;
-        now = lz_now_ns(CLOCK_MONOTONIC);
+        now = mono_ns();
         if (now - looked >= 50000000ull) { /* (PIDs as this namespace sees them: no /proc here) */
             looked = now;
             uint32_t n = 0;
