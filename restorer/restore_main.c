@@ -110,12 +110,13 @@ static _Noreturn void restore_on_own_stack(void *unused)
         restore_park_vdso(rc);
     }
     restore_tree_objects(); /* what the processes of a job share: before the memory (shared memory's memfds) */
+    restore_tree_children(rc->ckpt_dir, 0); /* those that would share little of this memory */
     restore_map_regions(rc, RESTORE_ANON);
     restore_fill_memory(rc, RESTORE_ANON);
     restore_trace("anonymous memory filled and verified, every frame checked");
-    /* the children of a job only now, so that they share this memory
-     * copy-on-write as they did (restore_inherit.c) */
-    restore_tree_children(rc->ckpt_dir);
+    /* the others only now, so that they share this memory copy-on-write as
+     * they did (restore_inherit.c) */
+    restore_tree_children(rc->ckpt_dir, 1);
     wait_for_rollback();
     restore_map_regions(rc, RESTORE_FILES);
     restore_fill_memory(rc, RESTORE_FILES);
@@ -163,16 +164,32 @@ static void switch_to_own_stack(void)
     __builtin_unreachable();
 }
 
-void restore_continue_child(const char *ckpt_dir)
+static void child_ctx(struct restore_ctx *child, const char *ckpt_dir)
+{
+    memset(child, 0, sizeof *child);
+    child->store_dir = ctx.store_dir;
+    child->index = ctx.index;
+    child->ctl_fd = ctx.ctl_fd;
+    if (!(child->ckpt_dir = strdup(ckpt_dir))) restore_fail("out of memory");
+}
+
+int restore_child_shares(const char *ckpt_dir, struct lz_image *img)
 {
     struct restore_ctx child;
-    memset(&child, 0, sizeof child);
-    child.store_dir = ctx.store_dir;
-    child.index = ctx.index;
-    child.ctl_fd = ctx.ctl_fd;
-    if (!(child.ckpt_dir = strdup(ckpt_dir))) restore_fail("out of memory");
+    child_ctx(&child, ckpt_dir);
     char why[1024];
     if (lz_manifest_load(child.ckpt_dir, &child.img, why, sizeof why) < 0) restore_fail("%s", why);
+    *img = child.img;
+    int worth = restore_inherit_worth(&ctx, &child);
+    free((char *)child.ckpt_dir);
+    return worth;
+}
+
+void restore_continue_child(const char *ckpt_dir, const struct lz_image *img)
+{
+    struct restore_ctx child;
+    child_ctx(&child, ckpt_dir);
+    child.img = *img;
     if (restore_check_layout_inherited(&child, &ctx) < 0) return; /* a fresh restorer finds a placement */
     parent_ctx = ctx;
     ctx = child;
@@ -189,6 +206,7 @@ int main(int argc, char **argv)
     tracing = getenv("LAZARUS_TRACE") != NULL;
     drop_caps = getenv("LAZARUS_DROP_CAPS") != NULL;
     restore_timer_ids_off = getenv("LAZARUS_TEST_NO_TIMER_IDS") != NULL; /* tests: a kernel before 6.17 */
+    restore_inherit_init();
     const char *cz = getenv("LAZARUS_COMPRESS");
     if (cz && *cz && lz_codec_parse(cz, &compress_codec, &compress_level, NULL, 0) < 0) compress_codec = -1;
     restore_trace("started");
@@ -233,6 +251,12 @@ int main(int argc, char **argv)
         if (restore_in_tree()) env[ne++] = plan;
         if (drop_caps) env[ne++] = "LAZARUS_DROP_CAPS=1";
         if (restore_timer_ids_off) env[ne++] = "LAZARUS_TEST_NO_TIMER_IDS=1";
+        char inherit[64];
+        const char *im = getenv("LAZARUS_INHERIT_MIN_KIB");
+        if (im && strlen(im) < 32) {
+            snprintf(inherit, sizeof inherit, "LAZARUS_INHERIT_MIN_KIB=%s", im);
+            env[ne++] = inherit;
+        }
         if (tracing) env[ne++] = "LAZARUS_TRACE=1";
         personality((unsigned long)personality(LZ_PERSONALITY_QUERY) & ~(unsigned long)ADDR_NO_RANDOMIZE);
         execve("/proc/self/exe", argv, env);

@@ -316,16 +316,24 @@ static void tty_setup(void)
     }
 }
 
+/* Per process of the plan: made yet; a child to make after this restorer's
+ * fill, going on from it (it would share enough of this memory), with its
+ * part loaded to judge that. */
+static uint8_t *made, *late_child;
+static struct lz_image *child_img;
+static int tty_done;
+
 /* This process's children in the plan (only == 1: those of the session
- * it is in now, before its own setsid), each once.  A child goes on in a
- * copy of this restorer, keeping what it shares with this process's memory
- * (restore_continue_child), or else runs a fresh restorer for its part. */
-static void make_children(const char *root, int only, uint8_t *made)
+ * it is in now, before its own setsid; late == 0: only those made before
+ * its fill), each once.  A late child goes on in a copy of this restorer
+ * (restore_continue_child), the others run a fresh restorer for their part. */
+static void make_children(const char *root, int only, int late)
 {
     int32_t cur = restore_sessions_cur_sid();
     for (uint32_t k = 0; k < plan.h.nprocs; k++) {
         const struct lz_plan_proc *q = &plan.procs[k];
         if (q->ppid != plan.me->pid || made[k] || (only && (q->sid != cur || q->sid == q->pid))) continue;
+        if (!late && late_child[k]) continue;
         made[k] = 1;
         pid_t r = restore_sessions_clone(q);
         if (r < 0) restore_fail("cannot make process %d again with its PID: %s", q->pid, strerror(errno));
@@ -337,10 +345,25 @@ static void make_children(const char *root, int only, uint8_t *made)
             plan.me = q;
             char dir[LZ_PATH_MAX + 64];
             snprintf(dir, sizeof dir, "%s/%s", root, q->dir);
-            restore_continue_child(dir); /* returns only where it cannot */
+            const struct lz_image *img = late_child[k] ? &child_img[k] : NULL;
+            made = late_child = NULL; /* the parent's: this process's children are its own */
+            child_img = NULL;
+            tty_done = 0;
+            if (img) restore_continue_child(dir, img); /* returns only where it cannot */
             exec_child(q, root);
         }
     }
+}
+
+/* Children of the session it is in now (before its own setsid) not made yet. */
+static int left_in_session(void)
+{
+    int32_t cur = restore_sessions_cur_sid();
+    for (uint32_t k = 0; k < plan.h.nprocs; k++) {
+        const struct lz_plan_proc *q = &plan.procs[k];
+        if (q->ppid == plan.me->pid && !made[k] && q->sid == cur && q->sid != q->pid) return 1;
+    }
+    return 0;
 }
 
 void restore_tree_objects(void)
@@ -350,7 +373,7 @@ void restore_tree_objects(void)
     make_objects();
 }
 
-void restore_tree_children(const char *ckpt_dir)
+void restore_tree_children(const char *ckpt_dir, int late)
 {
     if (!plan.me) return;
     /* the checkpoint directory the parts are in */
@@ -360,15 +383,30 @@ void restore_tree_children(const char *ckpt_dir)
         char *slash = strrchr(root, '/');
         if (slash) *slash = 0;
     }
-    uint8_t *made = calloc(plan.h.nprocs, 1);
-    if (!made) restore_fail("out of memory");
+    if (!made) { /* which children to make after the fill (restore_inherit_worth) */
+        made = calloc(plan.h.nprocs, 1);
+        late_child = calloc(plan.h.nprocs, 1);
+        child_img = calloc(plan.h.nprocs, sizeof *child_img);
+        if (!made || !late_child || !child_img) restore_fail("out of memory");
+        for (uint32_t k = 0; k < plan.h.nprocs; k++) {
+            const struct lz_plan_proc *q = &plan.procs[k];
+            if (q->ppid != plan.me->pid || (q->flags & LZ_PP_ZOMBIE)) continue;
+            char dir[LZ_PATH_MAX + 64];
+            snprintf(dir, sizeof dir, "%s/%s", root, q->dir);
+            late_child[k] = (uint8_t)restore_child_shares(dir, &child_img[k]);
+            if (!late_child[k]) lz_image_free(&child_img[k]);
+        }
+    }
     if ((plan.me->flags & LZ_PP_SETSID) && getsid(0) != plan.me->pid) { /* deferred (restore_sessions_defer) */
-        make_children(root, 1, made);
+        make_children(root, 1, late);
+        if (left_in_session()) return; /* made after the fill: the setsid after them */
         if (setsid() < 0) lz_warn("process %d: cannot make its session again: %s", plan.me->pid, strerror(errno));
     }
-    tty_setup();
-    make_children(root, 0, made);
-    free(made);
+    if (!tty_done) {
+        tty_setup();
+        tty_done = 1;
+    }
+    make_children(root, 0, late);
 }
 
 /* A copy of object descriptor `from` parked at >= base (prog_fd: the
