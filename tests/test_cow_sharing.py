@@ -9,13 +9,18 @@ the processes' Pss (/proc/PID/smaps_rollup) after each restart stays within
 every process finds its copy right, also after writing its part again.  A
 worker that rewrote most of its copy (nothing to share) and workers forked
 before their parent's region changed size (they cannot keep it) come back
-right too.  As root and as an ordinary user."""
+right too.  And with every child going on from its parent's restorer
+(LAZARUS_INHERIT_MIN_KIB=0, whatever it shares), the tree and session tests'
+jobs come back exactly (zombies, groups, sessions made through helpers,
+objects the processes share).  As root and as an ordinary user."""
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import _compile, comm_of, descendants, kill_tree, wait_gone
+from test_sessions import test_sessions_and_groups_exactly as sessions_and_groups_exactly
+from test_tree_restart import test_tree_comes_back as tree_comes_back, tree_job  # noqa: F401 (a fixture)
 
 NAME = "cow_workers"
 
@@ -95,3 +100,36 @@ def test_parent_region_resized_after_fork(runner, prog):
     # workers 1 and 2 have the old region: each a copy of its own; 3 and 4 share with the parent
     for before, after in _cycles(runner, prog, "resize", 64, 4, cycles=1):
         assert after <= 3.6 * before, f"Pss {after} KiB after the restart, {before} KiB before the kill"
+
+
+def _every_child_goes_on(runner) -> list:
+    """Every child of the restarted job goes on from its parent's restorer;
+    the restarts are recorded to count, from their trace, those that did."""
+    runner.env["LAZARUS_INHERIT_MIN_KIB"] = "0"
+    runner.env["LAZARUS_TRACE"] = "1"
+    restarts = []
+    start_lz = runner.start_lz
+
+    def recording(*args):
+        p = start_lz(*args)
+        if args[0] == "restart":
+            restarts.append(p)
+        return p
+    runner.start_lz = recording
+    return restarts
+
+
+def _went_on(restarts) -> list[int]:
+    return [p.stderr.count("continues from its parent's restorer") for p in restarts]
+
+
+def test_tree_job_every_child_goes_on(runner, tree_job):
+    restarts = _every_child_goes_on(runner)
+    tree_comes_back(runner, tree_job)
+    assert _went_on(restarts) == [4], [p.stderr for p in restarts]  # A, A1, B, C (Z, K: zombies)
+
+
+def test_sessions_every_child_goes_on(runner, programs):
+    restarts = _every_child_goes_on(runner)
+    sessions_and_groups_exactly(runner, programs)
+    assert _went_on(restarts) == [7, 7], [p.stderr for p in restarts]
