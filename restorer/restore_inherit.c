@@ -157,6 +157,27 @@ static int read_page(struct page_reader *pr, uint64_t addr, char *page)
 /* Pages compared per region a child could keep. */
 #define SAMPLES 4
 
+/* The parent's pages read for the estimates, kept: children forked alike
+ * sample the same addresses (by image: a child judging its own children
+ * has another). */
+static struct { const void *img; uint64_t addr; char page[4096]; } parent_pages[16];
+static int nparent_pages;
+
+static int parent_page(struct page_reader *pr, uint64_t addr, char *page)
+{
+    for (int k = 0; k < nparent_pages; k++)
+        if (parent_pages[k].img == pr->rc->img.regions && parent_pages[k].addr == addr) {
+            memcpy(page, parent_pages[k].page, 4096);
+            return 1;
+        }
+    if (read_page(pr, addr, page) != 1) return 0;
+    int k = nparent_pages < 16 ? nparent_pages++ : (int)(addr / 4096 % 16);
+    parent_pages[k].img = pr->rc->img.regions;
+    parent_pages[k].addr = addr;
+    memcpy(parent_pages[k].page, page, 4096);
+    return 1;
+}
+
 static uint64_t inherit_min = 4ull << 20;
 
 void restore_inherit_init(void)
@@ -190,7 +211,7 @@ int restore_inherit_worth(const struct restore_ctx *parent, const struct restore
                 if (at < img->extents[e].length) addr = img->extents[e].addr + at;
                 else at -= img->extents[e].length;
             }
-            equal += addr && read_page(&cp, addr, a) == 1 && read_page(&pp, addr, b) == 1 && !memcmp(a, b, 4096);
+            equal += addr && read_page(&cp, addr, a) == 1 && parent_page(&pp, addr, b) == 1 && !memcmp(a, b, 4096);
         }
         shared += bytes / SAMPLES * (uint64_t)equal;
     }

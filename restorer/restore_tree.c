@@ -384,6 +384,7 @@ void restore_tree_children(const char *ckpt_dir, int late)
         if (slash) *slash = 0;
     }
     if (!made) { /* which children to make after the fill (restore_inherit_worth) */
+        int nlate = 0, nkids = 0;
         made = calloc(plan.h.nprocs, 1);
         late_child = calloc(plan.h.nprocs, 1);
         child_img = calloc(plan.h.nprocs, sizeof *child_img);
@@ -395,7 +396,12 @@ void restore_tree_children(const char *ckpt_dir, int late)
             snprintf(dir, sizeof dir, "%s/%s", root, q->dir);
             late_child[k] = (uint8_t)restore_child_shares(dir, &child_img[k]);
             if (!late_child[k]) lz_image_free(&child_img[k]);
+            nlate += late_child[k];
+            nkids++;
         }
+        char step[96];
+        snprintf(step, sizeof step, "%d of its %d children to make after its fill", nlate, nkids);
+        restore_trace(step);
     }
     if ((plan.me->flags & LZ_PP_SETSID) && getsid(0) != plan.me->pid) { /* deferred (restore_sessions_defer) */
         make_children(root, 1, late);
