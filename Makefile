@@ -69,6 +69,7 @@ RESTORE_SRC := \
 	restorer/restore_main.c \
 	restorer/restore_memory.c \
 	restorer/restore_fill.c \
+	restorer/restore_inherit.c \
 	restorer/restore_fds.c \
 	restorer/restore_pipes.c \
 	restorer/restore_events.c \

@@ -39,7 +39,8 @@
 /* An entry of a fill order: an extent index, with a flag saying what to do. */
 #define CHECK_ONLY 0x80000000u /* check its frame's stored bytes (the first stage, for the second) */
 #define WHOLE 0x40000000u      /* place its frame whole (step 1) */
-#define INDEX(k) ((k) & ~(CHECK_ONLY | WHOLE))
+#define COMPARE 0x20000000u    /* in a region kept from the parent's restorer: write only what differs */
+#define INDEX(k) ((k) & ~(CHECK_ONLY | WHOLE | COMPARE))
 #define SKIP_EXTENT ~0u        /* not this stage's */
 
 struct fill_job {
@@ -50,6 +51,7 @@ struct fill_job {
     char *raw, *in, *work; /* a frame expanded, as stored, the decompressor's work area */
     long cached;           /* frame now in raw, -1 none */
     long checked;          /* frame whose stored bytes were just checked, -1 none */
+    uint64_t compared, written; /* bytes of COMPARE extents, and of their pages that differed */
     char err[512];
 };
 
@@ -103,6 +105,32 @@ static int fill_extent(struct fill_job *j, const struct lz_extent *x)
     return 0;
 }
 
+/* An extent of a region kept from the parent's restorer (restore_inherit.c):
+ * only the pages that differ from the parent's are written, so the others
+ * stay shared with it; a zero extent is dropped (reads as zero after). */
+static int compare_extent(struct fill_job *j, const struct lz_extent *x)
+{
+    char *dst = (char *)x->addr;
+    j->compared += x->length;
+    if (x->frame == LZ_FRAME_ZERO) {
+        if (madvise(dst, x->length, MADV_DONTNEED) == 0) return 0;
+        snprintf(j->err, sizeof j->err, "cannot clear the memory at 0x%llx: %s", (unsigned long long)x->addr, strerror(errno));
+        return -1;
+    }
+    if (j->cached != (long)x->frame) {
+        j->cached = -1;
+        if (load_frame(j, x, &j->rc->img.frames[x->frame], j->raw) < 0) return -1;
+        j->cached = (long)x->frame;
+    }
+    const char *src = j->raw + x->skip;
+    for (uint64_t o = 0; o < x->length; o += 4096)
+        if (memcmp(dst + o, src + o, 4096)) {
+            memcpy(dst + o, src + o, 4096);
+            j->written += 4096;
+        }
+    return 0;
+}
+
 /* The stored bytes of an extent's frame, checked without placing them: a
  * frame of the second stage is proven before any file is rolled back (and
  * read again, expanded and checked once more, after). */
@@ -123,7 +151,8 @@ static void *fill_worker(void *arg)
     for (size_t e = j->first; e < j->last; e++) {
         uint32_t k = j->order[e];
         const struct lz_extent *x = &j->rc->img.extents[INDEX(k)];
-        int rc = (k & CHECK_ONLY) ? check_extent(j, x) : (k & WHOLE) ? place_whole(j, x) : fill_extent(j, x);
+        int rc = (k & CHECK_ONLY) ? check_extent(j, x) : (k & WHOLE) ? place_whole(j, x)
+               : (k & COMPARE) ? compare_extent(j, x) : fill_extent(j, x);
         if (rc < 0) return NULL;
     }
     return NULL;
@@ -141,7 +170,7 @@ static uint64_t entry_bytes(const struct lz_image *img, uint32_t k)
 
 /* Runs order[0..n) on NWORKERS threads, split into runs of about equal
  * bytes between frames; fails the restore on the first damage found. */
-static void run_workers(struct restore_ctx *rc, const int *fds, const uint32_t *order, size_t n)
+static void run_workers(struct restore_ctx *rc, const int *fds, const uint32_t *order, size_t n, uint64_t *cmp)
 {
     const struct lz_image *img = &rc->img;
     uint64_t total = 0, acc = 0;
@@ -177,6 +206,7 @@ static void run_workers(struct restore_ctx *rc, const int *fds, const uint32_t *
     fill_worker(&jobs[0]);
     for (int w = 1; w < NWORKERS; w++) if (started[w]) pthread_join(th[w], NULL);
     for (int w = 0; w < NWORKERS; w++) if (jobs[w].err[0]) restore_fail("%s", jobs[w].err);
+    for (int w = 0; w < NWORKERS; w++) { cmp[0] += jobs[w].compared; cmp[1] += jobs[w].written; }
     for (int w = 0; w < NWORKERS; w++) { free(jobs[w].raw); free(jobs[w].in); free(jobs[w].work); }
 }
 
@@ -259,7 +289,7 @@ static void read_ahead(const struct lz_image *img, const int *fds, const uint8_t
 void restore_fill_memory(struct restore_ctx *rc, int stage)
 {
     const struct lz_image *img = &rc->img;
-    if (img->nextents >= WHOLE) restore_fail("the image has too many extents");
+    if (img->nextents >= COMPARE) restore_fail("the image has too many extents");
     int *fds = calloc(img->npacks + 1, sizeof *fds);
     if (!fds) restore_fail("out of memory");
     for (size_t i = 0; i < img->npacks; i++) {
@@ -281,7 +311,8 @@ void restore_fill_memory(struct restore_ctx *rc, int stage)
     memset(what, 0xff, (img->nextents + 1) * sizeof *what);
     for (size_t i = 0; i < img->nregions; i++) {
         const struct lz_region *r = &img->regions[i];
-        uint32_t w = restore_region_stage(r) == stage ? 0 : stage == RESTORE_ANON ? CHECK_ONLY : SKIP_EXTENT;
+        uint32_t w = restore_region_stage(r) != stage ? (stage == RESTORE_ANON ? CHECK_ONLY : SKIP_EXTENT)
+                   : rc->inherited && rc->inherited[i] ? COMPARE : 0;
         for (uint32_t e = r->first_extent; e < r->first_extent + r->nextents; e++) {
             what[e] = w;
             region_of[e] = (uint32_t)i;
@@ -316,11 +347,17 @@ void restore_fill_memory(struct restore_ctx *rc, int stage)
     free(whole);
     read_ahead(img, fds, used);
     free(used);
-    run_workers(rc, fds, order, n1); /* step 1: frames placed whole, never overlapping */
+    uint64_t cmp[2] = {0, 0};
+    run_workers(rc, fds, order, n1, cmp); /* step 1: frames placed whole, never overlapping */
     char step[96];
     snprintf(step, sizeof step, "%zu frames placed whole, %zu extents to fill", n1, n);
     restore_trace(step);
-    run_workers(rc, fds, order + n1, n); /* step 2: what later frames replaced, and the rest */
+    run_workers(rc, fds, order + n1, n, cmp); /* step 2: what later frames replaced, and the rest */
+    if (cmp[0]) {
+        snprintf(step, sizeof step, "%llu KiB kept from the parent compared, %llu KiB of it differed",
+                 (unsigned long long)(cmp[0] >> 10), (unsigned long long)(cmp[1] >> 10));
+        restore_trace(step);
+    }
     for (size_t i = 0; i < img->npacks; i++) close(fds[i]);
     free(fds);
     free(order);

@@ -24,6 +24,10 @@
 
 static char restorer_stack[1 << 20] __attribute__((aligned(64)));
 static struct restore_ctx ctx;
+/* A child of the plan going on in a copy of its parent's restorer: the
+ * parent's context (its image and where it mapped each region). */
+static struct restore_ctx parent_ctx;
+static int inheriting;
 static int tracing;
 static int compress_codec = -1, compress_level; /* read before the initial stack (environment) goes */
 static int drop_caps;
@@ -99,11 +103,20 @@ static _Noreturn void restore_on_own_stack(void *unused)
 {
     (void)unused;
     struct restore_ctx *rc = &ctx;
-    unmap_initial_stack();
-    restore_park_vdso(rc);
+    if (inheriting) {
+        restore_inherit(rc, &parent_ctx);
+    } else {
+        unmap_initial_stack();
+        restore_park_vdso(rc);
+    }
+    restore_tree_objects(); /* what the processes of a job share: before the memory (shared memory's memfds) */
+    restore_tree_children(rc->ckpt_dir, 0); /* those that would share little of this memory */
     restore_map_regions(rc, RESTORE_ANON);
     restore_fill_memory(rc, RESTORE_ANON);
     restore_trace("anonymous memory filled and verified, every frame checked");
+    /* the others only now, so that they share this memory copy-on-write as
+     * they did (restore_inherit.c) */
+    restore_tree_children(rc->ckpt_dir, 1);
     wait_for_rollback();
     restore_map_regions(rc, RESTORE_FILES);
     restore_fill_memory(rc, RESTORE_FILES);
@@ -144,6 +157,46 @@ static _Noreturn void restore_on_own_stack(void *unused)
     restore_threads_and_jump(rc); /* each thread's state, timers, pending signals */
 }
 
+static void switch_to_own_stack(void)
+{
+    char *top = restorer_stack + sizeof restorer_stack - 64;
+    __asm__ volatile("movq %0, %%rsp\n\tcall *%1\n\tud2" : : "r"(top), "r"(restore_on_own_stack), "D"(NULL) : "memory");
+    __builtin_unreachable();
+}
+
+static void child_ctx(struct restore_ctx *child, const char *ckpt_dir)
+{
+    memset(child, 0, sizeof *child);
+    child->store_dir = ctx.store_dir;
+    child->index = ctx.index;
+    child->ctl_fd = ctx.ctl_fd;
+    if (!(child->ckpt_dir = strdup(ckpt_dir))) restore_fail("out of memory");
+}
+
+int restore_child_shares(const char *ckpt_dir, struct lz_image *img)
+{
+    struct restore_ctx child;
+    child_ctx(&child, ckpt_dir);
+    char why[1024];
+    if (lz_manifest_load(child.ckpt_dir, &child.img, why, sizeof why) < 0) restore_fail("%s", why);
+    *img = child.img;
+    int worth = restore_inherit_worth(&ctx, &child);
+    free((char *)child.ckpt_dir);
+    return worth;
+}
+
+void restore_continue_child(const char *ckpt_dir, const struct lz_image *img)
+{
+    struct restore_ctx child;
+    child_ctx(&child, ckpt_dir);
+    child.img = *img;
+    if (restore_check_layout_inherited(&child, &ctx) < 0) return; /* a fresh restorer finds a placement */
+    parent_ctx = ctx;
+    ctx = child;
+    inheriting = 1;
+    switch_to_own_stack(); /* the frames above are the parent's, done with */
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 5) {
@@ -153,6 +206,7 @@ int main(int argc, char **argv)
     tracing = getenv("LAZARUS_TRACE") != NULL;
     drop_caps = getenv("LAZARUS_DROP_CAPS") != NULL;
     restore_timer_ids_off = getenv("LAZARUS_TEST_NO_TIMER_IDS") != NULL; /* tests: a kernel before 6.17 */
+    restore_inherit_init();
     const char *cz = getenv("LAZARUS_COMPRESS");
     if (cz && *cz && lz_codec_parse(cz, &compress_codec, &compress_level, NULL, 0) < 0) compress_codec = -1;
     restore_trace("started");
@@ -172,10 +226,7 @@ int main(int argc, char **argv)
     ctx.index = v;
     ctx.ctl_fd = atoi(argv[4]);
     restore_report_fd = ctx.ctl_fd;
-    /* a job of several processes: its children first, once (not again after
-     * a placement attempt below re-runs us) */
-    restore_tree_read();
-    if (!getenv("LAZARUS_TREE_DONE")) restore_tree_start(ctx.ckpt_dir, argv);
+    restore_tree_read(argv); /* a job of several processes: the plan */
     char why[1024];
     if (lz_manifest_load(ctx.ckpt_dir, &ctx.img, why, sizeof why) < 0) restore_fail("%s", why);
     /* Started without randomization, the restorer sits just below the stack
@@ -197,9 +248,15 @@ int main(int argc, char **argv)
         char *env[11] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, cz};
         int ne = 3;
         if (rolled_fd >= 0) env[ne++] = rolled;
-        if (restore_in_tree()) { env[ne++] = plan; env[ne++] = "LAZARUS_TREE_DONE=1"; }
+        if (restore_in_tree()) env[ne++] = plan;
         if (drop_caps) env[ne++] = "LAZARUS_DROP_CAPS=1";
         if (restore_timer_ids_off) env[ne++] = "LAZARUS_TEST_NO_TIMER_IDS=1";
+        char inherit[64];
+        const char *im = getenv("LAZARUS_INHERIT_MIN_KIB");
+        if (im && strlen(im) < 32) {
+            snprintf(inherit, sizeof inherit, "LAZARUS_INHERIT_MIN_KIB=%s", im);
+            env[ne++] = inherit;
+        }
         if (tracing) env[ne++] = "LAZARUS_TRACE=1";
         personality((unsigned long)personality(LZ_PERSONALITY_QUERY) & ~(unsigned long)ADDR_NO_RANDOMIZE);
         execve("/proc/self/exe", argv, env);
@@ -210,7 +267,5 @@ int main(int argc, char **argv)
         if (__rseq_size)
             syscall(SYS_rseq, (char *)__builtin_thread_pointer() + __rseq_offset, LZ_RSEQ_ORIG_LEN, RSEQ_FLAG_UNREGISTER, RSEQ_SIG);
     }
-    char *top = restorer_stack + sizeof restorer_stack - 64;
-    __asm__ volatile("movq %0, %%rsp\n\tcall *%1\n\tud2" : : "r"(top), "r"(restore_on_own_stack), "D"(NULL) : "memory");
-    __builtin_unreachable();
+    switch_to_own_stack();
 }

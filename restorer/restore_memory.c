@@ -89,6 +89,28 @@ int restore_check_layout(struct restore_ctx *rc, char *why, size_t whylen)
     return 0;
 }
 
+/* The same for a child going on in its parent's restorer: our mappings are
+ * where the parent found them (the heap grown since), the vDSO the same
+ * kernel's; -1 sends the child to a fresh restorer, which says what is wrong. */
+int restore_check_layout_inherited(struct restore_ctx *rc, const struct restore_ctx *parent)
+{
+    const struct lz_proc *p = rc->img.proc, *pp = parent->img.proc;
+    memcpy(rc->own, parent->own, sizeof rc->own);
+    rc->nown = parent->nown;
+    uint64_t brk_end = ((uint64_t)sbrk(0) + 4095) & ~4095ull;
+    int heap = -1;
+    for (int i = 0; i < rc->nown; i++) if (rc->own[i].start < brk_end) heap = i;
+    for (int i = 0; i < rc->nown; i++) {
+        uint64_t a = rc->own[i].start, b = i == heap && brk_end > rc->own[i].end ? brk_end : rc->own[i].end;
+        if (overlaps_program(rc, a, b + (64ull << 20))) return -1;
+    }
+    if (p->vdso_block_end < p->vdso_block_start || overlaps_program(rc, p->vdso_block_start, p->vdso_block_end) ||
+        p->vdso_block_end - p->vdso_block_start != pp->vdso_block_end - pp->vdso_block_start ||
+        p->vdso_offset != pp->vdso_offset || p->vdso_hash != pp->vdso_hash)
+        return -1;
+    return 0;
+}
+
 static void move_block(uint64_t to)
 {
     /* Each VMA of the block moves to the same offset from `to`. */
@@ -186,11 +208,19 @@ static int views_fd(const struct restore_ctx *rc, const struct lz_region *r)
     return fd;
 }
 
+void restore_forget_views(void)
+{
+    for (int k = 0; k < nviews; k++) close(views[k].fd);
+    nviews = 0;
+}
+
 void restore_map_regions(struct restore_ctx *rc, int stage)
 {
+    if (!rc->mapped_lo && !(rc->mapped_lo = calloc(rc->img.nregions + 1, sizeof *rc->mapped_lo))) restore_fail("out of memory");
     for (size_t i = 0; i < rc->img.nregions; i++) {
         const struct lz_region *r = &rc->img.regions[i];
         if (restore_region_stage(r) != stage) continue;
+        if (rc->inherited && rc->inherited[i]) { rc->mapped_lo[i] = r->start; continue; } /* the parent's, kept */
         uint64_t len = r->end - r->start;
         int prot = (int)r->prot | (region_needs_write(r) ? PROT_READ | PROT_WRITE : 0);
         int flags = MAP_FIXED_NOREPLACE;
@@ -219,9 +249,10 @@ void restore_map_regions(struct restore_ctx *rc, int stage)
         }
         uint64_t room = r->kind == LZ_R_ANON && (r->flags & LZ_RF_STACK) && (r->flags & LZ_RF_GROWSDOWN) ? stack_room(rc, r) : 0;
         void *m = MAP_FAILED;
+        uint64_t lo = r->start;
         if (room) { /* something of ours may sit there after all (the parked vDSO): then without */
             m = mmap((void *)(r->start - room), len + room, prot, flags, -1, 0);
-            if (m != MAP_FAILED) m = (char *)m + room;
+            if (m != MAP_FAILED) { m = (char *)m + room; lo -= room; }
         }
         if (m == MAP_FAILED)
             m = shm >= 0 ? mmap((void *)r->start, len, prot, flags, shm, (off_t)r->file_offset)
@@ -231,6 +262,7 @@ void restore_map_regions(struct restore_ctx *rc, int stage)
         if (m == MAP_FAILED || (uint64_t)m != r->start)
             restore_fail("cannot map the program's memory at 0x%llx-0x%llx: %s", (unsigned long long)r->start,
                          (unsigned long long)r->end, m == MAP_FAILED ? strerror(e) : "placed elsewhere");
+        rc->mapped_lo[i] = lo;
         restore_advise(r);
     }
 }

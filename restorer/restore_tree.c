@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/personality.h>
 #include <termios.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -32,8 +33,9 @@
 /* Joining a process group fails (EPERM) until its leader has made it: tried
  * again every millisecond, for 2 s, and on while the restart makes progress
  * towards it -- more of the job's processes appear (each restorer makes its
- * children, slowly on a loaded machine), or the leader exists and has not
- * made its group yet -- up to a minute.  No progress for a second past the
+ * children, slowly on a loaded machine, and may fill its own memory first),
+ * the leader exists and has not made its group yet, or the leader is a
+ * process of the plan not made yet -- up to a minute.  No progress for a second past the
  * 2 s ends it (the leader is in another session, say). */
 #define JOIN_BASE_NS (2ull * 1000000000ull)
 #define JOIN_CAP_NS (60ull * 1000000000ull)
@@ -49,14 +51,34 @@ static struct {
 
 int restore_report_fd = -1;
 
+/* Copies of the restorer's arguments and environment (the kernel-made stack
+ * holding them is unmapped before the children are made): a child that
+ * cannot continue from this restorer's memory runs a fresh one with them. */
+static char *saved_argv[6];
+static char **saved_env;
+
 int restore_in_tree(void) { return plan.me != NULL; }
 
 int restore_tree_main_pid(int own) { return plan.me ? plan.procs[0].pid : own; }
 
-void restore_tree_read(void)
+extern char **environ;
+
+static void save_args(char **argv)
+{
+    for (int k = 0; k < 5 && argv[k]; k++) saved_argv[k] = strdup(argv[k]);
+    size_t n = 0;
+    while (environ[n]) n++;
+    saved_env = calloc(n + 1, sizeof *saved_env);
+    if (!saved_env) restore_fail("out of memory");
+    for (size_t k = 0; k < n; k++)
+        if (!(saved_env[k] = strdup(environ[k]))) restore_fail("out of memory");
+}
+
+void restore_tree_read(char **argv)
 {
     const char *v = getenv(LZ_PLAN_ENV);
     if (!v) return;
+    save_args(argv);
     int fd = atoi(v);
     struct stat st;
     if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof plan.h) restore_fail("the restart plan is missing");
@@ -77,6 +99,21 @@ void restore_tree_read(void)
     restore_sessions_init(plan.procs, plan.h.nprocs);
 }
 
+/* CLOCK_MONOTONIC by a system call: the vDSO is parked by now (restore_memory.c) */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int planned(int32_t pid)
+{
+    for (uint32_t k = 0; k < plan.h.nprocs; k++)
+        if (plan.procs[k].pid == pid) return 1;
+    return 0;
+}
+
 /* Its session and process group, as at the checkpoint; the process group
  * of another process of the job is joined once it exists (its leader may be
  * made a moment later, elsewhere in the tree). */
@@ -88,19 +125,22 @@ static void group_setup(const struct lz_plan_proc *p)
     if ((p->flags & LZ_PP_GROUP) && setpgid(0, 0) < 0)
         lz_warn("process %d: cannot make its process group again: %s", p->pid, strerror(errno));
     if (!p->join_pgid) return;
-    uint64_t t0 = lz_now_ns(CLOCK_MONOTONIC), moved = t0, now = t0, looked = 0;
+    uint64_t t0 = mono_ns(), moved = t0, now = t0, looked = 0;
     uint32_t made = 0;
     int e;
     for (;;) {
         if (setpgid(0, p->join_pgid) == 0) return;
         if ((e = errno) != EPERM) break;
-        now = lz_now_ns(CLOCK_MONOTONIC);
+        now = mono_ns();
         if (now - looked >= 50000000ull) { /* (PIDs as this namespace sees them: no /proc here) */
             looked = now;
             uint32_t n = 0;
             for (uint32_t k = 0; k < plan.h.nprocs; k++) n += kill(plan.procs[k].pid, 0) == 0 || errno == EPERM;
             pid_t g = getpgid(p->join_pgid);
-            if (n != made || (g >= 0 && g != p->join_pgid)) moved = now;
+            /* a leader of the plan not made yet is on its way: its creator
+             * may be filling its memory first (restore_continue_child) */
+            int coming = g < 0 && errno == ESRCH && planned(p->join_pgid);
+            if (n != made || (g >= 0 && g != p->join_pgid) || coming) moved = now;
             made = n;
         }
         if (now - t0 >= JOIN_CAP_NS || (now - t0 >= JOIN_BASE_NS && now - moved >= JOIN_QUIET_NS)) break;
@@ -235,20 +275,19 @@ static _Noreturn void become_zombie(int status)
     _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
 }
 
-extern char **environ;
-
-static _Noreturn void exec_child(const struct lz_plan_proc *q, const char *root, char **argv)
+static _Noreturn void exec_child(const struct lz_plan_proc *q, const char *root)
 {
     char dir[LZ_PATH_MAX + 64];
     snprintf(dir, sizeof dir, "%s/%s", root, q->dir);
-    char *args[] = {argv[0], dir, argv[2], argv[3], argv[4], NULL};
-    /* its own placement attempts start again; everything else is ours */
-    static const char attempt[] = "LAZARUS_RESTORE_ATTEMPT=", done[] = "LAZARUS_TREE_DONE=";
+    char *args[] = {saved_argv[0], dir, saved_argv[2], saved_argv[3], saved_argv[4], NULL};
+    /* its own placement attempts start again, at the usual place; everything else is ours */
+    static const char attempt[] = "LAZARUS_RESTORE_ATTEMPT=";
     char *env[16];
     int n = 0;
-    for (char **e = environ; *e && n < (int)(sizeof env / sizeof *env) - 1; e++)
-        if (strncmp(*e, attempt, sizeof attempt - 1) && strncmp(*e, done, sizeof done - 1)) env[n++] = *e;
+    for (char **e = saved_env; *e && n < (int)(sizeof env / sizeof *env) - 1; e++)
+        if (strncmp(*e, attempt, sizeof attempt - 1)) env[n++] = *e;
     env[n] = NULL;
+    personality((unsigned long)personality(LZ_PERSONALITY_QUERY) | ADDR_NO_RANDOMIZE);
     execve("/proc/self/exe", args, env);
     restore_fail("process %d: cannot run the restorer: %s", q->pid, strerror(errno));
 }
@@ -277,14 +316,24 @@ static void tty_setup(void)
     }
 }
 
+/* Per process of the plan: made yet; a child to make after this restorer's
+ * fill, going on from it (it would share enough of this memory), with its
+ * part loaded to judge that. */
+static uint8_t *made, *late_child;
+static struct lz_image *child_img;
+static int tty_done;
+
 /* This process's children in the plan (only == 1: those of the session
- * it is in now, before its own setsid), each once. */
-static void make_children(const char *root, char **argv, int only, uint8_t *made)
+ * it is in now, before its own setsid; late == 0: only those made before
+ * its fill), each once.  A late child goes on in a copy of this restorer
+ * (restore_continue_child), the others run a fresh restorer for their part. */
+static void make_children(const char *root, int only, int late)
 {
     int32_t cur = restore_sessions_cur_sid();
     for (uint32_t k = 0; k < plan.h.nprocs; k++) {
         const struct lz_plan_proc *q = &plan.procs[k];
         if (q->ppid != plan.me->pid || made[k] || (only && (q->sid != cur || q->sid == q->pid))) continue;
+        if (!late && late_child[k]) continue;
         made[k] = 1;
         pid_t r = restore_sessions_clone(q);
         if (r < 0) restore_fail("cannot make process %d again with its PID: %s", q->pid, strerror(errno));
@@ -293,16 +342,40 @@ static void make_children(const char *root, char **argv, int only, uint8_t *made
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             group_setup(q);
             if (q->flags & LZ_PP_ZOMBIE) become_zombie(q->status);
-            exec_child(q, root, argv);
+            plan.me = q;
+            char dir[LZ_PATH_MAX + 64];
+            snprintf(dir, sizeof dir, "%s/%s", root, q->dir);
+            const struct lz_image *img = late_child[k] ? &child_img[k] : NULL;
+            made = late_child = NULL; /* the parent's: this process's children are its own */
+            child_img = NULL;
+            tty_done = 0;
+            if (img) restore_continue_child(dir, img); /* returns only where it cannot */
+            exec_child(q, root);
         }
     }
 }
 
-void restore_tree_start(const char *ckpt_dir, char **argv)
+/* Children of the session it is in now (before its own setsid) not made yet. */
+static int left_in_session(void)
+{
+    int32_t cur = restore_sessions_cur_sid();
+    for (uint32_t k = 0; k < plan.h.nprocs; k++) {
+        const struct lz_plan_proc *q = &plan.procs[k];
+        if (q->ppid == plan.me->pid && !made[k] && q->sid == cur && q->sid != q->pid) return 1;
+    }
+    return 0;
+}
+
+void restore_tree_objects(void)
 {
     if (!plan.me) return;
-    if (plan.me->ppid == 0) group_setup(plan.me); /* the others did it before their exec */
+    if (plan.me->ppid == 0) group_setup(plan.me); /* the others did it when they were made */
     make_objects();
+}
+
+void restore_tree_children(const char *ckpt_dir, int late)
+{
+    if (!plan.me) return;
     /* the checkpoint directory the parts are in */
     char root[LZ_PATH_MAX];
     snprintf(root, sizeof root, "%s", ckpt_dir);
@@ -310,15 +383,36 @@ void restore_tree_start(const char *ckpt_dir, char **argv)
         char *slash = strrchr(root, '/');
         if (slash) *slash = 0;
     }
-    uint8_t *made = calloc(plan.h.nprocs, 1);
-    if (!made) restore_fail("out of memory");
+    if (!made) { /* which children to make after the fill (restore_inherit_worth) */
+        int nlate = 0, nkids = 0;
+        made = calloc(plan.h.nprocs, 1);
+        late_child = calloc(plan.h.nprocs, 1);
+        child_img = calloc(plan.h.nprocs, sizeof *child_img);
+        if (!made || !late_child || !child_img) restore_fail("out of memory");
+        for (uint32_t k = 0; k < plan.h.nprocs; k++) {
+            const struct lz_plan_proc *q = &plan.procs[k];
+            if (q->ppid != plan.me->pid || (q->flags & LZ_PP_ZOMBIE)) continue;
+            char dir[LZ_PATH_MAX + 64];
+            snprintf(dir, sizeof dir, "%s/%s", root, q->dir);
+            late_child[k] = (uint8_t)restore_child_shares(dir, &child_img[k]);
+            if (!late_child[k]) lz_image_free(&child_img[k]);
+            nlate += late_child[k];
+            nkids++;
+        }
+        char step[96];
+        snprintf(step, sizeof step, "%d of its %d children to make after its fill", nlate, nkids);
+        restore_trace(step);
+    }
     if ((plan.me->flags & LZ_PP_SETSID) && getsid(0) != plan.me->pid) { /* deferred (restore_sessions_defer) */
-        make_children(root, argv, 1, made);
+        make_children(root, 1, late);
+        if (left_in_session()) return; /* made after the fill: the setsid after them */
         if (setsid() < 0) lz_warn("process %d: cannot make its session again: %s", plan.me->pid, strerror(errno));
     }
-    tty_setup();
-    make_children(root, argv, 0, made);
-    free(made);
+    if (!tty_done) {
+        tty_setup();
+        tty_done = 1;
+    }
+    make_children(root, 0, late);
 }
 
 /* A copy of object descriptor `from` parked at >= base (prog_fd: the

@@ -20,6 +20,8 @@ struct restore_ctx {
     struct own_range own[8]; /* the restorer's mappings (not the vDSO) */
     int nown;
     int launcher_ref[LZ_LAUNCHER_FDS]; /* restore_descriptors: for lz_resume */
+    uint64_t *mapped_lo;     /* per region: where restore_map_regions mapped it from (0: not yet) */
+    uint8_t *inherited;      /* per region: kept from the parent restorer's memory (restore_inherit.c) */
 };
 
 void restore_trace(const char *step);
@@ -38,6 +40,25 @@ static inline int restore_region_stage(const struct lz_region *r)
     return r->kind == LZ_R_FILE_PRIVATE || r->kind == LZ_R_FILE_SHARED || (r->flags & LZ_RF_SYSV) ? RESTORE_FILES : RESTORE_ANON;
 }
 void restore_map_regions(struct restore_ctx *rc, int stage);
+/* A child going on in a copy of its parent's restorer (restore_inherit.c):
+ * 0 if the restorer's own mappings, where they are, leave room for the
+ * child's regions (else it runs a fresh restorer); then the parent's
+ * regions it keeps (the same private anonymous region) kept, the others
+ * unmapped, the vDSO moved out of the child's way. */
+int restore_check_layout_inherited(struct restore_ctx *rc, const struct restore_ctx *parent);
+void restore_inherit(struct restore_ctx *rc, const struct restore_ctx *parent);
+/* Would the child whose part is loaded in `child` share enough of the
+ * parent's memory (estimated from a few pages) to be made after its fill? */
+int restore_inherit_worth(const struct restore_ctx *parent, const struct restore_ctx *child);
+void restore_inherit_init(void); /* LAZARUS_INHERIT_MIN_KIB, read while the environment is there */
+void restore_forget_views(void); /* restore_memory.c: the parent's memfds of several views */
+/* restore_main.c: the child of the plan whose part is in ckpt_dir goes on
+ * from here, in this copy of its parent's restorer; returns only if it
+ * cannot (then it runs a fresh one). */
+void restore_continue_child(const char *ckpt_dir, const struct lz_image *img);
+/* restore_main.c, for the plan: the part in ckpt_dir loaded (into *img),
+ * and whether that child should go on from this restorer after its fill. */
+int restore_child_shares(const char *ckpt_dir, struct lz_image *img);
 void restore_advise(const struct lz_region *r);
 /* restore_sysv.c: a System V attachment, made again with shmat */
 void restore_sysv_attach(struct restore_ctx *rc, const struct lz_region *r);
@@ -133,8 +154,12 @@ _Noreturn void restore_threads_and_jump(struct restore_ctx *rc);
 
 /* A job of several processes (restore_tree.c): no-ops for a single one. */
 extern int restore_report_fd; /* the channel to the supervisor: READY, FAILED */
-void restore_tree_read(void);
-void restore_tree_start(const char *ckpt_dir, char **argv);
+void restore_tree_read(char **argv);
+void restore_tree_objects(void);                     /* its session or group (the main program), its objects */
+/* Its children: first (late 0, before its fill) those that would share
+ * little of its memory, each running a fresh restorer; then (late 1) the
+ * others, going on from this one (restore_continue_child). */
+void restore_tree_children(const char *ckpt_dir, int late);
 int restore_in_tree(void);
 int restore_tree_main_pid(int own);
 int *restore_tree_fds(const struct lz_image *img, int base);

@@ -12,6 +12,9 @@ Environment:
   ASAN_OPTIONS, UBSAN_OPTIONS, LSAN_OPTIONS
                      passed on to the commands the tests run (a sanitizer
                      build: scripts/sanitize.sh)
+  LAZARUS_INHERIT_MIN_KIB
+                     passed on too: 0 makes every child of a restarted job go
+                     on from its parent's restorer (restorer/restore_inherit.c)
 """
 from __future__ import annotations
 
@@ -358,7 +361,7 @@ class Runner:
             "TMPDIR": str(base),
         }
         # a sanitizer build (scripts/sanitize.sh) gets its settings through
-        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
+        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "LAZARUS_INHERIT_MIN_KIB"):
             if k in os.environ:
                 self.env[k] = os.environ[k]
 
