@@ -41,7 +41,8 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"keep", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
         {"durability", required_argument, 0, 'D'}, {"exclude", required_argument, 0, 'x'}, {"force", no_argument, 0, 'f'},
         {"compress", required_argument, 0, 'c'}, {"job-stdio", no_argument, 0, 'S'},
-        {"tcp", required_argument, 0, 'T'}, {"compact", no_argument, 0, 'C'}, {0, 0, 0, 0}};
+        {"tcp", required_argument, 0, 'T'}, {"compact", no_argument, 0, 'C'},
+        {"resume", no_argument, 0, 'R'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -94,6 +95,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             continue;
         }
         if (c == 'C') { o->compact = 1; continue; }
+        if (c == 'R') { o->resume = 1; continue; }
         if (c == 'c') {
             char err[256];
             int codec, level;
