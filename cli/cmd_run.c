@@ -1,8 +1,9 @@
-/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--] PROGRAM [ARG...] */
+/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG] [--] PROGRAM [ARG...] */
 #include "cli.h"
 #include "store_admin.h"
 #include "util.h"
 #include "resume.h"
+#include "batch.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -14,7 +15,7 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--] PROGRAM [ARG...]\n"
+    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG] [--] PROGRAM [ARG...]\n"
     "Run PROGRAM (an unmodified, dynamically linked program) under Lazarus and stay\n"
     "in the foreground as its supervisor; exit with its status (128+signal if killed).\n\n"
     "  -d DIR      checkpoint store (default ./lazarus.ckpt); refused if it holds an\n"
@@ -52,7 +53,11 @@ static const char help[] =
     "              newest (as `lazarus restart -d DIR`, which keeps the job's settings);\n"
     "              none: start PROGRAM; the job finished: exit with its status, start\n"
     "              nothing.  Refused if the job runs elsewhere or DIR is another\n"
-    "              program's.  Inside a Slurm job see README.md (\"Slurm\")\n";
+    "              program's\n"
+    "  --checkpoint-signal SIG\n"
+    "              this signal to `lazarus` means: checkpoint now, then stop the program\n"
+    "              (restartable).  Inside a Slurm job (SLURM_JOB_ID set) USR1 by default,\n"
+    "              and the job is requeued (`scontrol requeue`); see README.md \"Slurm\"\n";
 
 pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 {
@@ -94,8 +99,9 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxcSTCR", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcSTCRG", help, &o);
     if (first < 0) return 2;
+    if (batch_setup(o.ckpt_signal, "run") < 0) return 1;
     if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
     char why[1024];
     char *dir = abs_dir(o.dir);
@@ -118,7 +124,7 @@ int cmd_run(int argc, char **argv)
         switch (resume_decide(dir, o.dir, argv + first, &status, &at)) {
         case RESUME_REFUSE: return 1;
         case RESUME_FINISHED: return status;
-        case RESUME_RESTART: close(lock); return resume_restart(o.dir, at, o.compress);
+        case RESUME_RESTART: close(lock); return resume_restart(o.dir, at, o.compress, o.ckpt_signal);
         case RESUME_START: break;
         }
     }

@@ -134,10 +134,10 @@ enum resume_what resume_decide(const char *dir, const char *shown, char **argv, 
     return RESUME_RESTART;
 }
 
-int resume_restart(const char *shown, int64_t at, const char *compress)
+int resume_restart(const char *shown, int64_t at, const char *compress, int ckpt_signal)
 {
-    char atbuf[32];
-    char *av[8];
+    char atbuf[32], sigbuf[16];
+    char *av[12];
     int ac = 0;
     av[ac++] = "restart";
     av[ac++] = "-d";
@@ -150,6 +150,11 @@ int resume_restart(const char *shown, int64_t at, const char *compress)
     if (*compress) {
         av[ac++] = "--compress";
         av[ac++] = (char *)compress;
+    }
+    if (ckpt_signal) {
+        snprintf(sigbuf, sizeof sigbuf, "%d", ckpt_signal);
+        av[ac++] = "--checkpoint-signal";
+        av[ac++] = sigbuf;
     }
     av[ac] = NULL;
     return cmd_restart(ac, av);

@@ -17,5 +17,5 @@ enum resume_what resume_decide(const char *dir, const char *shown, char **argv, 
  * XXH3-64 of its exact bytes (never 0). */
 void resume_command(char **argv, char *text, size_t len, uint64_t *hash);
 /* `lazarus restart -d DIR [--at N] [--compress SPEC]`, exactly (DIR/lock released first). */
-int resume_restart(const char *shown, int64_t at, const char *compress);
+int resume_restart(const char *shown, int64_t at, const char *compress, int ckpt_signal);
 #endif
