@@ -6,6 +6,7 @@ run; a finished job gives its recorded status and starts nothing; a DIR whose
 job runs (lock held here, or heartbeat advancing from elsewhere) or that holds
 another program's job is refused with one line."""
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _compile, kill_tree, snapshot, wait_gone
+from conftest import LAZARUS, _compile, kill_tree, snapshot, wait_gone
 
 STEPS, STEP_MS = "150", "40"
 
@@ -158,3 +159,46 @@ def test_another_program_is_refused(runner, programs, step_sim):
     assert runner.lz("run", "--resume", "-d", store2, "--", "sh", "-c", "exit 0", "x y").rc == 0
     r = runner.lz("run", "--resume", "-d", store2, "--", "sh", "-c", "exit 0", "x", "y")
     assert r.rc == 1 and "sh -c exit\\x200 x\\x20y" in r.stderr, str(r)
+
+
+def test_checkpoint_signal_outside_slurm(runner, step_sim, tmp_path):
+    """--checkpoint-signal USR2 without any batch system: checkpoint, stop the
+    program (the job stays restartable, no requeue), `list` names the trigger;
+    the same line then resumes it to an identical end."""
+    want_file, want_out = plain(step_sim, tmp_path)
+    store, out = runner.base / "st", runner.base / "out.txt"
+    argv = ["run", "--resume", "--checkpoint-signal", "USR2", "-d", store, "-i", "0", "--", step_sim, STEPS, STEP_MS, out]
+    p = runner.start_lz(*argv)
+    deadline = time.monotonic() + 30
+    while p.stdout.count("\nstep ") < 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGUSR2)
+    assert p.wait(timeout=60) == 137, p.stderr
+    lines = [l for l in p.stderr.splitlines() if l.startswith("lazarus: checkpoint-signal: ")]
+    assert lines[0] == "lazarus: checkpoint-signal: SIGUSR2 (the warning signal): checkpoint now, then stop the program", p.stderr
+    assert re.fullmatch(r"lazarus: checkpoint-signal: checkpoint 1 is durable \(.* s after it was asked\): stopping the program",
+                        lines[1]), p.stderr
+    assert [e["trigger"] for e in runner.list_json(store)] == ["signal"]
+    final = runner.lz(*argv, timeout=120)
+    assert final.rc == 0 and out.read_bytes() == want_file, str(final)
+    assert final.stdout.splitlines()[-1] == want_out.splitlines()[-1]
+
+
+@pytest.mark.parametrize("bad", ["KILL", "SIGSTOP", "URG", "nosuch", "0", "99"])
+def test_checkpoint_signal_bad_value(runner, bad):
+    r = runner.lz("run", "--checkpoint-signal", bad, "-d", runner.base / "st", "--", "true")
+    assert r.rc == 2 and len(r.stderr_lines()) == 1 and "--checkpoint-signal" in r.stderr, str(r)
+    assert not (runner.base / "st").exists()
+
+
+def test_multi_node_slurm_job_refused(runner, programs):
+    """A job of several nodes or tasks: one line, nothing made."""
+    for extra in ({"SLURM_NNODES": "2"}, {"SLURM_NTASKS": "4"}):
+        env = dict(runner.env, SLURM_JOB_ID="77", **extra)
+        import subprocess
+        cp = subprocess.run(runner.argv([LAZARUS, "run", "--resume", "-d", runner.base / "st", "--", programs.exit_code, "0"]),
+                            cwd=runner.base, env=env, capture_output=True, text=True, timeout=30)
+        assert cp.returncode == 1 and cp.stdout == "", cp
+        err = [l for l in cp.stderr.splitlines() if l.strip()]
+        assert len(err) == 1 and "multi-node and MPI jobs are out of scope" in err[0] and "job 77" in err[0], cp.stderr
+        assert not (runner.base / "st").exists()
