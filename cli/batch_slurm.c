@@ -244,10 +244,12 @@ int batch_signal(struct sv_state *st, int sig)
     char state[64];
     job_state(state, sizeof state);
     int timeout = !strncmp(state, "TIMEOUT", 7), cancelled = !strncmp(state, "CANCELLED", 9);
+    /* requeued already: a node failure, `scontrol requeue`, or a preemption that requeues at once */
+    int requeued = !strncmp(state, "PENDING", 7) || !strncmp(state, "REQUEUE", 7);
     uint64_t now = lz_now_ns(CLOCK_MONOTONIC), need = B.ckpt_ns ? B.ckpt_ns : CKPT_GUESS_NS;
     char what[200];
     snprintf(what, sizeof what, "SIGTERM (job %s: %s)", *state ? state : "state unknown",
-             timeout ? "time limit" : cancelled ? "cancelled" : "preemption");
+             timeout ? "time limit" : cancelled ? "cancelled" : requeued ? "requeued by Slurm" : "preemption");
     /* the checkpoint must be durable before Slurm's SIGKILL, with a second to spare */
     if (need + SEC > B.grace_ns) {
         char why[400];
@@ -258,7 +260,7 @@ int batch_signal(struct sv_state *st, int sig)
         stop_program(st, why);
         return 1;
     }
-    fire(st, cancelled || timeout ? LZ_TRIG_TERM : LZ_TRIG_PREEMPT, now + B.grace_ns - SEC, timeout, what);
+    fire(st, cancelled || timeout || requeued ? LZ_TRIG_TERM : LZ_TRIG_PREEMPT, now + B.grace_ns - SEC, timeout, what);
     return 1;
 }
 
