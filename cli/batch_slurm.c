@@ -136,7 +136,7 @@ static void refresh_end(uint64_t now)
  * scancel): seconds between Slurm's SIGTERM and its SIGKILL. */
 static uint64_t grace_seconds(void)
 {
-    char out[16384];
+    static char out[1 << 17]; /* `scontrol show config` is some 10 KiB */
     const char *part = getenv("SLURM_JOB_PARTITION");
     if (part && *part) {
         char *argv[] = {"scontrol", "-o", "show", "partition", (char *)part, NULL};
