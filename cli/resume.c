@@ -27,11 +27,14 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A heartbeat older than this (by our clock) is a dead supervisor's; a
- * younger one is watched for this long: a live supervisor dates DIR/lock every
- * 250 ms (sv_life.c), a dying job's processes once each as they end. */
-#define STALE_NS (60ull * 1000000000ull)
-#define WATCH_NS (1500ull * 1000000ull)
+/* A heartbeat older than this (by our clock; clocks of a cluster agree to
+ * well under it) is a dead supervisor's; a younger one is watched for this
+ * long: a live supervisor dates DIR/lock every 250 ms (sv_life.c), a dying
+ * job's processes once each as they end, and NFS may show a change only
+ * after its attribute cache's 3 s (acregmin).  A requeued batch job starts
+ * 30 s or more after its last run ended: it does not wait. */
+#define STALE_NS (20ull * 1000000000ull)
+#define WATCH_NS (4000ull * 1000000ull)
 #define LIVE_BEATS 3
 
 void resume_command(char **argv, char *text, size_t len, uint64_t *hash)
