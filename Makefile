@@ -90,6 +90,8 @@ CLI_SRC := \
 	cli/main.c \
 	cli/cmd_run.c \
 	cli/cmd_restart.c \
+	cli/resume.c \
+	cli/batch_slurm.c \
 	cli/supervisor.c \
 	cli/sv_life.c \
 	cli/job_ckpt.c \

@@ -38,6 +38,8 @@ struct cli_opts {
     int job_stdio;         /* run --job-stdio */
     int tcp_refuse;        /* run --tcp=refuse (default reset) */
     int compact;           /* run --compact */
+    int resume;            /* run --resume (resume.c) */
+    int ckpt_signal;       /* --checkpoint-signal SIG (batch_slurm.c), 0 = not given */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* "1.2 GiB" */

@@ -93,6 +93,7 @@ int cmd_list(int argc, char **argv)
             nprocs++;
             lz_image_free(&pi);
         }
+        if (t.trigger) tot.trigger = t.trigger; /* the job's own (a batch system's), not the runtime's view */
         lz_tree_free(&t);
         uint64_t files = fstat_files[i], undo = fstat_bytes[i];
         utc(when, sizeof when, h->created_ns);

@@ -1,4 +1,4 @@
-/* lazarus restart [-d DIR] [--at N] [--force] [--compress SPEC] */
+/* lazarus restart [-d DIR] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG] */
 #include "cli.h"
 #include "tree.h"
 #include "store_admin.h"
@@ -6,6 +6,7 @@
 #include "rollback.h"
 #include "privilege.h"
 #include "frames_check.h"
+#include "batch.h"
 #include <sys/stat.h>
 #include <dirent.h>
 #include <errno.h>
@@ -19,7 +20,7 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus restart [-d DIR] [--at N] [--force] [--compress SPEC]\n"
+    "usage: lazarus restart [-d DIR] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG]\n"
     "Resume the job in DIR from checkpoint N (default: the newest) and stay in the\n"
     "foreground as its supervisor, with the settings it was started with.  First\n"
     "every change the job made to files since N is undone (`lazarus diff` shows\n"
@@ -32,7 +33,9 @@ static const char help[] =
     "            that finished (refused otherwise: it would undo its results)\n"
     "  --compress SPEC\n"
     "            compression of the checkpoints from now on: none, lz4, zstd or\n"
-    "            zstd:LEVEL (default: what the job had)\n";
+    "            zstd:LEVEL (default: what the job had)\n"
+    "  --checkpoint-signal SIG\n"
+    "            as for `lazarus run` (in a Slurm job USR1 by default)\n";
 
 /* LAZARUS_TRACE=1: the time of each step of phase 1 on stderr (the
  * restorer traces its own). */
@@ -186,8 +189,9 @@ static uint64_t newest_pack(const char *dir)
 int cmd_restart(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "restart", "dafc", help, &o);
+    int first = parse_opts(argc, argv, "restart", "dafcG", help, &o);
     if (first < 0) return 2;
+    if (batch_setup(o.ckpt_signal, "restart") < 0) return 1;
     if (first < argc) { lz_err("restart: unexpected argument '%s'", argv[first]); return 2; }
     char *dir = abs_dir(o.dir);
     char why[1200];

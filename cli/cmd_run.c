@@ -1,7 +1,9 @@
-/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--] PROGRAM [ARG...] */
+/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG] [--] PROGRAM [ARG...] */
 #include "cli.h"
 #include "store_admin.h"
 #include "util.h"
+#include "resume.h"
+#include "batch.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -13,7 +15,7 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--] PROGRAM [ARG...]\n"
+    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG] [--] PROGRAM [ARG...]\n"
     "Run PROGRAM (an unmodified, dynamically linked program) under Lazarus and stay\n"
     "in the foreground as its supervisor; exit with its status (128+signal if killed).\n\n"
     "  -d DIR      checkpoint store (default ./lazarus.ckpt); refused if it holds an\n"
@@ -45,7 +47,17 @@ static const char help[] =
     "              checkpoint also stores again the pages of old frames once the pages\n"
     "              they hold in vain pass 1/16 of the program's data, so that a restart\n"
     "              reads at most ~1.07x the data; an incremental checkpoint then writes\n"
-    "              several times what changed (default: only what changed)\n";
+    "              several times what changed (default: only what changed)\n"
+    "  --resume    the same line for the first run and every rerun (a batch job\n"
+    "              requeued): DIR holds a checkpoint of this job: restart from the\n"
+    "              newest (as `lazarus restart -d DIR`, which keeps the job's settings);\n"
+    "              none: start PROGRAM; the job finished: exit with its status, start\n"
+    "              nothing.  Refused if the job runs elsewhere or DIR is another\n"
+    "              program's\n"
+    "  --checkpoint-signal SIG\n"
+    "              this signal to `lazarus` means: checkpoint now, then stop the program\n"
+    "              (restartable).  Inside a Slurm job (SLURM_JOB_ID set) USR1 by default,\n"
+    "              and the job is requeued (`scontrol requeue`); see README.md \"Slurm\"\n";
 
 pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 {
@@ -87,8 +99,9 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxcSTC", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcSTCRG", help, &o);
     if (first < 0) return 2;
+    if (batch_setup(o.ckpt_signal, "run") < 0) return 1;
     if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
     char why[1024];
     char *dir = abs_dir(o.dir);
@@ -96,10 +109,24 @@ int cmd_run(int argc, char **argv)
     free(dir);
     dir = abs_dir(o.dir);
     int lock = lz_store_lock(dir);
+    if (lock < 0 && o.resume) {
+        lz_err("run --resume: the job in %s is running (its supervisor holds %s/%s); nothing was started", o.dir, o.dir, LZ_LOCKFILE);
+        return 1;
+    }
     if (lock < 0) {
         lz_err("a job is already running with %s: checkpoint it with `lazarus checkpoint -d %s`, resume it with "
                "`lazarus restart -d %s` once it has stopped, or start anew with another directory (-d DIR)", o.dir, o.dir, o.dir);
         return 1;
+    }
+    if (o.resume) {
+        int status;
+        int64_t at;
+        switch (resume_decide(dir, o.dir, argv + first, &status, &at)) {
+        case RESUME_REFUSE: return 1;
+        case RESUME_FINISHED: return status;
+        case RESUME_RESTART: close(lock); return resume_restart(o.dir, at, o.compress, o.ckpt_signal);
+        case RESUME_START: break;
+        }
     }
     lz_store_cleanup_tmp(dir);
     lz_store_drop_spares(dir);
@@ -133,6 +160,7 @@ int cmd_run(int argc, char **argv)
     job.tcp_refuse = o.tcp_refuse;
     snprintf(job.state, sizeof job.state, "running");
     lz_job_new_id(job.id);
+    resume_command(argv + first, job.command, sizeof job.command, &job.command_hash);
     if (lz_job_write(dir, &job) < 0) { lz_err("cannot write %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
 
     /* read by the runtime at its start; a restarted process keeps it in its memory */

@@ -124,7 +124,8 @@ int job_ckpt_start(struct sv_state *st, uint32_t trigger, char *why, size_t whyl
     if (!m) { snprintf(why, whylen, "out of memory"); return -1; }
     jc_add_descendants(st, prog);
     union sigval v;
-    v.sival_ptr = (void *)(uintptr_t)((st->index << 2) | trigger);
+    /* two bits for the runtime, which only tells the C API apart (format.h) */
+    v.sival_ptr = (void *)(uintptr_t)((st->index << 2) | (trigger > LZ_TRIG_API ? LZ_TRIG_REQUEST : trigger));
     if (sigqueue(prog, LZ_SIGCKPT, v) < 0) { snprintf(why, whylen, "cannot signal the program"); return -1; }
     for (size_t i = 1; i < st->nparts; i++) if (!st->parts[i].zombie) jc_signal_part(st, &st->parts[i]);
     jc_trace("checkpoint %" PRIu64 ": signalled %zu process(es)", st->index, jc_count_parts(st, JC_ANY));

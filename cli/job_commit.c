@@ -6,6 +6,7 @@
 #include "store_admin.h"
 #include "tree.h"
 #include "util.h"
+#include "batch.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -20,6 +21,7 @@ static int commit(struct sv_state *st, char *why, size_t whylen)
     struct lz_tree t = st->tree;
     t.job[0] = st->s->job_id[0];
     t.job[1] = st->s->job_id[1];
+    t.trigger = st->trigger;
     char root[LZ_PATH_MAX + 64], from[LZ_PATH_MAX + 64], to[LZ_PATH_MAX + 96], ck[LZ_PATH_MAX + 64];
     snprintf(root, sizeof root, "%s/" LZ_TMP_PREFIX "%06" PRIu64 ".%d", dir, st->index, t.procs[0].pid);
     int rc = 0;
@@ -68,6 +70,7 @@ void jc_finish_failed(struct sv_state *st)
         snprintf(out, sizeof out, "ERR %s", st->fail_why);
     }
     sv_finish_clients(st, out);
+    batch_checkpoint_done(st, st->index, 0, 0);
 }
 
 void jc_finish_ok(struct sv_state *st)
@@ -86,6 +89,7 @@ void jc_finish_ok(struct sv_state *st)
     }
     st->in_progress = 0;
     jc_trace("committed");
+    batch_checkpoint_done(st, st->index, lz_now_ns(CLOCK_MONOTONIC) - st->requested_ns, 1);
     lz_store_retain(s->dir, s->keep, st->index, s->first_index);
     uint64_t pause = 0, stored = 0, threads = 0, nproc = 0;
     for (size_t i = 0; i < st->nparts; i++) {

@@ -1,6 +1,7 @@
 #include "cli.h"
 #include "codec.h"
 #include "util.h"
+#include "batch.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -14,10 +15,10 @@ static const char usage[] =
     "usage: lazarus COMMAND [OPTIONS]\n"
     "Checkpoint and restart a Linux program.\n\n"
     "  run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--durability process|machine] [--exclude DIR]...\n"
-    "      [--job-stdio] [--tcp=reset|refuse] [--compact] [--] PROGRAM [ARG...]\n"
-    "                           run PROGRAM under Lazarus\n"
+    "      [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG] [--] PROGRAM [ARG...]\n"
+    "                           run PROGRAM under Lazarus (--resume: or go on from DIR's newest checkpoint)\n"
     "  checkpoint [-d DIR]      checkpoint the running job now; prints its index once durable\n"
-    "  restart [-d DIR] [--at N] [--force] [--compress SPEC]\n"
+    "  restart [-d DIR] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG]\n"
     "                           resume from checkpoint N (default: the newest), its files rolled back to N\n"
     "  diff [-d DIR] [--at N]   what a restart to N would change in the files\n"
     "  list [-d DIR] [--json]   one row per checkpoint\n"
@@ -41,7 +42,8 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"keep", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
         {"durability", required_argument, 0, 'D'}, {"exclude", required_argument, 0, 'x'}, {"force", no_argument, 0, 'f'},
         {"compress", required_argument, 0, 'c'}, {"job-stdio", no_argument, 0, 'S'},
-        {"tcp", required_argument, 0, 'T'}, {"compact", no_argument, 0, 'C'}, {0, 0, 0, 0}};
+        {"tcp", required_argument, 0, 'T'}, {"compact", no_argument, 0, 'C'},
+        {"resume", no_argument, 0, 'R'}, {"checkpoint-signal", required_argument, 0, 'G'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -94,6 +96,11 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             continue;
         }
         if (c == 'C') { o->compact = 1; continue; }
+        if (c == 'R') { o->resume = 1; continue; }
+        if (c == 'G') {
+            if ((o->ckpt_signal = batch_parse_signal(optarg, cmd)) < 0) return -1;
+            continue;
+        }
         if (c == 'c') {
             char err[256];
             int codec, level;

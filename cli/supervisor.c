@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <stdarg.h>
 #include "util.h"
+#include "batch.h"
 #include "store_admin.h"
 #include <errno.h>
 #include <inttypes.h>
@@ -294,6 +295,7 @@ int supervise(struct supervisor *s)
     sigaddset(&mask, SIGCHLD);
     for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++) sigaddset(&mask, forwarded[i]);
     sigaddset(&mask, SIGPIPE);
+    if (batch_signal_number() > 0) sigaddset(&mask, batch_signal_number());
     sigprocmask(SIG_BLOCK, &mask, NULL);
     int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     int tfd = -1;
@@ -306,6 +308,7 @@ int supervise(struct supervisor *s)
     /* if we die with the job, `restart` knows from the lock file's time
      * since when changes to its files are someone else's (sv_life.c) */
     sv_beat_start(s->lock_fd);
+    batch_start(s);
     struct pollfd *pf = NULL;
     size_t pf_cap = 0;
     while (!program_done) {
@@ -342,6 +345,7 @@ int supervise(struct supervisor *s)
             while (read(sfd, &si, sizeof si) == sizeof si) {
                 int sig = (int)si.ssi_signo;
                 if (sig == SIGCHLD || sig == SIGPIPE) continue;
+                if (batch_signal(&st, sig)) continue; /* a batch system's: checkpoint, stop (batch_slurm.c) */
                 /* Terminal-generated signals already reach the program (same process group). */
                 if (si.ssi_code == SI_KERNEL && (sig == SIGINT || sig == SIGQUIT || sig == SIGWINCH || sig == SIGHUP)) continue;
                 pid_t prog = sv_find_program(s);
@@ -402,6 +406,7 @@ int supervise(struct supervisor *s)
             }
         }
         job_ckpt_tick(&st);
+        batch_tick(&st);
         if (!st.in_progress && st.api_queued) {
             st.api_queued = 0;
             request(&st, LZ_TRIG_API, -1);
@@ -466,5 +471,5 @@ int supervise(struct supervisor *s)
     job.exit_status = code;
     lz_job_write(s->dir, &job);
     lz_store_drop_spares(s->dir);
-    return code;
+    return batch_end(code, !strcmp(job.state, "stopped"));
 }

@@ -44,7 +44,17 @@
 #define LZ_FRAME_ZERO 0xffffffffu /* extent.frame of all-zero pages (nothing stored) */
 #define LZ_PATH_MAX 4096
 
-enum lz_trigger { LZ_TRIG_INTERVAL = 1, LZ_TRIG_REQUEST = 2, LZ_TRIG_API = 3 };
+/* What asked for a checkpoint.  The runtime is told only 1-3 (two bits of the
+ * request's sigval: a batch system's triggers reach it as REQUEST), and a
+ * manifest records what the runtime was told; the job's real trigger is in
+ * its tree (lz_tree_header.trigger, 0 in trees of older builds). */
+enum lz_trigger {
+    LZ_TRIG_INTERVAL = 1, LZ_TRIG_REQUEST = 2, LZ_TRIG_API = 3,
+    LZ_TRIG_SIGNAL = 4,   /* the batch system's warning signal (Slurm --signal, run --checkpoint-signal) */
+    LZ_TRIG_WALLTIME = 5, /* the job's end time is near (read from Slurm) */
+    LZ_TRIG_PREEMPT = 6,  /* SIGTERM of a preemption, within its grace time */
+    LZ_TRIG_TERM = 7,     /* SIGTERM otherwise (time limit reached, scancel), within the grace time */
+};
 
 /* Section types. A manifest is: header, sections (each 8-aligned), trailer. */
 enum lz_section_type {
@@ -578,7 +588,8 @@ struct lz_tree_header {
     uint32_t version;   /* LZ_VERSION */
     uint32_t nprocs;
     uint32_t nshared;
-    uint32_t pad;
+    uint32_t trigger;   /* enum lz_trigger of the job's checkpoint (added in version 5 without a bump:
+                         * 0 in older trees, whose manifest's trigger holds; older builds ignore it) */
     uint64_t index;
     uint64_t job[2];    /* the job's identity, as in every manifest */
 };

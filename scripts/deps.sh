@@ -4,8 +4,10 @@
 
 # Build: compiler, make, libc headers, xxHash, zstd, lz4.
 # Tests: python3 with pytest, setpriv (util-linux), ps/pgrep (procps), mkfs.xfs
-# (xfsprogs: the reflink test and bench loop-mount an XFS image), filefrag (e2fsprogs).
-LZ_DEB_PACKAGES="gcc make libc6-dev libxxhash-dev libzstd-dev liblz4-dev python3 python3-pytest util-linux procps fio xfsprogs e2fsprogs"
+# (xfsprogs: the reflink test and bench loop-mount an XFS image), filefrag (e2fsprogs),
+# a Slurm of one node for tests/test_slurm.py and bench/slurm.py (slurmctld slurmd
+# slurm-client munge; their services are not started: the tests start the daemons).
+LZ_DEB_PACKAGES="gcc make libc6-dev libxxhash-dev libzstd-dev liblz4-dev python3 python3-pytest util-linux procps fio xfsprogs e2fsprogs slurmctld slurmd slurm-client munge"
 
 lz_pkg_installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'

@@ -96,6 +96,8 @@ int lz_job_read(const char *dir, struct lz_job *job)
         else if (!strcmp(line, "failed_index")) lz_parse_u64(eq, &job->failed_index);
         else if (!strcmp(line, "failed_ns")) job->failed_ns = strtoll(eq, NULL, 10);
         else if (!strcmp(line, "failed_why")) snprintf(job->failed_why, sizeof job->failed_why, "%s", eq);
+        else if (!strcmp(line, "command")) snprintf(job->command, sizeof job->command, "%s", eq);
+        else if (!strcmp(line, "command_hash")) job->command_hash = strtoull(eq, NULL, 16);
         else if (!strcmp(line, "exclude")) {
             size_t have = strlen(job->excludes);
             if (have + strlen(eq) + 2 < sizeof job->excludes)
@@ -133,6 +135,11 @@ int lz_job_write(const char *dir, const struct lz_job *job)
     if (job->failed_index)
         n += snprintf(buf + n, sizeof buf - (size_t)n, "failed_index=%" PRIu64 "\nfailed_ns=%" PRId64 "\nfailed_why=%s\n",
                       job->failed_index, job->failed_ns, failed);
+    if (job->command_hash) {
+        char command[sizeof job->command];
+        one_line(command, sizeof command, job->command);
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "command=%s\ncommand_hash=%016" PRIx64 "\n", command, job->command_hash);
+    }
     for (const char *p = job->excludes; *p && n < (int)sizeof buf - 1;) {
         const char *q = strchr(p, '\n');
         size_t l = q ? (size_t)(q - p) : strlen(p);

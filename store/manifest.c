@@ -15,6 +15,10 @@ const char *lz_trigger_name(uint32_t t)
     case LZ_TRIG_INTERVAL: return "interval";
     case LZ_TRIG_REQUEST: return "request";
     case LZ_TRIG_API: return "api";
+    case LZ_TRIG_SIGNAL: return "signal";
+    case LZ_TRIG_WALLTIME: return "walltime";
+    case LZ_TRIG_PREEMPT: return "preempt";
+    case LZ_TRIG_TERM: return "sigterm";
     default: return "unknown";
     }
 }

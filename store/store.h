@@ -34,6 +34,10 @@ struct lz_job {
     uint64_t failed_index;
     int64_t failed_ns;   /* CLOCK_REALTIME */
     char failed_why[512];
+    /* the program `run` started (`command=`, its words escaped, shown by `run --resume`), and the
+     * XXH3-64 of its exact argv (`command_hash=`, 0: an older store without it) */
+    char command[2048];
+    uint64_t command_hash;
 };
 
 /* DIR/job: 0; -1 (errno) if it cannot be read; LZ_JOB_DAMAGED if its

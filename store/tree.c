@@ -21,6 +21,7 @@ int lz_tree_write(const char *dir, const struct lz_tree *t, char *why, size_t wh
     h->nprocs = (uint32_t)t->nprocs;
     h->nshared = (uint32_t)t->nshared;
     h->index = t->index;
+    h->trigger = t->trigger;
     h->job[0] = t->job[0];
     h->job[1] = t->job[1];
     char *p = buf + sizeof *h;
@@ -65,6 +66,7 @@ int lz_tree_load(const char *ckpt_dir, struct lz_tree *t, char *why, size_t whyl
         FAIL("%s", inner);
     }
     t->index = h->index;
+    t->trigger = h->trigger;
     t->job[0] = h->job[0];
     t->job[1] = h->job[1];
     t->nprocs = h->nprocs;

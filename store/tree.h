@@ -10,6 +10,7 @@
 struct lz_tree {
     uint64_t index;
     uint64_t job[2];
+    uint32_t trigger;      /* enum lz_trigger, 0: not recorded (an older tree) */
     struct lz_tree_proc *procs;
     size_t nprocs;
     struct lz_tree_shared *shared;

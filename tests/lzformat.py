@@ -221,7 +221,7 @@ TIMER = _L("lz_timer", 56,
 IPC = _L("lz_ipc", 88,
          "I kind, I flags, i id, i key, I mode, I uid, I gid, I cuid, I name, I count, Q size, Q msgsize, "
          "Q data, Q length, 16s reserved")
-TREE_HEADER = _L("lz_tree_header", 48, "8s magic, I version, I nprocs, I nshared, I pad, Q index, Q job0, Q job1")
+TREE_HEADER = _L("lz_tree_header", 48, "8s magic, I version, I nprocs, I nshared, I trigger, Q index, Q job0, Q job1")
 TREE_PROC = _L("lz_tree_proc", 72, "i pid, i ppid, i pgid, i sid, I state, i status, 16s comm, 32s dir")
 TREE_SHARED = _L("lz_tree_shared", 16, "i group, i pid, i fd, i pad")
 
