@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import IS_ROOT, _compile, ckpt_path, find_program, kill_job, plain_output
+from conftest import IS_ROOT, _compile, ckpt_path, find_program, kill_job, plain_output, refuse_edited_manifest
 
 DOWN = 1.5  # seconds the job stays killed
 
@@ -313,13 +313,12 @@ def test_malformed_sigqueue_refused(runner, cprogs):
     proc.wait_for_output(r"^ready 1$", timeout=60)
     idx = runner.checkpoint(store)
     kill_job(proc)
-    path = ckpt_path(store, idx) / "manifest"
-    m = lzformat.Manifest.load(path)
-    sq = next(s for s in m.sections if s.type == lzformat.SEC_SIGQUEUE)
-    m.data[sq.off:sq.off + 4] = (99).to_bytes(4, "little")
-    m.save(path)
-    r = runner.lz("restart", "-d", store, timeout=60)
-    assert r.rc != 0 and "pending signal list is malformed" in r.stderr and len(r.stderr_lines()) == 1, str(r)
+
+    def edit(m):
+        sq = next(s for s in m.sections if s.type == lzformat.SEC_SIGQUEUE)
+        m.data[sq.off:sq.off + 4] = (99).to_bytes(4, "little")
+
+    refuse_edited_manifest(runner, store, idx, edit, "pending signal list is malformed")
 
 
 def test_process_signal_stays_the_process(runner, cprogs):

@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import _compile, ckpt_path, comm_of, descendants, find_program, kill_program, kill_tree, ns_pid, wait_gone
+from conftest import (_compile, checkpoint_kill_restart, ckpt_path, comm_of, descendants, find_program, kill_program,
+                      ns_pid, refuse_edited_manifest, trigger_cycles)
 
 DOWN = 3.0  # seconds the job stays killed: three intervals of the absolute 1 s timer
 
@@ -54,52 +55,40 @@ def proc_timers(pid: int) -> list[tuple]:
     return sorted(out)
 
 
-def _cycles(runner, prog, tree=False, cycles=2):
-    """Run timers_posix (with a forked child if tree), and for each cycle:
-    checkpoint a second after `ready N`, SIGKILL the job, stay down DOWN
-    seconds, restart, touch the trigger, wait for the checks.  Returns all
-    the output and the (before kill, after restart) /proc/PID/timers pairs."""
-    store = runner.base / "store"
-    trig = runner.base / "trig"
-    argv = [prog, str(cycles), trig] + (["fork"] if tree else [])
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv)
-    out, seen = "", []
-    for c in range(1, cycles + 1):
-        proc.wait_for_output(rf"^ready {c}$", timeout=60)
-        time.sleep(1.0)
-        res = runner.lz("checkpoint", "-d", store, timeout=60)
-        assert res.rc == 0 and ("2 processes" in res.stderr) == tree, str(res)
-        main = find_program(proc.pid, "timers_posix")
-        want, before = ns_pid(main), proc_timers(main)
-        if tree:
-            pids = kill_tree(proc.pid)
-            proc.wait(timeout=30)
-            wait_gone(pids)
-        else:
-            kill_program(proc, "timers_posix")
-        out += proc.stdout
-        assert "FAIL" not in proc.stdout, out + proc.stderr
-        time.sleep(DOWN)
-        proc = runner.start_lz("restart", "-d", store)
+def _cycles(runner, prog, tree=False):
+    """timers_posix (with a forked child if tree) through two cycles
+    (conftest.trigger_cycles): a checkpoint a second after `ready N`, SIGKILL
+    of the program (of the whole job if tree), DOWN seconds down, restart,
+    the trigger.  Returns all the output and the (before kill, after
+    restart) /proc/PID/timers pairs."""
+    seen, want = [], {}
+
+    def before_kill(cy):
+        main = find_program(cy.proc.pid, "timers_posix")
+        want.update(nspid=ns_pid(main), timers=proc_timers(main))
+
+    def after_restart(cy):
         deadline = time.monotonic() + 30
         while True:  # the main program (its PID as the job sees it), restored and running
-            pid = next((p for p, _ in descendants(proc.pid) if ns_pid(p) == want and comm_of(p) == "timers_posix"), None)
+            pid = next((p for p, _ in descendants(cy.proc.pid)
+                        if ns_pid(p) == want["nspid"] and comm_of(p) == "timers_posix"), None)
             try:
                 if pid and Path(f"/proc/{pid}/timers").read_text():
                     break
             except OSError:
                 pass
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stdout + proc.stderr
+            assert time.monotonic() < deadline and cy.proc.poll() is None, cy.proc.stdout + cy.proc.stderr
             time.sleep(0.05)
-        seen.append((before, proc_timers(pid)))
-        runner.touch(Path(f"{trig}.{c}"))
-        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
+        seen.append((want["timers"], proc_timers(pid)))
+
+    def after_trigger(cy):
         if tree:
-            proc.wait_for_output(rf"^child check {c} ok$|^FAIL", timeout=60)
-        assert "FAIL" not in proc.stdout, out + proc.stdout + proc.stderr
-    assert proc.wait(timeout=60) == 0, out + proc.stdout + proc.stderr
-    out += proc.stdout
-    assert re.search(r"^done$", out, re.M), out
+            cy.proc.wait_for_output(rf"^child check {cy.n} ok$|^FAIL", timeout=60)
+
+    out = trigger_cycles(runner, lambda trig: [prog, "2", trig] + (["fork"] if tree else []),
+                         comm=None if tree else "timers_posix", settle=1.0, down=DOWN,
+                         expect=": 2 processes" if tree else ": 1 process,",
+                         before_kill=before_kill, after_restart=after_restart, after_trigger=after_trigger)
     return out, seen
 
 
@@ -188,23 +177,21 @@ def test_malformed_timer_record_refused(how, runner, progs):
     or is on a clock no timer can be on: the restart is refused with one
     line, and nothing runs."""
     store, idx = _checkpointed(runner, progs)
-    path = ckpt_path(store, idx) / "manifest"
-    m = lzformat.Manifest.load(path)
-    tm = [t for t in m.timers if t.kind == lzformat.TM_TIMER]
-    if how == "tid":
-        m.set(next(t for t in tm if t.notify == 4), "tid", 999999)
-    elif how == "notify":
-        m.set(tm[0], "notify", 2)
-    elif how == "signal":
-        m.set(tm[0], "signo", 0)  # SIGEV_SIGNAL without a signal
-    elif how == "clock":
-        m.set(tm[0], "clockid", 4)  # CLOCK_MONOTONIC_RAW: no timer can be on it
-    else:
-        m.set(tm[1], "id", tm[0].id)
-    m.save(path)
-    res = runner.lz("restart", "-d", store, timeout=60)
-    assert res.rc != 0 and "POSIX timer record" in res.stderr and "malformed" in res.stderr, str(res)
-    assert len(res.stderr_lines()) == 1, str(res)
+
+    def edit(m):
+        tm = [t for t in m.timers if t.kind == lzformat.TM_TIMER]
+        if how == "tid":
+            m.set(next(t for t in tm if t.notify == 4), "tid", 999999)
+        elif how == "notify":
+            m.set(tm[0], "notify", 2)
+        elif how == "signal":
+            m.set(tm[0], "signo", 0)  # SIGEV_SIGNAL without a signal
+        elif how == "clock":
+            m.set(tm[0], "clockid", 4)  # CLOCK_MONOTONIC_RAW: no timer can be on it
+        else:
+            m.set(tm[1], "id", tm[0].id)
+
+    refuse_edited_manifest(runner, store, idx, edit, "POSIX timer record.*malformed|malformed.*POSIX timer record")
 
 
 # --------------------------------------------------------------------------
@@ -241,31 +228,21 @@ def test_inotify_loop_restarts(runner, loop_prog):
     restart."""
     work = runner.mkdir("work")
     trigs = runner.mkdir("trigs")
-    store = runner.base / "store"
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", loop_prog, "2", work, trigs)
-    out = ""
-    for c in (1, 2):
-        proc.wait_for_output(rf"^ready {c}$", timeout=60)
-        time.sleep(0.5)
-        runner.checkpoint(store)
-        before = inotify_watches(find_program(proc.pid, "inotify_loop"))
-        kill_program(proc, "inotify_loop")
-        out += proc.stdout
-        assert "FAIL" not in proc.stdout, out + proc.stderr
-        time.sleep(1.0)
-        proc = runner.start_lz("restart", "-d", store)
+    before = []
+
+    def after_restart(cy):
         deadline = time.monotonic() + 30
-        while (pid := find_program(proc.pid, "inotify_loop")) is None or len(inotify_watches(pid)) < len(before):
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stdout + proc.stderr
+        while (pid := find_program(cy.proc.pid, "inotify_loop")) is None or len(inotify_watches(pid)) < len(before):
+            assert time.monotonic() < deadline and cy.proc.poll() is None, cy.proc.stdout + cy.proc.stderr
             time.sleep(0.05)
         after = inotify_watches(pid)
         assert before == after and [w for w, _ in after][:3] == [1, 3, 4], (before, after)
-        runner.touch(trigs / f"trig.{c}")
-        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
-        assert "FAIL" not in proc.stdout, out + proc.stdout + proc.stderr
-    assert proc.wait(timeout=60) == 0, out + proc.stdout + proc.stderr
-    out += proc.stdout
-    assert re.search(r"^wds 1 2 3 4$", out, re.M) and re.search(r"^done$", out, re.M), out
+
+    out = trigger_cycles(runner, lambda trig: [loop_prog, "2", work, trigs], comm="inotify_loop", trig=trigs / "trig",
+                         settle=0.5, down=1.0, after_restart=after_restart,
+                         before_kill=lambda cy: before.__setitem__(
+                             slice(None), inotify_watches(find_program(cy.proc.pid, "inotify_loop"))))
+    assert re.search(r"^wds 1 2 3 4$", out, re.M), out
 
 
 RENAMED = """
@@ -372,12 +349,7 @@ def test_inotify_shared_restored(runner):
     store = runner.base / "store"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", script, work, runner.base / "go")
     proc.wait_for_output(r"^ready 1$", timeout=60)
-    res = runner.lz("checkpoint", "-d", store)
-    assert res.rc == 0 and "2 processes" in res.stderr, str(res)
-    pids = kill_tree(proc.pid)
-    proc.wait(timeout=30)
-    wait_gone(pids)
-    proc = runner.start_lz("restart", "-d", store)
+    proc, _ = checkpoint_kill_restart(runner, store, proc, expect="2 processes")
     time.sleep(0.3)
     runner.touch(runner.base / "go")
     assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
@@ -427,12 +399,7 @@ def test_inotify_tree_each_with_its_own(runner):
     trig = runner.base / "trig"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", script, work, trig)
     proc.wait_for_output(r"^ready$", timeout=60)
-    res = runner.lz("checkpoint", "-d", store)
-    assert res.rc == 0 and "2 processes" in res.stderr, str(res)
-    pids = kill_tree(proc.pid)
-    proc.wait(timeout=30)
-    wait_gone(pids)
-    proc = runner.start_lz("restart", "-d", store)
+    proc, _ = checkpoint_kill_restart(runner, store, proc, expect="2 processes")
     time.sleep(0.3)
     runner.touch(trig)
     assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
