@@ -1000,3 +1000,22 @@ def refused_until_let_go(runner: Runner, store: Path, proc: Proc, want: str, f1:
     runner.touch(f2)
     assert proc.wait(timeout=60) == 0, proc.stderr
     return idx
+
+
+def parent_child_restart(runner: Runner, src: str, *args) -> None:
+    """A Python program (its source src) of a parent and a forked child, run
+    as `python3 PROG ARGS TRIG` under `lazarus run -i 0`: at its `ready` the
+    job is checkpointed (2 processes), killed whole and restarted; once TRIG
+    exists each checks what it restored: `ok parent` and `ok child`, exit 0."""
+    script = runner.base / "prog.py"
+    script.write_text(src)
+    os.chmod(script, 0o644)
+    store = runner.base / "store"
+    trig = runner.base / "trig"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", script, *args, trig)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    proc, _ = checkpoint_kill_restart(runner, store, proc, expect="2 processes")
+    time.sleep(0.3)
+    runner.touch(trig)
+    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
+    assert sorted(proc.stdout.split("\n")[:-1]) == ["ok child", "ok parent"], proc.stdout

@@ -18,7 +18,7 @@ import time
 import pytest
 
 import lzformat
-from conftest import (PROGRAMS_SRC, _compile, checkpoint_kill_restart, ckpt_path, kill_program, refuse_edited_manifest,
+from conftest import (PROGRAMS_SRC, _compile, ckpt_path, parent_child_restart, kill_program, refuse_edited_manifest,
                       refused_until_let_go, trigger_cycles)
 
 DOWN = 3.0  # seconds the job stays killed: longer than the relative timer has left
@@ -222,15 +222,4 @@ def test_tree_each_with_its_own(runner):
     """A parent and its forked child, each with its own eventfd and epoll:
     the job is checkpointed whole, killed whole, restarted, and each finds its
     counter and its epoll's report."""
-    script = runner.base / "prog.py"
-    script.write_text(TREE)
-    os.chmod(script, 0o644)
-    store = runner.base / "store"
-    trig = runner.base / "trig"
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", script, trig)
-    proc.wait_for_output(r"^ready$", timeout=60)
-    proc, _ = checkpoint_kill_restart(runner, store, proc, expect="2 processes")
-    time.sleep(0.3)
-    runner.touch(trig)
-    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
-    assert sorted(proc.stdout.split("\n")[:-1]) == ["ok child", "ok parent"], proc.stdout
+    parent_child_restart(runner, TREE)

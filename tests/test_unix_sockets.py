@@ -200,18 +200,25 @@ MALFORMED = {"usock-addr-len": ("usock_service", _bad_addr_len), "usock-no-recor
              "usock-listener-with-data": ("usock_service", _listener_with_data), "fifo-no-record": ("fifo_pair", _fifo_kind)}
 
 
-@pytest.mark.parametrize("how", list(MALFORMED))
-def test_malformed_records_refused(how, runner, progs):
-    """A manifest whose checksum is right but whose local socket or named
-    pipe records are not: `verify` and `restart` refuse it as malformed with
-    one line, change nothing, run nothing."""
-    prog, damage = MALFORMED[how]
+def _checkpointed(runner, progs, prog):
+    """prog (usock_service alone, or fifo_pair) checkpointed at `ready 1`
+    and killed: the store and the checkpoint's index."""
     store = runner.base / "store"
     argv = [progs[prog], "one", "1"] if prog == "usock_service" else [progs[prog], "1"]
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv, runner.base / "trig")
     proc.wait_for_output(r"^ready 1$", timeout=60)
     idx = runner.checkpoint(store)
     kill_program(proc, prog)
+    return store, idx
+
+
+@pytest.mark.parametrize("how", list(MALFORMED))
+def test_malformed_records_refused(how, runner, progs):
+    """A manifest whose checksum is right but whose local socket or named
+    pipe records are not: `verify` and `restart` refuse it as malformed with
+    one line, change nothing, run nothing."""
+    prog, damage = MALFORMED[how]
+    store, idx = _checkpointed(runner, progs, prog)
     refuse_edited_manifest(runner, store, idx, damage, cmds=("verify", "restart"))
 
 
@@ -221,12 +228,7 @@ def test_damaged_data_file_refused(pattern, runner, progs):
     with a flipped byte: `verify` and `restart` refuse with one line naming
     the file, change nothing, run nothing."""
     prog = "fifo_pair" if pattern.startswith("fifo") else "usock_service"
-    store = runner.base / "store"
-    argv = [progs[prog], "one", "1"] if prog == "usock_service" else [progs[prog], "1"]
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv, runner.base / "trig")
-    proc.wait_for_output(r"^ready 1$", timeout=60)
-    idx = runner.checkpoint(store)
-    kill_program(proc, prog)
+    store, idx = _checkpointed(runner, progs, prog)
     files = sorted(ckpt_path(store, idx).rglob(pattern))
     assert files, list(ckpt_path(store, idx).rglob("*"))
     data = bytearray(files[0].read_bytes())
