@@ -515,7 +515,7 @@ TIERS = {
              "test_threads.py::test_raw_sigurg_block_fails_checkpoint",
              "test_pipes.py::test_killed_with_data_in_flight",
              "test_event_fds.py::test_event_loop_restarts", "test_event_fds.py::test_asyncio_loop_restarts",
-             "test_timers.py::test_posix_timers_restart", "test_timers.py::test_forked_child_has_its_own",
+             "test_timers.py::test_posix_timers_restart",
              "test_timers.py::test_inotify_loop_restarts",
              "test_incremental.py::test_program_killed_while_checkpointing",
              "test_shared_maps.py::test_killed_at_random_instants",

@@ -346,8 +346,8 @@ def test_socket_shared_with_a_child_refused(runner):
     f1, f2 = runner.base / "f1", runner.base / "f2"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "python3", script, f1, f2)
     fd = proc.wait_for_output(r"^ready (\d+)$", timeout=60).group(1)
-    idx = refused_until_let_go(runner, store, proc, rf"descriptor {fd} of process \d+ \(a TCP or UDP socket\) is shared "
-                               r"with process \d+", f1, f2)
+    want = rf"descriptor {fd} of process \d+ \(a TCP or UDP socket\) is shared with process \d+"
+    idx = refused_until_let_go(runner, store, proc, want, f1, f2)
     recs = lzformat.Manifest.load(ckpt_path(store, idx) / "manifest").inets
     assert [r.state for r in recs] == [lzformat.IN_LISTEN], recs
 

@@ -211,7 +211,8 @@ def test_malformed_ipc_record_refused(how, runner, progs):
 
         def edit(m):
             recs = m.ipc
-            assert sorted(r.kind for r in recs) == [1, 1, 1, 2, 3, 3, 3, 4], recs  # 3 segments, a set, 3 queues, a POSIX one
+            # 3 segments, a set, 3 queues, a POSIX one
+            assert sorted(r.kind for r in recs) == [1, 1, 1, 2, 3, 3, 3, 4], recs
             if how == "kind":
                 m.set(recs[0], "kind", 99)
             elif how == "length":

@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import (_compile, checkpoint_kill_restart, ckpt_path, parent_child_restart, comm_of, descendants, find_program, kill_program,
-                      ns_pid, refuse_edited_manifest, trigger_cycles)
+from conftest import (_compile, checkpoint_kill_restart, ckpt_path, comm_of, descendants, find_program, kill_program,
+                      ns_pid, parent_child_restart, refuse_edited_manifest, trigger_cycles)
 
 DOWN = 3.0  # seconds the job stays killed: three intervals of the absolute 1 s timer
 
@@ -55,11 +55,10 @@ def proc_timers(pid: int) -> list[tuple]:
     return sorted(out)
 
 
-def _cycles(runner, prog, tree=False):
-    """timers_posix (with a forked child if tree) through two cycles
+def _cycles(runner, prog):
+    """timers_posix with a forked child through two cycles
     (conftest.trigger_cycles): a checkpoint a second after `ready N`, SIGKILL
-    of the program (of the whole job if tree), DOWN seconds down, restart,
-    the trigger.  Returns all the output and the (before kill, after
+    of the whole job, DOWN seconds down, restart, the trigger.  Returns all the output and the (before kill, after
     restart) /proc/PID/timers pairs."""
     seen, want = [], {}
 
@@ -82,22 +81,24 @@ def _cycles(runner, prog, tree=False):
         seen.append((want["timers"], proc_timers(pid)))
 
     def after_trigger(cy):
-        if tree:
-            cy.proc.wait_for_output(rf"^child check {cy.n} ok$|^FAIL", timeout=60)
+        cy.proc.wait_for_output(rf"^child check {cy.n} ok$|^FAIL", timeout=60)
 
-    out = trigger_cycles(runner, lambda trig: [prog, "2", trig] + (["fork"] if tree else []),
-                         comm=None if tree else "timers_posix", settle=1.0, down=DOWN,
-                         expect=": 2 processes" if tree else ": 1 process,",
+    out = trigger_cycles(runner, lambda trig: [prog, "2", trig, "fork"], settle=1.0, down=DOWN, expect=": 2 processes",
                          before_kill=before_kill, after_restart=after_restart, after_trigger=after_trigger)
     return out, seen
 
 
 def test_posix_timers_restart(runner, progs):
-    """Every kind of timer, two restarts: the program's own checks pass, the
-    kernel's list is the same from outside, the SIGEV_NONE timer's time left
-    counts only the time the job was up, and the absolute periodic timer's
-    overrun counts the seconds it was down."""
+    """Every kind of timer, and a child forked after the parent's timers run
+    (it has none, makes its own: a SIGEV_THREAD one with the runtime's
+    helper thread of its own, ids from 0); the job of two checkpointed,
+    killed whole and restarted twice: each process's own checks pass, the
+    kernel's list of the main program is the same from outside, the
+    SIGEV_NONE timer's time left counts only the time the job was up, and
+    the absolute periodic timer's overrun counts the seconds it was down.
+    (A program alone, killed alone: test_ids_without_the_restore_prctl.)"""
     out, seen = _cycles(runner, progs["timers_posix"])
+    assert out.count("child check") == 2, out
     for before, after in seen:
         assert before == after and len(after) == 7, (before, after)
         # A, E, F: signal to the process; B, D, H: to a thread; C: none
@@ -108,17 +109,6 @@ def test_posix_timers_restart(runner, progs):
     assert len(lefts) == 2 and all(x > 990 for x in lefts), out  # 1000 s less the time up, not the downtime
     overruns = [int(x) for x in re.findall(r"^f overrun (\d+)$", out, re.M)]
     assert len(overruns) == 2 and all(o >= DOWN - 1 for o in overruns), out
-
-
-def test_forked_child_has_its_own(runner, progs):
-    """A child forked after the parent's timers run has none, makes its own
-    (a SIGEV_THREAD one with the runtime's helper thread of its own, ids from
-    0), and the job of two is checkpointed, killed whole and restarted twice:
-    each process finds its timers."""
-    out, seen = _cycles(runner, progs["timers_posix"], tree=True)
-    assert out.count("child check") == 2, out
-    for before, after in seen:
-        assert before == after and len(after) == 7, (before, after)
 
 
 def _checkpointed(runner, progs):
@@ -307,7 +297,8 @@ def test_malformed_inotify_watch_refused(how, runner, loop_prog):
         else:
             m.set(w, "target", 1000)
 
-    refuse_edited_manifest(runner, store, idx, edit, "event descriptor record.*malformed|malformed.*event descriptor record")
+    refuse_edited_manifest(runner, store, idx, edit,
+                           "event descriptor record.*malformed|malformed.*event descriptor record")
 
 
 SHARED_INOTIFY = """

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import (PROGRAMS_SRC, _compile, assert_refused, ckpt_path, find_program, kill_program, refuse_edited_manifest,
-                      refused_until_let_go, trigger_cycles)
+from conftest import (PROGRAMS_SRC, _compile, assert_refused, ckpt_path, find_program, kill_program,
+                      refuse_edited_manifest, refused_until_let_go, trigger_cycles)
 
 
 @pytest.fixture(scope="module")
