@@ -520,10 +520,7 @@ TIERS = {
              "test_incremental.py::test_program_killed_while_checkpointing",
              "test_shared_maps.py::test_killed_at_random_instants",
              "test_store_integrity.py::test_damaged_store",
-             "test_busy_machine.py::test_cp_cat_loop", "test_busy_machine.py::test_perl_in_place",
-             "test_busy_machine.py::test_dd_patching", "test_busy_machine.py::test_processes_outlive_supervisor",
-             "test_busy_machine.py::test_main_program_killed_alone",
-             "test_busy_machine.py::test_thread_in_a_long_call_on_a_starved_cpu",
+             "test_busy_machine.py",
              "test_calls.py::test_every_call_goes_on", "test_calls.py::test_remaining_timeout"],
     "integrity": ["test_store_integrity.py", "test_corrupt_image.py", "test_frame_check.py"],
 }
