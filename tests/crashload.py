@@ -22,19 +22,27 @@ not start itself.
 
 `run_until_done(...)`: `lazarus run`, then after each new checkpoint a kill
 at a random instant in the next order of a list, `lazarus restart` until the
-job finishes; every restart must succeed (no refusal)."""
+job finishes; every restart must succeed (no refusal).
+
+`against_plain_run(...)`: a job run once without Lazarus for the reference
+(`plain_run`), then killed in a list of orders (beside a `CpuLoad`) and
+restarted until done: its files (`files_of`, `assert_same_files`) and
+output (`check_output`) as the reference's."""
 from __future__ import annotations
 
+import hashlib
 import os
 import random
+import re
 import signal
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import conftest
-from conftest import children, descendants, reap_orphans, wait_gone, wait_new_checkpoint
+from conftest import children, reap_orphans, wait_gone, wait_new_checkpoint
 
 ORDERS = ("all", "sup-first", "procs-first")
 LATER = (0.005, 0.5)  # the second half of a split kill comes this many seconds later
@@ -74,28 +82,7 @@ class CpuLoad:
         return False
 
 
-def _stop_and_kill(roots: list[int], include_roots: bool = True) -> list[int]:
-    """SIGSTOP roots and everything below them, parents first, listing again
-    until no new process appears (a stopped process starts none), then
-    SIGKILL all of them.  Returns the pids."""
-    seen: list[int] = []
-    for _ in range(200):
-        now = (list(roots) if include_roots else []) + [p for r in roots for p, _ in descendants(r)]
-        new = [p for p in now if p not in seen]
-        if not new:
-            break
-        for p in new:
-            seen.append(p)
-            try:
-                os.kill(p, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
-    for p in seen:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return seen
+_stop_and_kill = conftest.stop_and_kill  # the "all" order, and what each other order stops
 
 
 def _orphans(exclude: set[int]) -> list[int]:
@@ -187,6 +174,7 @@ def run_until_done(runner, store: Path, argv, rng: random.Random, orders, *, int
     exclude = set(load.pids) if load else set()
     proc = runner.start_lz("run", "-d", store, "-i", interval, *run_opts, "--", *argv)
     kind, last_idx, todo = "run", -1, list(orders)
+    t_seg = start
     while True:
         k, delay = None, None
         if todo and wait_new_checkpoint(runner, store, last_idx, proc, timeout=120):
@@ -208,8 +196,89 @@ def run_until_done(runner, store: Path, argv, rng: random.Random, orders, *, int
         assert idx, f"no checkpoint to restart from\n{cr.describe()}"
         last_idx = max(idx)
         proc = runner.start_lz("restart", "-d", store)
+        t_seg = time.monotonic()
         kind = "restart"
     assert cr.segments[-1][1] == 0, f"the last segment ended with {cr.segments[-1][1]}\n{cr.describe()}"
     print(f"crashload.run_until_done: {cr.kills} kills ({', '.join(s[5]['order'] for s in cr.segments if s[5])}), "
-          f"{len(cr.segments)} segments, {time.monotonic() - start:.1f}s")
+          f"{len(cr.segments)} segments, {time.monotonic() - start:.1f}s, the last {time.monotonic() - t_seg:.1f}s")
+    return cr
+
+
+# --------------------------------------------------------------------------
+# Against an uninterrupted run without Lazarus
+# --------------------------------------------------------------------------
+PLAIN_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+
+
+def plain_run(argv, cwd: Path, timeout: float = 300) -> str:
+    """An uninterrupted run without Lazarus; returns its stdout."""
+    t = time.monotonic()
+    env = {"PATH": PLAIN_PATH, "HOME": str(cwd), "LANG": "C.UTF-8", "TMPDIR": str(cwd)}
+    cp = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True,
+                        stdin=subprocess.DEVNULL, timeout=timeout)
+    assert cp.returncode == 0, (f"plain run failed ({cp.returncode}): {argv}\n"
+                                f"{cp.stdout[-2000:]}\n{cp.stderr[-2000:]}")
+    print(f"plain run {Path(str(argv[0])).name}: {time.monotonic() - t:.1f}s")
+    return cp.stdout.decode(errors="replace")
+
+
+def files_of(root: Path) -> dict:
+    """relative path -> (kind, permission bits, sha256 and size | target)."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = Path(dirpath) / n
+            st = p.lstat()
+            rel = str(p.relative_to(root))
+            if stat.S_ISREG(st.st_mode):
+                out[rel] = ("file", oct(stat.S_IMODE(st.st_mode)), st.st_size,
+                            hashlib.sha256(p.read_bytes()).hexdigest())
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", oct(stat.S_IMODE(st.st_mode)))
+            else:
+                out[rel] = ("other", oct(st.st_mode))
+    return out
+
+
+def assert_same_files(got: dict, want: dict, info: str) -> None:
+    if got == want:
+        return
+    lines = [f"  {k}: got {got.get(k)}, want {want.get(k)}"
+             for k in sorted(set(got) | set(want)) if got.get(k) != want.get(k)]
+    raise AssertionError("the job's files are not the uninterrupted run's:\n"
+                         + "\n".join(lines[:60]) + "\n" + info)
+
+
+def check_output(cr: CrashRun, ref_out: str, start_re: str = r"^start ") -> None:
+    """Every line a segment printed is a line of the uninterrupted run (lines
+    after the checkpoint come again after a restart), no restart started
+    over, the last line is the uninterrupted run's."""
+    info = cr.describe()
+    ref = set(ref_out.splitlines())
+    for i, s in enumerate(cr.segments):
+        for line in s[2].splitlines():
+            assert line in ref, f"segment {i} printed {line!r}, not in the uninterrupted run\n{info}"
+        if i > 0:
+            assert not re.search(start_re, s[2], re.M), f"segment {i} started the job over\n{info}"
+    assert cr.segments[-1][2].splitlines()[-1:] == ref_out.splitlines()[-1:], info
+
+
+def against_plain_run(runner, rng: random.Random, argv_for, orders, *, load: bool = True, **kw) -> CrashRun:
+    """argv_for(DIR): the job's command line for its work directory DIR.
+    Once without Lazarus in ref/, then in work/ under `lazarus run -i 1`
+    (beside a CpuLoad if load), killed in each of `orders` and restarted
+    until done: every file of work/ as in ref/, the output as the
+    uninterrupted run's (it ends with a line `done ...`)."""
+    ref, work = runner.mkdir("ref"), runner.mkdir("work")
+    ref_out = plain_run(argv_for(ref), runner.base)
+    assert re.search(r"^done \w+$", ref_out, re.M), ref_out[-500:]
+    if load:
+        with CpuLoad() as cpu:
+            cr = run_until_done(runner, runner.base / "store", argv_for(work), rng, orders, load=cpu, **kw)
+    else:
+        cr = run_until_done(runner, runner.base / "store", argv_for(work), rng, orders, **kw)
+    info = cr.describe()
+    assert cr.kills == len(orders), f"the job finished after only {cr.kills} kills (make it longer)\n{info}"
+    assert_same_files(files_of(work), files_of(ref), info)
+    check_output(cr, ref_out)
     return cr

@@ -14,10 +14,8 @@ Workloads (each run once without Lazarus for the reference):
   over the old each round [root];
 - `programs/busy_dd.sh`: dd patching a 4 MiB image with conv=notrunc, some
   rounds truncating it and dd'ing it back to size [root];
-- `programs/tree_pipeline.sh`: bash pipelines (awk | sort | uniq -c in the
-  background, a subshell pipeline, `>>`) [root];
-- `make -j2` of a tiny generated C project (slow) [root];
-- `programs/tree_mp_pool.py`: Python multiprocessing.Pool(2) (slow) [root].
+(bash pipelines, `make -j2` and a multiprocessing Pool are killed the same
+way, in every order beside a load, in test_tree_programs.py.)
 And the rules they rely on:
 - processes that outlive their supervisor by a second or two (a slow node;
   `programs/busy_stream.sh`, a long pipeline appending to files): they end
@@ -30,7 +28,6 @@ And the rules they rely on:
 LAZARUS_BUSY_KILLS=N kills each job N times in each order (default 1) for
 a longer random run; the instants come from LAZARUS_TEST_SEED."""
 import os
-import re
 import shutil
 import signal
 import time
@@ -41,11 +38,10 @@ import pytest
 import conftest
 import crashload
 from conftest import IS_ROOT, PROGRAMS_SRC, wait_new_checkpoint
-from test_tree_programs import assert_same_files, files_of, gen_project, own, plain_run
+from crashload import assert_same_files, files_of, plain_run
 
 KILLS_PER_ORDER = int(os.environ.get("LAZARUS_BUSY_KILLS", "1"))
 ORDERS = list(crashload.ORDERS) * KILLS_PER_ORDER
-PYTHON = "/usr/bin/python3"
 
 
 def need(*tools):
@@ -59,35 +55,9 @@ def need_mode(mode):
         pytest.skip("the root variant needs the test session to run as root")
 
 
-def check_output(cr, ref_out: str) -> None:
-    """Every line printed is a line of the uninterrupted run (lines after a
-    checkpoint come again after a restart), no restart started over, the
-    last line is the uninterrupted run's."""
-    info = cr.describe()
-    ref = set(ref_out.splitlines())
-    for i, s in enumerate(cr.segments):
-        for line in s[2].splitlines():
-            assert line in ref, f"segment {i} printed {line!r}, not in the uninterrupted run\n{info}"
-        if i > 0:
-            assert not re.search(r"^start ", s[2], re.M), f"segment {i} started the job over\n{info}"
-    assert cr.segments[-1][2].splitlines()[-1:] == ref_out.splitlines()[-1:], info
-
-
 def crash_against_plain_run(runner, rng, argv_for, orders=ORDERS, **kw):
-    """argv_for(DIR): the job's command line for its work directory DIR.
-    Once without Lazarus in ref/, then in work/ under `lazarus run -i 1`
-    beside a CpuLoad, killed in each of `orders` and restarted until done:
-    every file of work/ as in ref/, the output as the uninterrupted run's."""
-    ref, work = runner.mkdir("ref"), runner.mkdir("work")
-    ref_out = plain_run(argv_for(ref), runner.base)
-    assert re.search(r"^done \w+$", ref_out, re.M), ref_out[-500:]
-    with crashload.CpuLoad() as load:
-        cr = crashload.run_until_done(runner, runner.base / "store", argv_for(work), rng, orders, load=load, **kw)
-    info = cr.describe()
-    assert cr.kills == len(orders), f"the job finished after only {cr.kills} kills (make it longer)\n{info}"
-    assert_same_files(files_of(work), files_of(ref), info)
-    check_output(cr, ref_out)
-    return cr
+    """crashload.against_plain_run beside a CPU load, killed in `orders`."""
+    return crashload.against_plain_run(runner, rng, argv_for, orders, **kw)
 
 
 def script(runner, name: str) -> Path:
@@ -129,51 +99,6 @@ def test_dd_patching(mode, runner, rng):
     need_mode(mode)
     s = script(runner, "busy_dd.sh")
     crash_against_plain_run(runner, rng, lambda d: ["bash", s, d, "36"])
-
-
-@pytest.mark.parametrize("mode", ["root"])
-def test_bash_pipelines(mode, runner, rng):
-    """bash pipelines (awk | sort | uniq -c > out.N in the background, a
-    subshell's awk | sort -n | md5sum, `>> log`), killed in each order
-    beside a CPU load: files and output as uninterrupted."""
-    need_mode(mode)
-    s = script(runner, "tree_pipeline.sh")
-    crash_against_plain_run(runner, rng, lambda d: ["bash", s, d, "40", "150000"])
-
-
-@pytest.mark.parametrize("mode", ["root"])
-def test_make_j2(mode, runner, rng):
-    """`make -j2` of a tiny generated C project (gcc -O2), killed in each
-    order beside a CPU load: objects, binary and result as an uninterrupted
-    build in the same directory."""
-    need_mode(mode)
-    need("make", "gcc")
-    proj = runner.mkdir("proj")
-    gen_project(proj, 8, 40)
-    own(runner, proj)
-    sources = {p.name for p in proj.iterdir()}
-    plain_run(["make", "-j2", "-C", proj], runner.base)
-    ref = files_of(proj)
-    for p in proj.iterdir():
-        if p.name not in sources:
-            p.unlink()
-    with crashload.CpuLoad() as load:
-        cr = crashload.run_until_done(runner, runner.base / "store", ["make", "-j2", "-C", proj], rng, ORDERS,
-                                      load=load)
-    assert cr.kills == len(ORDERS), f"the build finished after only {cr.kills} kills\n{cr.describe()}"
-    assert_same_files(files_of(proj), ref, cr.describe())
-
-
-@pytest.mark.parametrize("mode", ["root"])
-def test_multiprocessing_pool(mode, runner, rng):
-    """Python multiprocessing.Pool(2) (forked workers, POSIX semaphores)
-    writing task files, killed in each order beside a CPU load: files and
-    output as uninterrupted."""
-    need_mode(mode)
-    if not os.access(PYTHON, os.X_OK):
-        pytest.skip(f"{PYTHON} is not installed")
-    s = script(runner, "tree_mp_pool.py")
-    crash_against_plain_run(runner, rng, lambda d: [PYTHON, s, d, "18", "25000"])
 
 
 # --------------------------------------------------------------------------

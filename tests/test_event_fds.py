@@ -14,12 +14,12 @@ import os
 import re
 import shutil
 import time
-from pathlib import Path
 
 import pytest
 
 import lzformat
-from conftest import PROGRAMS_SRC, _compile, ckpt_path, kill_program, kill_tree, tmp_entries, wait_gone
+from conftest import (PROGRAMS_SRC, _compile, ckpt_path, parent_child_restart, kill_program, refuse_edited_manifest,
+                      refused_until_let_go, trigger_cycles)
 
 DOWN = 3.0  # seconds the job stays killed: longer than the relative timer has left
 
@@ -32,39 +32,17 @@ def progs(programs):
     return {"event_loop": _compile("event_loop", programs.dir), "py_asyncio_loop": py}
 
 
-def _cycles(runner, argv, comm, cycles=2, up=None):
-    """Run argv (which prints `ready N` and waits for base/trig.N), and for
-    each cycle: checkpoint a second after `ready N`, SIGKILL, stay down DOWN
-    seconds, restart, touch the trigger.  Returns all the output; `up`, if
+def _cycles(runner, argv, comm, up=None):
+    """Two cycles (conftest.trigger_cycles): a checkpoint a second after
+    `ready N`, SIGKILL, DOWN seconds down, restart, the trigger.  `up`, if
     given, gets per cycle the seconds from `ready N` to the first line the
     check prints, the downtime taken off."""
-    store = runner.base / "store"
-    trig = runner.base / "trig"
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv, trig)
-    out = ""
-    for c in range(1, cycles + 1):
-        proc.wait_for_output(rf"^ready {c}$", timeout=60)
-        t_ready = time.monotonic()
-        time.sleep(1.0)
-        runner.checkpoint(store)
-        kill_program(proc, comm)
-        out += proc.stdout
-        assert "FAIL" not in proc.stdout, out + proc.stderr
-        t_down = time.monotonic()
-        time.sleep(DOWN)
-        proc = runner.start_lz("restart", "-d", store)
-        t_up = time.monotonic()
-        time.sleep(0.3)
-        runner.touch(Path(f"{trig}.{c}"))
-        if up is not None:
-            proc.wait_for_output(r"^t5 ticks", timeout=60)
-            up.append(time.monotonic() - t_ready - (t_up - t_down))
-        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
-        assert "FAIL" not in proc.stdout, out + proc.stdout + proc.stderr
-    assert proc.wait(timeout=60) == 0, out + proc.stdout + proc.stderr
-    out += proc.stdout
-    assert re.search(r"^done$", out, re.M), out
-    return out
+    def measure(cy):
+        cy.proc.wait_for_output(r"^t5 ticks", timeout=60)
+        up.append(time.monotonic() - cy.t_ready - (cy.t_up - cy.t_down))
+
+    return trigger_cycles(runner, argv, comm=comm, settle=1.0, down=DOWN,
+                          after_restart=lambda cy: time.sleep(0.3), after_trigger=measure if up is not None else None)
 
 
 def test_event_loop_restarts(runner, progs):
@@ -133,18 +111,17 @@ def test_malformed_event_record_refused(how, runner, progs):
     the restart is refused with one line, and nothing runs."""
     store, proc, idx = _checkpointed(runner, progs)
     kill_program(proc, "event_loop")
-    path = ckpt_path(store, idx) / "manifest"
-    m = lzformat.Manifest.load(path)
-    ev = m.events
-    if how == "kind":
-        m.set(ev[0], "kind", 99)
-    elif how == "target":
-        m.set(next(e for e in ev if e.kind == lzformat.EV_WATCH), "target", 999)
-    else:
-        m.set(next(e for e in ev if e.kind == lzformat.EV_EVENTFD), "fd", 998)
-    m.save(path)
-    res = runner.lz("restart", "-d", store, timeout=60)
-    assert res.rc != 0 and "malformed" in res.stderr, str(res)
+
+    def edit(m):
+        ev = m.events
+        if how == "kind":
+            m.set(ev[0], "kind", 99)
+        elif how == "target":
+            m.set(next(e for e in ev if e.kind == lzformat.EV_WATCH), "target", 999)
+        else:
+            m.set(next(e for e in ev if e.kind == lzformat.EV_EVENTFD), "fd", 998)
+
+    refuse_edited_manifest(runner, store, idx, edit)
 
 
 SHARED = """
@@ -205,18 +182,8 @@ def test_refused_clearly(kind, runner):
     f1, f2 = runner.base / "f1", runner.base / "f2"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", script, f1, f2)
     proc.wait_for_output(r"^ready$", timeout=60)
-    res = runner.lz("checkpoint", "-d", store)
-    assert res.rc != 0 and res.stdout == "", str(res)
-    assert re.search(want, res.stderr), f"want /{want}/\n{res}"
     # (refused by the child: the parent's writer began its part before the supervisor heard of it)
-    assert runner.indexes(store) == [] and tmp_entries(store) == []
-    assert proc.poll() is None, proc.stderr
-    runner.touch(f1)
-    proc.wait_for_output(r"^closed$", timeout=30)
-    assert runner.indexes(store) == []
-    runner.checkpoint(store)
-    runner.touch(f2)
-    assert proc.wait(timeout=60) == 0, proc.stderr
+    refused_until_let_go(runner, store, proc, want, f1, f2, lines=2)
 
 
 TREE = """
@@ -255,20 +222,4 @@ def test_tree_each_with_its_own(runner):
     """A parent and its forked child, each with its own eventfd and epoll:
     the job is checkpointed whole, killed whole, restarted, and each finds its
     counter and its epoll's report."""
-    script = runner.base / "prog.py"
-    script.write_text(TREE)
-    os.chmod(script, 0o644)
-    store = runner.base / "store"
-    trig = runner.base / "trig"
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", script, trig)
-    proc.wait_for_output(r"^ready$", timeout=60)
-    res = runner.lz("checkpoint", "-d", store)
-    assert res.rc == 0 and "2 processes" in res.stderr, str(res)
-    pids = kill_tree(proc.pid)
-    proc.wait(timeout=30)
-    wait_gone(pids)
-    proc = runner.start_lz("restart", "-d", store)
-    time.sleep(0.3)
-    runner.touch(trig)
-    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
-    assert sorted(proc.stdout.split("\n")[:-1]) == ["ok child", "ok parent"], proc.stdout
+    parent_child_restart(runner, TREE)

@@ -32,8 +32,7 @@ import subprocess
 
 import pytest
 
-import lzformat
-from conftest import _compile, ckpt_path, comm_of, descendants, kill_program, snapshot
+from conftest import _compile, comm_of, descendants, kill_program, refuse_edited_manifest, snapshot, trigger_cycles
 
 DOWN = 1.0
 
@@ -56,45 +55,27 @@ def smaps_flags(pid: int) -> dict:
 
 
 def cycles(runner, argv, comm, n=2, outside=None, log=None, down=None):
-    """Run argv (prints `ready N`, waits for base/trig.N), and n times:
-    checkpoint, SIGKILL, restart, touch the trigger, wait for `check N ok`.
-    `outside(pid, output)`, if given, looks at the restarted program from
-    outside before it is let check itself; `down(N)` runs while the job is
-    down.  Returns all the output."""
-    store = runner.base / "store"
-    trig = runner.base / "trig"
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv, trig)
-    if log is not None:
-        log.append(proc)
-    out = ""
-    for c in range(1, n + 1):
-        proc.wait_for_output(rf"^ready {c}$", timeout=60)
-        runner.checkpoint(store)
-        kill_program(proc, comm)
-        out += proc.stdout
-        assert "FAIL" not in proc.stdout, out + proc.stderr
-        time.sleep(DOWN)
-        if down:
-            down(c)
-        proc = runner.start_lz("restart", "-d", store)
+    """n cycles (conftest.trigger_cycles): a checkpoint at `ready N`,
+    SIGKILL, DOWN seconds down and `down(N)`, restart; `outside(pid,
+    output)`, if given, looks at the restarted program from outside before
+    it is let check itself; `log` gets every run's Proc.  Returns all the
+    output."""
+    def after_restart(cy):
         if outside:  # once the restorers are done (several processes: up to a few seconds)
             for i in range(150):
-                named = [(d, p) for p, d in descendants(proc.pid) if comm_of(p) == comm[:15]]
+                named = [(d, p) for p, d in descendants(cy.proc.pid) if comm_of(p) == comm[:15]]
                 try:
-                    assert named, proc.stderr
-                    outside(min(named)[1], out)  # the topmost: the main program
+                    assert named, cy.proc.stderr
+                    outside(min(named)[1], cy.out)  # the topmost: the main program
                     break
                 except AssertionError:
                     if i == 149:
                         raise
                     time.sleep(0.1)
-        runner.touch(Path(f"{trig}.{c}"))
-        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
-        assert "FAIL" not in proc.stdout, out + proc.stdout + proc.stderr
-    assert proc.wait(timeout=60) == 0, out + proc.stdout + proc.stderr
-    out += proc.stdout
-    assert re.search(r"^done$", out, re.M), out
-    return out
+
+    return trigger_cycles(runner, argv, comm=comm, cycles=n, down=DOWN, after_restart=after_restart,
+                          while_down=(lambda cy: down(cy.n)) if down else None,
+                          started=log.append if log is not None else None)
 
 
 @pytest.mark.parametrize("what", ["all", "noviews"])
@@ -227,23 +208,21 @@ def test_malformed_ipc_record_refused(how, runner, progs):
         proc.wait_for_output(r"^ready 1$", timeout=60)
         idx = runner.checkpoint(store)
         kill_program(proc, "ipc_sysv")
-        path = ckpt_path(store, idx) / "manifest"
-        m = lzformat.Manifest.load(path)
-        recs = m.ipc
-        assert sorted(r.kind for r in recs) == [1, 1, 1, 2, 3, 3, 3, 4], recs  # 3 segments, a set, 3 queues, a POSIX one
-        if how == "kind":
-            m.set(recs[0], "kind", 99)
-        elif how == "length":
-            shm = next(r for r in recs if r.kind == 1)
-            m.set(shm, "length", shm.length + 4096)
-        else:
-            fd = next(f for f in m.fds if f.kind == 15)
-            m.set(fd, "path", 0)
-        m.save(path)
-        before = snapshot(store)
-        r = runner.lz("restart", "-d", store, timeout=60)
-        assert r.rc != 0 and "malformed" in r.stderr and len(r.stderr.strip().splitlines()) == 1, str(r)
-        assert snapshot(store) == before
+
+        def edit(m):
+            recs = m.ipc
+            # 3 segments, a set, 3 queues, a POSIX one
+            assert sorted(r.kind for r in recs) == [1, 1, 1, 2, 3, 3, 3, 4], recs
+            if how == "kind":
+                m.set(recs[0], "kind", 99)
+            elif how == "length":
+                shm = next(r for r in recs if r.kind == 1)
+                m.set(shm, "length", shm.length + 4096)
+            else:
+                fd = next(f for f in m.fds if f.kind == 15)
+                m.set(fd, "path", 0)
+
+        refuse_edited_manifest(runner, store, idx, edit)
     finally:
         leave_nothing([proc])  # the refused restart left the killed job's objects
 

@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import LAZARUS, _compile, ckpt_path, kill_program, ns_pid
-from test_tree_programs import kill_job
+from conftest import LAZARUS, _compile, ckpt_path, kill_job, kill_program, ns_pid, refuse_edited_manifest
 
 
 @pytest.fixture(scope="module")
@@ -263,30 +262,21 @@ def test_malformed_pty_record_refused(how, runner, pty_prog):
     section holds, names an index no master descriptor has, or a master
     descriptor without its record: the restart is refused with one line,
     the store is left as it was, and nothing runs."""
-    from conftest import snapshot
     store = runner.base / "store"
     trig = runner.base / "trig"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", pty_prog, "one", "1", trig)
     proc.wait_for_output(r"^ready 1$", timeout=60)
     idx = runner.checkpoint(store)
     kill_program(proc, "pty_script")
-    path = ckpt_path(store, idx) / "manifest"
-    m = lzformat.Manifest.load(path)
-    sec = m.section(lzformat.SEC_PTYS)
-    rec = sec.off + 8  # the first record
-    if how == "bytes":
-        field, value = "to_master", 1 << 19
-    elif how == "index":
-        field, value = "index", 4000
-    else:
-        master = next(f for f in m.fds if f.kind == lzformat.FD_PTY and f.size == 1)
-        m.set(master, "ino", 4000)
-        field = None
-    if field:
-        off = rec + lzformat.PTY.offset(field)
-        struct.pack_into("<I", m.data, off, value)
-    m.save(path)
-    before = snapshot(store)
-    res = runner.lz("restart", "-d", store, timeout=60)
-    assert res.rc != 0 and "malformed" in res.stderr and len(res.stderr.strip().splitlines()) == 1, str(res)
-    assert snapshot(store) == before
+
+    def edit(m):
+        rec = m.section(lzformat.SEC_PTYS).off + 8  # the first record
+        if how == "bytes":
+            struct.pack_into("<I", m.data, rec + lzformat.PTY.offset("to_master"), 1 << 19)
+        elif how == "index":
+            struct.pack_into("<I", m.data, rec + lzformat.PTY.offset("index"), 4000)
+        else:
+            master = next(f for f in m.fds if f.kind == lzformat.FD_PTY and f.size == 1)
+            m.set(master, "ino", 4000)
+
+    refuse_edited_manifest(runner, store, idx, edit)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from conftest import _compile, comm_of, descendants, find_program, is_alive
-from test_tree_programs import kill_job
+from conftest import kill_job
 
 
 def _field(status: str, name: str) -> int:

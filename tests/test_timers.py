@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import _compile, ckpt_path, comm_of, descendants, find_program, kill_program, kill_tree, ns_pid, wait_gone
+from conftest import (_compile, checkpoint_kill_restart, ckpt_path, comm_of, descendants, find_program, kill_program,
+                      ns_pid, parent_child_restart, refuse_edited_manifest, trigger_cycles)
 
 DOWN = 3.0  # seconds the job stays killed: three intervals of the absolute 1 s timer
 
@@ -54,61 +55,50 @@ def proc_timers(pid: int) -> list[tuple]:
     return sorted(out)
 
 
-def _cycles(runner, prog, tree=False, cycles=2):
-    """Run timers_posix (with a forked child if tree), and for each cycle:
-    checkpoint a second after `ready N`, SIGKILL the job, stay down DOWN
-    seconds, restart, touch the trigger, wait for the checks.  Returns all
-    the output and the (before kill, after restart) /proc/PID/timers pairs."""
-    store = runner.base / "store"
-    trig = runner.base / "trig"
-    argv = [prog, str(cycles), trig] + (["fork"] if tree else [])
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv)
-    out, seen = "", []
-    for c in range(1, cycles + 1):
-        proc.wait_for_output(rf"^ready {c}$", timeout=60)
-        time.sleep(1.0)
-        res = runner.lz("checkpoint", "-d", store, timeout=60)
-        assert res.rc == 0 and ("2 processes" in res.stderr) == tree, str(res)
-        main = find_program(proc.pid, "timers_posix")
-        want, before = ns_pid(main), proc_timers(main)
-        if tree:
-            pids = kill_tree(proc.pid)
-            proc.wait(timeout=30)
-            wait_gone(pids)
-        else:
-            kill_program(proc, "timers_posix")
-        out += proc.stdout
-        assert "FAIL" not in proc.stdout, out + proc.stderr
-        time.sleep(DOWN)
-        proc = runner.start_lz("restart", "-d", store)
+def _cycles(runner, prog):
+    """timers_posix with a forked child through two cycles
+    (conftest.trigger_cycles): a checkpoint a second after `ready N`, SIGKILL
+    of the whole job, DOWN seconds down, restart, the trigger.  Returns all the output and the (before kill, after
+    restart) /proc/PID/timers pairs."""
+    seen, want = [], {}
+
+    def before_kill(cy):
+        main = find_program(cy.proc.pid, "timers_posix")
+        want.update(nspid=ns_pid(main), timers=proc_timers(main))
+
+    def after_restart(cy):
         deadline = time.monotonic() + 30
         while True:  # the main program (its PID as the job sees it), restored and running
-            pid = next((p for p, _ in descendants(proc.pid) if ns_pid(p) == want and comm_of(p) == "timers_posix"), None)
+            pid = next((p for p, _ in descendants(cy.proc.pid)
+                        if ns_pid(p) == want["nspid"] and comm_of(p) == "timers_posix"), None)
             try:
                 if pid and Path(f"/proc/{pid}/timers").read_text():
                     break
             except OSError:
                 pass
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stdout + proc.stderr
+            assert time.monotonic() < deadline and cy.proc.poll() is None, cy.proc.stdout + cy.proc.stderr
             time.sleep(0.05)
-        seen.append((before, proc_timers(pid)))
-        runner.touch(Path(f"{trig}.{c}"))
-        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
-        if tree:
-            proc.wait_for_output(rf"^child check {c} ok$|^FAIL", timeout=60)
-        assert "FAIL" not in proc.stdout, out + proc.stdout + proc.stderr
-    assert proc.wait(timeout=60) == 0, out + proc.stdout + proc.stderr
-    out += proc.stdout
-    assert re.search(r"^done$", out, re.M), out
+        seen.append((want["timers"], proc_timers(pid)))
+
+    def after_trigger(cy):
+        cy.proc.wait_for_output(rf"^child check {cy.n} ok$|^FAIL", timeout=60)
+
+    out = trigger_cycles(runner, lambda trig: [prog, "2", trig, "fork"], settle=1.0, down=DOWN, expect=": 2 processes",
+                         before_kill=before_kill, after_restart=after_restart, after_trigger=after_trigger)
     return out, seen
 
 
 def test_posix_timers_restart(runner, progs):
-    """Every kind of timer, two restarts: the program's own checks pass, the
-    kernel's list is the same from outside, the SIGEV_NONE timer's time left
-    counts only the time the job was up, and the absolute periodic timer's
-    overrun counts the seconds it was down."""
+    """Every kind of timer, and a child forked after the parent's timers run
+    (it has none, makes its own: a SIGEV_THREAD one with the runtime's
+    helper thread of its own, ids from 0); the job of two checkpointed,
+    killed whole and restarted twice: each process's own checks pass, the
+    kernel's list of the main program is the same from outside, the
+    SIGEV_NONE timer's time left counts only the time the job was up, and
+    the absolute periodic timer's overrun counts the seconds it was down.
+    (A program alone, killed alone: test_ids_without_the_restore_prctl.)"""
     out, seen = _cycles(runner, progs["timers_posix"])
+    assert out.count("child check") == 2, out
     for before, after in seen:
         assert before == after and len(after) == 7, (before, after)
         # A, E, F: signal to the process; B, D, H: to a thread; C: none
@@ -119,17 +109,6 @@ def test_posix_timers_restart(runner, progs):
     assert len(lefts) == 2 and all(x > 990 for x in lefts), out  # 1000 s less the time up, not the downtime
     overruns = [int(x) for x in re.findall(r"^f overrun (\d+)$", out, re.M)]
     assert len(overruns) == 2 and all(o >= DOWN - 1 for o in overruns), out
-
-
-def test_forked_child_has_its_own(runner, progs):
-    """A child forked after the parent's timers run has none, makes its own
-    (a SIGEV_THREAD one with the runtime's helper thread of its own, ids from
-    0), and the job of two is checkpointed, killed whole and restarted twice:
-    each process finds its timers."""
-    out, seen = _cycles(runner, progs["timers_posix"], tree=True)
-    assert out.count("child check") == 2, out
-    for before, after in seen:
-        assert before == after and len(after) == 7, (before, after)
 
 
 def _checkpointed(runner, progs):
@@ -188,23 +167,21 @@ def test_malformed_timer_record_refused(how, runner, progs):
     or is on a clock no timer can be on: the restart is refused with one
     line, and nothing runs."""
     store, idx = _checkpointed(runner, progs)
-    path = ckpt_path(store, idx) / "manifest"
-    m = lzformat.Manifest.load(path)
-    tm = [t for t in m.timers if t.kind == lzformat.TM_TIMER]
-    if how == "tid":
-        m.set(next(t for t in tm if t.notify == 4), "tid", 999999)
-    elif how == "notify":
-        m.set(tm[0], "notify", 2)
-    elif how == "signal":
-        m.set(tm[0], "signo", 0)  # SIGEV_SIGNAL without a signal
-    elif how == "clock":
-        m.set(tm[0], "clockid", 4)  # CLOCK_MONOTONIC_RAW: no timer can be on it
-    else:
-        m.set(tm[1], "id", tm[0].id)
-    m.save(path)
-    res = runner.lz("restart", "-d", store, timeout=60)
-    assert res.rc != 0 and "POSIX timer record" in res.stderr and "malformed" in res.stderr, str(res)
-    assert len(res.stderr_lines()) == 1, str(res)
+
+    def edit(m):
+        tm = [t for t in m.timers if t.kind == lzformat.TM_TIMER]
+        if how == "tid":
+            m.set(next(t for t in tm if t.notify == 4), "tid", 999999)
+        elif how == "notify":
+            m.set(tm[0], "notify", 2)
+        elif how == "signal":
+            m.set(tm[0], "signo", 0)  # SIGEV_SIGNAL without a signal
+        elif how == "clock":
+            m.set(tm[0], "clockid", 4)  # CLOCK_MONOTONIC_RAW: no timer can be on it
+        else:
+            m.set(tm[1], "id", tm[0].id)
+
+    refuse_edited_manifest(runner, store, idx, edit, "POSIX timer record.*malformed|malformed.*POSIX timer record")
 
 
 # --------------------------------------------------------------------------
@@ -241,31 +218,21 @@ def test_inotify_loop_restarts(runner, loop_prog):
     restart."""
     work = runner.mkdir("work")
     trigs = runner.mkdir("trigs")
-    store = runner.base / "store"
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", loop_prog, "2", work, trigs)
-    out = ""
-    for c in (1, 2):
-        proc.wait_for_output(rf"^ready {c}$", timeout=60)
-        time.sleep(0.5)
-        runner.checkpoint(store)
-        before = inotify_watches(find_program(proc.pid, "inotify_loop"))
-        kill_program(proc, "inotify_loop")
-        out += proc.stdout
-        assert "FAIL" not in proc.stdout, out + proc.stderr
-        time.sleep(1.0)
-        proc = runner.start_lz("restart", "-d", store)
+    before = []
+
+    def after_restart(cy):
         deadline = time.monotonic() + 30
-        while (pid := find_program(proc.pid, "inotify_loop")) is None or len(inotify_watches(pid)) < len(before):
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stdout + proc.stderr
+        while (pid := find_program(cy.proc.pid, "inotify_loop")) is None or len(inotify_watches(pid)) < len(before):
+            assert time.monotonic() < deadline and cy.proc.poll() is None, cy.proc.stdout + cy.proc.stderr
             time.sleep(0.05)
         after = inotify_watches(pid)
         assert before == after and [w for w, _ in after][:3] == [1, 3, 4], (before, after)
-        runner.touch(trigs / f"trig.{c}")
-        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
-        assert "FAIL" not in proc.stdout, out + proc.stdout + proc.stderr
-    assert proc.wait(timeout=60) == 0, out + proc.stdout + proc.stderr
-    out += proc.stdout
-    assert re.search(r"^wds 1 2 3 4$", out, re.M) and re.search(r"^done$", out, re.M), out
+
+    out = trigger_cycles(runner, lambda trig: [loop_prog, "2", work, trigs], comm="inotify_loop", trig=trigs / "trig",
+                         settle=0.5, down=1.0, after_restart=after_restart,
+                         before_kill=lambda cy: before.__setitem__(
+                             slice(None), inotify_watches(find_program(cy.proc.pid, "inotify_loop"))))
+    assert re.search(r"^wds 1 2 3 4$", out, re.M), out
 
 
 RENAMED = """
@@ -322,17 +289,16 @@ def test_malformed_inotify_watch_refused(how, runner, loop_prog):
     proc.wait_for_output(r"^ready 1$", timeout=60)
     idx = runner.checkpoint(store)
     kill_program(proc, "inotify_loop")
-    path = ckpt_path(store, idx) / "manifest"
-    m = lzformat.Manifest.load(path)
-    w = next(e for e in m.events if e.kind == lzformat.EV_INWATCH)
-    if how == "relative":
-        m.set(w, "data", w.data + 1)  # the path without its leading slash
-    else:
-        m.set(w, "target", 1000)
-    m.save(path)
-    res = runner.lz("restart", "-d", store, timeout=60)
-    assert res.rc != 0 and "event descriptor record" in res.stderr and "malformed" in res.stderr, str(res)
-    assert len(res.stderr_lines()) == 1, str(res)
+
+    def edit(m):
+        w = next(e for e in m.events if e.kind == lzformat.EV_INWATCH)
+        if how == "relative":
+            m.set(w, "data", w.data + 1)  # the path without its leading slash
+        else:
+            m.set(w, "target", 1000)
+
+    refuse_edited_manifest(runner, store, idx, edit,
+                           "event descriptor record.*malformed|malformed.*event descriptor record")
 
 
 SHARED_INOTIFY = """
@@ -372,12 +338,7 @@ def test_inotify_shared_restored(runner):
     store = runner.base / "store"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", script, work, runner.base / "go")
     proc.wait_for_output(r"^ready 1$", timeout=60)
-    res = runner.lz("checkpoint", "-d", store)
-    assert res.rc == 0 and "2 processes" in res.stderr, str(res)
-    pids = kill_tree(proc.pid)
-    proc.wait(timeout=30)
-    wait_gone(pids)
-    proc = runner.start_lz("restart", "-d", store)
+    proc, _ = checkpoint_kill_restart(runner, store, proc, expect="2 processes")
     time.sleep(0.3)
     runner.touch(runner.base / "go")
     assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
@@ -419,21 +380,4 @@ def test_inotify_tree_each_with_its_own(runner):
     """A parent and its forked child, each with its own inotify watching a
     directory of the job: checkpointed whole, killed whole, restarted, and
     each is told of a file made in its directory after the restart."""
-    script = runner.base / "prog.py"
-    script.write_text(TREE_INOTIFY)
-    os.chmod(script, 0o644)
-    work = runner.mkdir("work")
-    store = runner.base / "store"
-    trig = runner.base / "trig"
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "/usr/bin/python3", script, work, trig)
-    proc.wait_for_output(r"^ready$", timeout=60)
-    res = runner.lz("checkpoint", "-d", store)
-    assert res.rc == 0 and "2 processes" in res.stderr, str(res)
-    pids = kill_tree(proc.pid)
-    proc.wait(timeout=30)
-    wait_gone(pids)
-    proc = runner.start_lz("restart", "-d", store)
-    time.sleep(0.3)
-    runner.touch(trig)
-    assert proc.wait(timeout=60) == 0, proc.stdout + proc.stderr
-    assert sorted(proc.stdout.split("\n")[:-1]) == ["ok child", "ok parent"], proc.stdout
+    parent_child_restart(runner, TREE_INOTIFY, runner.mkdir("work"))

@@ -37,9 +37,10 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import IS_ROOT, PROGRAMS_SRC
-from test_tree_programs import (assert_same_files, check_output, files_of, kill_job, need, own, plain_run,
-                                run_job_until_done)
+import crashload
+from conftest import IS_ROOT, PROGRAMS_SRC, kill_job
+from crashload import assert_same_files, check_output, files_of, plain_run
+from test_tree_programs import need, own
 
 IMAGE = 2 << 20
 LOOP_K = "3000"
@@ -107,7 +108,7 @@ def test_dd_loop_whole_job_killed(mode, runner, rng):
     orig_indexes = runner.indexes
 
     def indexes(st, check=True):
-        # after every kill (run_job_until_done reads the indexes then, with
+        # after every kill (crashload.run_until_done reads the indexes then, with
         # check): the journals of the intervals kept, as the killed job left them
         if check and st == store and (work / "img").exists() and store.exists():
             check_undo_bounded(store, (work / "img").stat().st_ino, "after a kill")
@@ -116,9 +117,10 @@ def test_dd_loop_whole_job_killed(mode, runner, rng):
 
     runner.indexes = indexes
     try:
-        jr = run_job_until_done(runner, store, ["bash", script, work, LOOP_K], rng, timeout=400)
+        jr = crashload.run_until_done(runner, store, ["bash", script, work, LOOP_K], rng, ["all"] * 5, timeout=400)
     finally:
         runner.indexes = orig_indexes
+    assert jr.kills == 5, f"the job finished after only {jr.kills} kills\n{jr.describe()}"
     assert bounded
     assert_same_files(files_of(work), files_of(ref), jr.describe())
     check_output(jr, ref_out)

@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import PROGRAMS_SRC, _compile, ckpt_path, find_program, kill_program, snapshot, tmp_entries
+from conftest import (PROGRAMS_SRC, _compile, assert_refused, ckpt_path, find_program, kill_program,
+                      refuse_edited_manifest, refused_until_let_go, trigger_cycles)
 
 
 @pytest.fixture(scope="module")
@@ -56,33 +57,17 @@ def _outside_checks(runner, proc):
     assert st.st_uid == runner.uid
 
 
-def _cycles(runner, argv, comm, cycles=2, outside=None, while_down=None):
-    """Run argv (prints `ready N`, waits for trig.N, checks, `check N ok`):
-    per cycle a checkpoint, SIGKILL of the whole job, a restart, the
-    trigger.  Returns all the output."""
-    store = runner.base / "store"
-    trig = runner.base / "trig"
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv, trig)
-    out = ""
-    for c in range(1, cycles + 1):
-        proc.wait_for_output(rf"^ready {c}$", timeout=60)
-        runner.checkpoint(store)
-        kill_program(proc, comm)
-        out += proc.stdout
-        assert "FAIL" not in proc.stdout, out + proc.stderr
-        if while_down:
-            while_down(runner, c)
-        proc = runner.start_lz("restart", "-d", store)
+def _cycles(runner, argv, comm, outside=None, while_down=None):
+    """Two cycles (conftest.trigger_cycles): a checkpoint at `ready N`,
+    SIGKILL, while_down(runner, N), restart, outside(runner, proc) half a
+    second later, the trigger."""
+    def after_restart(cy):
         time.sleep(0.5)
         if outside:
-            outside(runner, proc)
-        runner.touch(Path(f"{trig}.{c}"))
-        proc.wait_for_output(rf"^check {c} ok$|^FAIL", timeout=60)
-        assert "FAIL" not in proc.stdout, out + proc.stdout + proc.stderr
-    assert proc.wait(timeout=60) == 0, out + proc.stdout + proc.stderr
-    out += proc.stdout
-    assert re.search(r"^done$", out, re.M), out
-    return out
+            outside(runner, cy.proc)
+
+    return trigger_cycles(runner, argv, comm=comm, after_restart=after_restart,
+                          while_down=(lambda cy: while_down(runner, cy.n)) if while_down else None)
 
 
 @pytest.mark.parametrize("shape", ["one", "tree"])
@@ -147,18 +132,8 @@ def test_refused_with_a_line(kind, runner, progs):
         proc.wait_for_output(r"^ready$", timeout=60)
         if kind == "outside":
             conn, _ = srv.accept()  # held outside the job
-        res = runner.lz("checkpoint", "-d", store)
-        assert res.rc != 0, f"checkpoint of a program holding {kind} succeeded\n{res}"
-        assert re.search(r"descriptor 7\b", res.stderr) and re.search(REFUSED[kind], res.stderr), str(res)
-        assert len([l for l in res.stderr.splitlines() if l.strip()]) <= 2, str(res)  # the client's line (+ supervisor's)
-        assert runner.indexes(store) == [] and tmp_entries(store) == []
-        assert proc.poll() is None, proc.stderr
-        runner.touch(f1)
-        proc.wait_for_output(r"^closed$", timeout=30)
-        idx = runner.checkpoint(store)
-        assert runner.indexes(store) == [idx]
-        runner.touch(f2)
-        assert proc.wait(timeout=60) == 0, proc.stderr
+        # the client's line (+ the supervisor's)
+        refused_until_let_go(runner, store, proc, rf"(?s)(?=.*descriptor 7\b)(?=.*{REFUSED[kind]})", f1, f2, lines=2)
     finally:
         if srv:
             srv.close()
@@ -225,29 +200,26 @@ MALFORMED = {"usock-addr-len": ("usock_service", _bad_addr_len), "usock-no-recor
              "usock-listener-with-data": ("usock_service", _listener_with_data), "fifo-no-record": ("fifo_pair", _fifo_kind)}
 
 
-@pytest.mark.parametrize("how", list(MALFORMED))
-def test_malformed_records_refused(how, runner, progs):
-    """A manifest whose checksum is right but whose local socket or named
-    pipe records are not: `verify` and `restart` refuse it as malformed with
-    one line, change nothing, run nothing."""
-    prog, damage = MALFORMED[how]
+def _checkpointed(runner, progs, prog):
+    """prog (usock_service alone, or fifo_pair) checkpointed at `ready 1`
+    and killed: the store and the checkpoint's index."""
     store = runner.base / "store"
     argv = [progs[prog], "one", "1"] if prog == "usock_service" else [progs[prog], "1"]
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv, runner.base / "trig")
     proc.wait_for_output(r"^ready 1$", timeout=60)
     idx = runner.checkpoint(store)
     kill_program(proc, prog)
-    part = ckpt_path(store, idx)
-    manifest = part / "manifest"
-    m = lzformat.Manifest.load(manifest)
-    damage(m)
-    m.save(manifest)
-    before = snapshot(store)
-    for cmd in ("verify", "restart"):
-        r = runner.lz(cmd, "-d", store, timeout=120)
-        assert r.rc != 0 and len(r.stderr_lines()) == 1 and "malformed" in r.stderr, str(r)
-        assert cmd == "verify" or r.stdout == "", str(r)
-    assert snapshot(store) == before
+    return store, idx
+
+
+@pytest.mark.parametrize("how", list(MALFORMED))
+def test_malformed_records_refused(how, runner, progs):
+    """A manifest whose checksum is right but whose local socket or named
+    pipe records are not: `verify` and `restart` refuse it as malformed with
+    one line, change nothing, run nothing."""
+    prog, damage = MALFORMED[how]
+    store, idx = _checkpointed(runner, progs, prog)
+    refuse_edited_manifest(runner, store, idx, damage, cmds=("verify", "restart"))
 
 
 @pytest.mark.parametrize("pattern", ["usock.*[0-9]", "usock.*.from", "fifo.*"])
@@ -256,20 +228,10 @@ def test_damaged_data_file_refused(pattern, runner, progs):
     with a flipped byte: `verify` and `restart` refuse with one line naming
     the file, change nothing, run nothing."""
     prog = "fifo_pair" if pattern.startswith("fifo") else "usock_service"
-    store = runner.base / "store"
-    argv = [progs[prog], "one", "1"] if prog == "usock_service" else [progs[prog], "1"]
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv, runner.base / "trig")
-    proc.wait_for_output(r"^ready 1$", timeout=60)
-    idx = runner.checkpoint(store)
-    kill_program(proc, prog)
+    store, idx = _checkpointed(runner, progs, prog)
     files = sorted(ckpt_path(store, idx).rglob(pattern))
     assert files, list(ckpt_path(store, idx).rglob("*"))
     data = bytearray(files[0].read_bytes())
     data[len(data) // 2] ^= 0x40
     files[0].write_bytes(bytes(data))
-    before = snapshot(store)
-    for cmd in ("verify", "restart"):
-        r = runner.lz(cmd, "-d", store, timeout=120)
-        assert r.rc != 0 and len(r.stderr_lines()) == 1 and files[0].name in r.stderr, str(r)
-        assert cmd == "verify" or r.stdout == "", str(r)
-    assert snapshot(store) == before
+    assert_refused(runner, store, re.escape(files[0].name))
