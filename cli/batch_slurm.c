@@ -310,13 +310,15 @@ int batch_signal(struct sv_state *st, int sig)
     if (B.stopping) return 1; /* ours already: Slurm's answer to our requeue, say */
     char state[64];
     job_state(state, sizeof state);
-    int timeout = !strncmp(state, "TIMEOUT", 7), cancelled = !strncmp(state, "CANCELLED", 9);
+    int timeout = !strncmp(state, "TIMEOUT", 7);
+    /* a scancel'led job shows COMPLETING while its processes get SIGTERM */
+    int cancelled = !strncmp(state, "CANCELLED", 9) || !strncmp(state, "COMPLETING", 10);
     /* requeued already: a node failure, `scontrol requeue`, or a preemption that requeues at once */
     int requeued = !strncmp(state, "PENDING", 7) || !strncmp(state, "REQUEUE", 7);
     uint64_t now = lz_now_ns(CLOCK_MONOTONIC), need = B.ckpt_ns ? B.ckpt_ns : CKPT_GUESS_NS;
     char what[200];
     snprintf(what, sizeof what, "SIGTERM (job %s: %s)", *state ? state : "state unknown",
-             timeout ? "time limit" : cancelled ? "cancelled" : requeued ? "requeued by Slurm" : "preemption");
+             timeout ? "time limit" : cancelled ? "cancelled or ending" : requeued ? "requeued by Slurm" : "preemption");
     /* the checkpoint must be durable before Slurm's SIGKILL, with a second to spare */
     if (need + SEC > B.grace_ns) {
         char why[400];
