@@ -15,6 +15,7 @@ COMMON_SRC  := common/util.c common/hash_fast.c common/codec.c common/progress.c
 RT_SRC := \
 	runtime/rt_windows.c \
 	runtime/rt_handlers.c \
+	runtime/rt_term.c \
 	runtime/rt_calls.c \
 	runtime/rt_sysv.c \
 	runtime/rt_mqueue.c \

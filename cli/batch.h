@@ -3,6 +3,7 @@
 #ifndef LZ_BATCH_H
 #define LZ_BATCH_H
 #include <stdint.h>
+#include <sys/types.h>
 
 struct supervisor;
 struct sv_state;
@@ -12,6 +13,12 @@ struct sv_state;
 int batch_setup(int ckpt_signal, const char *cmd);
 /* The warning signal the supervisor must catch (0: none). */
 int batch_signal_number(void);
+/* Inside Slurm: the runtime holds a default SIGTERM for the supervisor
+ * (LAZARUS_HOLD_TERM=1 in the program's environment). */
+int batch_holds_term(void);
+/* Member pid holds a SIGTERM ("TERM SENDER" from runtime/rt_term.c):
+ * released at once, or the batch system's SIGTERM. */
+void batch_term_held(struct sv_state *st, pid_t pid, long sender);
 /* At the supervisor's start: the job's end time and grace, one line. */
 void batch_start(const struct supervisor *s);
 /* A signal sent to the supervisor: 1 if it was the batch system's (not forwarded). */

@@ -19,7 +19,14 @@
  *     (the partition's GraceTime, else KillWait) allows one by the longest
  *     checkpoint measured, then the program is stopped.  A preempted job is
  *     requeued by Slurm (PreemptMode=REQUEUE); a job past its time limit is
- *     requeued here; a cancelled one is left cancelled.
+ *     requeued here; a cancelled one is left cancelled.  The program does not
+ *     die of that SIGTERM first: `run` sets LAZARUS_HOLD_TERM=1 and where a
+ *     process of the job leaves SIGTERM at its default the runtime holds it
+ *     and says so ("TERM SENDER", runtime/rt_term.c).  A SIGTERM sent from
+ *     inside the job (a parent ending its worker) is released at once; one
+ *     from outside is taken as the batch system's, and once the program is to
+ *     stop it is released (sigqueue, LZ_TERM_RELEASE): the program ends
+ *     killed by SIGTERM, as it would have, a checkpoint later.
  * Every decision is one line on stderr (the job's output file).  Outside
  * Slurm only an explicit --checkpoint-signal does anything: checkpoint, stop. */
 #include "batch.h"
@@ -35,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,7 +70,9 @@ static struct {
     int asked;            /* the checkpoint for the stop was requested */
     uint64_t ckpt_index;  /* its index */
     uint64_t deadline;    /* stop at this instant whatever happens (0: none) */
-    int stopped;          /* SIGKILL sent to the program */
+    int stopped;          /* SIGKILL (or the release of its held SIGTERM) sent to the program */
+    int main_held;        /* the program holds a SIGTERM from outside the job (runtime/rt_term.c) */
+    uint64_t kill_at;     /* SIGKILL if a released program has not ended by then (0: none) */
     int requeue;          /* scontrol requeue once the job file says stopped */
     uint64_t fired_ns;    /* when the trigger fired (CLOCK_REALTIME), for bench/slurm.py */
 } B;
@@ -181,6 +191,8 @@ int batch_setup(int ckpt_signal, const char *cmd)
 
 int batch_signal_number(void) { return B.sig; }
 
+int batch_holds_term(void) { return B.slurm; }
+
 void batch_start(const struct supervisor *s)
 {
     if (!B.slurm) return;
@@ -207,13 +219,68 @@ static void job_state(char *out, size_t len)
     out[strcspn(out, "\n")] = 0;
 }
 
+/* Lets the SIGTERM process pid holds end it (runtime/rt_term.c). */
+static void release_term(pid_t pid)
+{
+    union sigval v;
+    v.sival_ptr = (void *)(uintptr_t)LZ_TERM_RELEASE;
+    sigqueue(pid, SIGTERM, v);
+}
+
+/* The program ends killed by the SIGTERM it holds, else by SIGKILL (it is
+ * restartable either way); the job's other processes end when their
+ * channels shut (cli/sv_life.c), each as its own held SIGTERM would have. */
 static void stop_program(struct sv_state *st, const char *why)
 {
     if (B.stopped) return;
     B.stopped = 1;
     pid_t prog = sv_find_program(st->s);
     if (why) lz_err("%s: %s", pfx(), why);
-    if (prog > 0) kill(prog, SIGKILL);
+    if (prog <= 0) return;
+    if (!B.main_held) { kill(prog, SIGKILL); return; }
+    release_term(prog);
+    B.kill_at = lz_now_ns(CLOCK_MONOTONIC) + 3 * SEC; /* it blocks SIGTERM, say */
+}
+
+/* Whether a SIGTERM that member pid holds came from outside the job.
+ * sender: its PID as the member saw it (0: outside its PID namespace, -1:
+ * the kernel).  A sender no longer there is taken for the job's own (the
+ * signal then ends the process at once, as without Lazarus). */
+static int from_outside(pid_t pid, long sender)
+{
+    if (sender <= 0) return sender == 0;
+    char path[64];
+    struct stat mine, its;
+    snprintf(path, sizeof path, "/proc/%d/ns/pid", (int)pid);
+    if (stat("/proc/self/ns/pid", &mine) == 0 && stat(path, &its) == 0 && mine.st_ino != its.st_ino)
+        return 0; /* a restart's PID namespace holds only the job */
+    pid_t p = (pid_t)sender;
+    for (int depth = 0; depth < 4096; depth++) {
+        if (p == getpid()) return 0; /* a descendant: the job's (the supervisor is its subreaper) */
+        if (p <= 1) return 1;
+        char buf[512];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return 0;
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n <= 0) return 0;
+        buf[n] = 0;
+        const char *e = strrchr(buf, ')'); /* "pid (comm) state ppid ..." */
+        if (!e || sscanf(e + 1, " %*c %d", &p) != 1) return 0;
+    }
+    return 0;
+}
+
+void batch_term_held(struct sv_state *st, pid_t pid, long sender)
+{
+    if (!B.slurm || !from_outside(pid, sender)) {
+        release_term(pid); /* the job's own, or outside Slurm (a job restored there): as natively */
+        return;
+    }
+    if (pid == sv_find_program(st->s)) B.main_held = 1;
+    if (B.stopped) { release_term(pid); return; }
+    if (!B.stopping) batch_signal(st, SIGTERM); /* the batch system's: it reached the program first */
 }
 
 /* A trigger fired: checkpoint (if there is time) and stop. */
@@ -243,13 +310,15 @@ int batch_signal(struct sv_state *st, int sig)
     if (B.stopping) return 1; /* ours already: Slurm's answer to our requeue, say */
     char state[64];
     job_state(state, sizeof state);
-    int timeout = !strncmp(state, "TIMEOUT", 7), cancelled = !strncmp(state, "CANCELLED", 9);
+    int timeout = !strncmp(state, "TIMEOUT", 7);
+    /* a scancel'led job shows COMPLETING while its processes get SIGTERM */
+    int cancelled = !strncmp(state, "CANCELLED", 9) || !strncmp(state, "COMPLETING", 10);
     /* requeued already: a node failure, `scontrol requeue`, or a preemption that requeues at once */
     int requeued = !strncmp(state, "PENDING", 7) || !strncmp(state, "REQUEUE", 7);
     uint64_t now = lz_now_ns(CLOCK_MONOTONIC), need = B.ckpt_ns ? B.ckpt_ns : CKPT_GUESS_NS;
     char what[200];
     snprintf(what, sizeof what, "SIGTERM (job %s: %s)", *state ? state : "state unknown",
-             timeout ? "time limit" : cancelled ? "cancelled" : requeued ? "requeued by Slurm" : "preemption");
+             timeout ? "time limit" : cancelled ? "cancelled or ending" : requeued ? "requeued by Slurm" : "preemption");
     /* the checkpoint must be durable before Slurm's SIGKILL, with a second to spare */
     if (need + SEC > B.grace_ns) {
         char why[400];
@@ -276,6 +345,14 @@ void batch_tick(struct sv_state *st)
             fire(st, LZ_TRIG_WALLTIME, B.end_mono > now + 2 * SEC ? B.end_mono - 2 * SEC : now, 1, what);
         }
         return;
+    }
+    if (B.stopped && B.kill_at && now >= B.kill_at) {
+        pid_t prog = sv_find_program(st->s);
+        B.kill_at = 0;
+        if (prog > 0 && !st->child_gone) {
+            lz_err("%s: the program did not end on its SIGTERM: SIGKILL", pfx());
+            kill(prog, SIGKILL);
+        }
     }
     if (!B.stopping || B.stopped) return;
     if (B.deadline && now >= B.deadline) {

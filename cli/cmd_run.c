@@ -86,6 +86,8 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     setenv("LAZARUS_EXCLUDE", s->excludes, 1);
     setenv("LAZARUS_COMPRESS", s->compress, 1);
     setenv("LAZARUS_TCP", s->tcp_refuse ? "refuse" : "reset", 1);
+    if (batch_holds_term()) setenv("LAZARUS_HOLD_TERM", "1", 1); /* Slurm's SIGTERM waits for us (batch_slurm.c) */
+    else unsetenv("LAZARUS_HOLD_TERM");
     if (s->job_stdio) setenv("LAZARUS_JOB_STDIO", "1", 1);
     else unsetenv("LAZARUS_JOB_STDIO");
     char id[33];

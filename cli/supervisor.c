@@ -225,6 +225,8 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
             if (s->go_fd >= 0) { close(s->go_fd); s->go_fd = -1; }
             if (s->rolled_fd >= 0) { close(s->rolled_fd); s->rolled_fd = -1; }
         }
+    } else if (!strncmp(msg, "TERM ", 5)) {
+        batch_term_held(st, pid, atol(msg + 5)); /* a SIGTERM it holds (runtime/rt_term.c) */
     } else if (!strncmp(msg, "API", 3)) {
         request(st, LZ_TRIG_API, -1);
     } else {

@@ -13,6 +13,9 @@
 #define MAX_CLIENTS 32
 /* The checkpoint request (runtime/rt.h has the process side). */
 #define LZ_SIGCKPT SIGURG
+/* The si_value of the SIGTERM that lets a process's held SIGTERM end it
+ * (runtime/rt_term.c; the same in runtime/rt.h). */
+#define LZ_TERM_RELEASE 0x4c5a5445u
 
 /* A process of the job that runs the runtime, with its own channel. */
 struct member {

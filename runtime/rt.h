@@ -22,6 +22,9 @@
  * RT_STOP_VALUE | round for a thread asked to stop by the checkpointing thread
  * (the round tells a request still pending from an abandoned round). */
 #define RT_STOP_VALUE (1ull << 63)
+/* A SIGTERM's si_value from the supervisor: end as SIGTERM would (rt_term.c;
+ * the same in cli/sv.h). */
+#define LZ_TERM_RELEASE 0x4c5a5445u
 
 /* Descriptor numbers programs rarely use, where the runtime keeps its own
  * (the supervisor gives the channel 900 or above, the file engine takes 960
@@ -324,6 +327,18 @@ void rt_watch_arm(void);
 void rt_watch_check(void);
 /* The checkpoint signal came from the channel (a message, or its end). */
 int rt_watch_is_ours(const siginfo_t *si);
+/* The job finished: this process is no member any more. */
+int rt_watch_detached(void);
+/* A SIGTERM from outside the job, held for the supervisor in a Slurm job
+ * (rt_term.c): set up at start; the kernel's action for the program's
+ * (rt_handlers.c), the program's view of the kernel's old one; whether one
+ * is held; end the process as the held SIGTERM would; forget one held. */
+void rt_term_start(void);
+const struct sigaction *rt_term_act(int sig, const struct sigaction *act, struct sigaction *buf);
+void rt_term_old(struct sigaction *old);
+int rt_term_held(void);
+void rt_term_end(void);
+void rt_term_forget(void);
 static inline int rt_is_main(void) { return rt.main_pid == rt.pid; } /* in its writer too */
 
 /* Saves the job's variables for the programs it execs (rt_exec.c). */

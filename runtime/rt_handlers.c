@@ -48,7 +48,8 @@ int rt_handlers_sigaction(sigaction_fn real, int sig, const struct sigaction *ac
         __atomic_store_n(&prog[sig].fn, (handler_fn)act->sa_sigaction, __ATOMIC_RELEASE);
         r = real(sig, &k, old);
     } else {
-        r = real(sig, act, old);
+        struct sigaction held; /* SIG_DFL of SIGTERM in a Slurm job: held (rt_term.c) */
+        r = real(sig, rt_term_act(sig, act, &held), old);
     }
     if (r != 0) { /* nothing changed */
         prog[sig].flags = was_flags;
@@ -60,6 +61,7 @@ int rt_handlers_sigaction(sigaction_fn real, int sig, const struct sigaction *ac
         old->sa_sigaction = was_fn;
         old->sa_flags = (old->sa_flags & ~SA_SIGINFO) | (was_flags & SA_SIGINFO);
     }
+    if (old && sig == SIGTERM) rt_term_old(old);
     return 0;
 }
 

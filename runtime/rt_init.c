@@ -128,6 +128,7 @@ static void rt_atfork_child_body(void)
     fj_after_fork(); /* its file changes go to a journal of its own (files/journal.h) */
     rt_timers_forked();
     if (!rt.active) return;
+    rt_term_forget(); /* its parent's held SIGTERM is not its own */
     rt.pid = (int)lz_sc0(SYS_getpid);
     rt_map_fork_child();
     rt_dirty_reset();
@@ -257,6 +258,7 @@ __attribute__((constructor)) static void rt_init(void)
     rt_track_all(); /* what the program maps later is tracked from its first checkpoint on */
     rt_atfork_register();
     rt_install_handler();
+    rt_term_start();
     rt_own_channel();
     rt_notify("HELLO %d", getpid());
 }

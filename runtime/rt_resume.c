@@ -30,6 +30,7 @@ void rt_resume(struct rt_ckpt *unused)
     rt.pid = (int)lz_sc0(SYS_getpid);
     rt.main_pid = r->main_pid;
     rt.chan_pid = r->main_pid; /* every process got the restarter's channel: the others make their own */
+    rt_term_forget(); /* a SIGTERM held when the checkpoint was taken ended that run */
     rt_own_channel();
     rt_launcher_restarted(r); /* the launcher's descriptors are the restarter's now */
     if (r->codec >= 0) { rt.codec = r->codec; rt.level = r->level; }

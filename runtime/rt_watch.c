@@ -59,17 +59,21 @@ static int job_finished(void)
     return strstr(buf, "\nstate=finished\n") != NULL;
 }
 
+int rt_watch_detached(void) { return detached; }
+
 static void gone(void)
 {
     if (job_finished()) {
         detached = 1;
         long fl = lz_sc2(SYS_fcntl, rt.ctl_fd, F_GETFL);
         if (fl >= 0) lz_sc3(SYS_fcntl, rt.ctl_fd, F_SETFL, fl & ~O_ASYNC);
+        if (rt_term_held()) rt_term_end(); /* a SIGTERM sent to it was only held (rt_term.c) */
         return;
     }
     char lock[LZ_PATH_MAX + 16];
     rt_fmt(lock, sizeof lock, "%s/" LZ_LOCKFILE, rt.dir);
     lz_sc4(SYS_utimensat, AT_FDCWD, lock, 0, 0);
+    if (rt_term_held()) rt_term_end(); /* ends as the SIGTERM it held would have */
     lz_sc2(SYS_kill, lz_sc0(SYS_getpid), SIGKILL);
     for (;;) lz_sc0(SYS_pause);
 }

@@ -199,3 +199,32 @@ def test_node_down_then_resumed(cluster, work):
     m = [l for l in lines if "restarting the job in" in l]
     assert m, "\n".join(lines)
     assert any("SIGTERM (job " in l for l in lines), "\n".join(lines)
+
+
+def test_scancel_checkpoints_a_program_with_default_sigterm(cluster, work):
+    """scancel: Slurm sends SIGTERM to every process of the job, step_sim too,
+    which leaves SIGTERM at its default.  The runtime holds it for the
+    supervisor, which checkpoints within KillWait (`sigterm`), then the program
+    ends killed by SIGTERM.  No periodic checkpoint (-i 1000): the same script
+    submitted again resumes from that one, losing no step."""
+    job_id = submit(cluster, work, "scancel", 100, 1000, "--time=10")
+    wait_state(cluster, job_id, ("RUNNING",), 120)
+    out = work / "scancel.txt"
+    end = time.monotonic() + 60
+    while (not out.exists() or out.read_text().count("\n") < 15) and time.monotonic() < end:
+        time.sleep(0.2)
+    r = cluster.run("scancel", str(job_id))
+    assert r.returncode == 0, r.stderr
+    first = wait_done(cluster, job_id, 120)
+    log = (work / "scancel.log").read_text(errors="replace")
+    assert first["JobState"] == "CANCELLED", first
+    assert triggers(work, "scancel") == ["sigterm"], log[-3000:]
+    cut = len(re.findall(r"^step \d+ ", log, re.M))  # steps done before the cancel
+    again = submit(cluster, work, "scancel", 100, 1000, "--time=10")
+    job = wait_done(cluster, again, 300)
+    log = check_identical(work, "scancel", 100, job, min_restarts=0)
+    lines = lazarus_lines(log)
+    assert any("restarting the job in" in l for l in lines), "\n".join(lines)
+    # the rerun went on from the step SIGTERM found: at most the step under way is done again
+    rerun = re.findall(r"^step (\d+) ", log, re.M)[cut:]
+    assert rerun and int(rerun[0]) >= cut - 1, (cut, rerun[:3], "\n".join(lines))
