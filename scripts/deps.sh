@@ -2,10 +2,11 @@
 # Lazarus needs to build and test, but only those that are missing.
 # POSIX sh; source it with `. scripts/deps.sh`, then call `lz_install_deps`.
 
-# Build: compiler, make, libc headers, xxHash, zstd, lz4.
+# Build: compiler, make, libc headers, xxHash, zstd, lz4; the remote store's
+# libcurl (OpenSSL flavour), libcrypto, libxml2, and pkg-config to find them.
 # Tests: python3 with pytest, setpriv (util-linux), ps/pgrep (procps), mkfs.xfs
 # (xfsprogs: the reflink test and bench loop-mount an XFS image), filefrag (e2fsprogs).
-LZ_DEB_PACKAGES="gcc make libc6-dev libxxhash-dev libzstd-dev liblz4-dev python3 python3-pytest util-linux procps fio xfsprogs e2fsprogs"
+LZ_DEB_PACKAGES="gcc make pkg-config libc6-dev libxxhash-dev libzstd-dev liblz4-dev libcurl4-openssl-dev libssl-dev libxml2-dev python3 python3-pytest util-linux procps fio xfsprogs e2fsprogs"
 
 lz_pkg_installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
