@@ -39,6 +39,24 @@ lz_install_deps() {
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
 }
 
+# The remote store's tests run a real S3 server, versitygw (tests/s3server.py):
+# built with Go's own tool if it is not there (about 3 minutes; Debian 12's Go
+# is too old for it, so a Go of 1.21 or later must be on PATH or in
+# /usr/local/go).  Without either, those tests are skipped and say why.
+LZ_VERSITYGW="github.com/versity/versitygw/cmd/versitygw@v1.8.0"
+lz_install_versitygw() {
+    if command -v versitygw >/dev/null 2>&1 || [ -x "$HOME/go/bin/versitygw" ]; then
+        return 0
+    fi
+    go=$(command -v go || echo /usr/local/go/bin/go)
+    if [ ! -x "$go" ]; then
+        echo "deps: no Go toolchain: versitygw not installed, the remote-store tests will be skipped" >&2
+        return 0
+    fi
+    echo "deps: go install $LZ_VERSITYGW" >&2
+    "$go" install "$LZ_VERSITYGW" || echo "deps: versitygw could not be built; the remote-store tests will be skipped" >&2
+}
+
 # What setup.sh and test.sh both start with: the packages, then the build.
 lz_install_and_build() {
     lz_install_deps

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 . scripts/deps.sh
 
 lz_install_and_build
+lz_install_versitygw
 echo "$ /usr/bin/python3 -m pytest -q tests${*:+ $*}"
 rc=0
 /usr/bin/python3 -m pytest -q tests "$@" || rc=$?
