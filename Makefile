@@ -130,7 +130,11 @@ CLI_SRC := \
 	files/diff.c \
 	files/log_seal.c \
 	cli/restart_sockpaths.c \
-	cli/restart_inet.c
+	cli/restart_inet.c \
+	cli/remote_commit.c \
+	cli/remote_state.c \
+	cli/remote_flush.c \
+	cli/remote_fetch.c
 
 all: $(B)/bin/lazarus $(B)/bin/lazarus-s3 $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so
 
@@ -165,7 +169,7 @@ $(B)/bin/lazarus-restore: $(patsubst %,$(OBJ)/static/%.o,$(basename $(RESTORE_SR
 
 $(B)/bin/lazarus: $(patsubst %,$(OBJ)/cli/%.o,$(basename $(CLI_SRC) $(REMOTE_SRC) $(COMMON_SRC)))
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ -lzstd -llz4 $(REMOTE_LIBS)
+	$(CC) -o $@ $^ -lzstd -llz4 $(REMOTE_LIBS) -lpthread
 
 # the S3 client alone (tests, bench/remote.py)
 $(B)/bin/lazarus-s3: $(patsubst %,$(OBJ)/cli/%.o,$(basename remote/s3_tool.c $(REMOTE_SRC) $(COMMON_SRC)))

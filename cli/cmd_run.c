@@ -1,6 +1,8 @@
-/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--] PROGRAM [ARG...] */
+/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact]
+ * [--remote s3://BUCKET/PREFIX [--keep-remote N] ...] [--] PROGRAM [ARG...] */
 #include "cli.h"
 #include "store_admin.h"
+#include "remote_store.h"
 #include "util.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +15,8 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--] PROGRAM [ARG...]\n"
+    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact]\n"
+    "                   [--remote s3://BUCKET/PREFIX [--keep-remote N] [--endpoint URL] [--ca-file FILE] [--insecure]] [--] PROGRAM [ARG...]\n"
     "Run PROGRAM (an unmodified, dynamically linked program) under Lazarus and stay\n"
     "in the foreground as its supervisor; exit with its status (128+signal if killed).\n\n"
     "  -d DIR      checkpoint store (default ./lazarus.ckpt); refused if it holds an\n"
@@ -45,7 +48,21 @@ static const char help[] =
     "              checkpoint also stores again the pages of old frames once the pages\n"
     "              they hold in vain pass 1/16 of the program's data, so that a restart\n"
     "              reads at most ~1.07x the data; an incremental checkpoint then writes\n"
-    "              several times what changed (default: only what changed)\n";
+    "              several times what changed (default: only what changed)\n"
+    "  --remote s3://BUCKET/PREFIX\n"
+    "              also copy each checkpoint, once committed here, to this S3-compatible\n"
+    "              object store (a thread of the supervisor, never in the program's pause);\n"
+    "              `lazarus restart -d s3://BUCKET/PREFIX` resumes the job on any machine.\n"
+    "              Endpoint, region and credentials as every AWS tool finds them:\n"
+    "              AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/\n"
+    "              AWS_SESSION_TOKEN, or AWS_SHARED_CREDENTIALS_FILE / ~/.aws/credentials\n"
+    "              with AWS_PROFILE (no secret is ever written to DIR/job)\n"
+    "  --keep-remote N  keep the N newest checkpoints in the remote store (default all)\n"
+    "  --endpoint URL   the S3 endpoint (default AWS_ENDPOINT_URL, else AWS's)\n"
+    "  --ca-file FILE   trust this CA for an https:// endpoint (default the system's)\n"
+    "  --insecure       do not verify the endpoint's certificate\n"
+    "  --addressing path|virtual  bucket in the path, or in the host name (default:\n"
+    "              path for an endpoint given, virtual for AWS)\n";
 
 pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 {
@@ -87,10 +104,28 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxcSTC", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcSTCRKEAIP", help, &o);
     if (first < 0) return 2;
-    if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
     char why[1024];
+    if (s3_is_url(o.dir)) {
+        lz_err("run: -d s3://... (checkpoints streamed to the remote store, nothing kept here) is not done yet; "
+               "use -d DIR --remote %s", o.dir);
+        return 2;
+    }
+    if (!o.remote && (o.have_keep_remote || o.endpoint || o.ca_file || o.insecure || o.addressing)) {
+        lz_err("run: --keep-remote, --endpoint, --ca-file, --insecure and --addressing go with --remote s3://BUCKET/PREFIX");
+        return 2;
+    }
+    if (o.remote) {
+        char b[256], p[512];
+        if (s3_url_parse(o.remote, b, sizeof b, p, sizeof p, why, sizeof why) < 0) { lz_err("run: --remote: %s", why); return 2; }
+        if (strlen(o.remote) >= sizeof ((struct lz_job *)0)->remote || (o.ca_file && strlen(o.ca_file) >= 500) ||
+            (o.endpoint && strlen(o.endpoint) >= 500)) {
+            lz_err("run: --remote, --endpoint or --ca-file is too long");
+            return 2;
+        }
+    }
+    if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
     char *dir = abs_dir(o.dir);
     if (lz_store_prepare(dir, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
     free(dir);
@@ -122,6 +157,9 @@ int cmd_run(int argc, char **argv)
     for (int i = 0; i < n; i++) lz_store_remove(dir, v[i]);
     free(v);
     lz_store_clear_data(dir);
+    char state[LZ_PATH_MAX + 32];
+    snprintf(state, sizeof state, "%s/" RS_STATE, dir);
+    unlink(state); /* what a finished job had flushed */
     memset(&job, 0, sizeof job);
     job.interval = o.have_interval ? o.interval : 600;
     job.keep = o.have_keep ? o.keep : 3;
@@ -133,6 +171,21 @@ int cmd_run(int argc, char **argv)
     job.tcp_refuse = o.tcp_refuse;
     snprintf(job.state, sizeof job.state, "running");
     lz_job_new_id(job.id);
+    if (o.remote) {
+        snprintf(job.remote, sizeof job.remote, "%s", o.remote);
+        snprintf(job.remote_endpoint, sizeof job.remote_endpoint, "%s", o.endpoint ? o.endpoint : "");
+        if (o.ca_file) {
+            char *ca = abs_dir(o.ca_file);
+            snprintf(job.remote_ca, sizeof job.remote_ca, "%s", ca);
+            free(ca);
+        }
+        snprintf(job.remote_addressing, sizeof job.remote_addressing, "%s", o.addressing ? o.addressing : "");
+        job.remote_insecure = o.insecure;
+        job.keep_remote = o.have_keep_remote ? o.keep_remote : 0;
+    }
+    /* the remote store answers, the bucket exists and we may list it: before the job starts */
+    struct flusher *fl = flusher_start(dir, &job, why, sizeof why);
+    if (!fl && *why) { lz_err("run: the remote store %s: %s", job.remote, why); return 1; }
     if (lz_job_write(dir, &job) < 0) { lz_err("cannot write %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
 
     /* read by the runtime at its start; a restarted process keeps it in its memory */
@@ -141,6 +194,7 @@ int cmd_run(int argc, char **argv)
     struct supervisor s;
     int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, 1);
     if (child_ctl < 0) return 1;
+    s.flusher = fl;
     s.child = s.prog = spawn_program(&s, child_ctl, argv + first);
     close(child_ctl);
     if (s.child < 0) { lz_err("fork: %s", strerror(errno)); return 1; }

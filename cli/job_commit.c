@@ -3,6 +3,7 @@
  * written, one rename; or, failed, the parts cleaned up.  The clients waiting
  * are told either way. */
 #include "job_ckpt.h"
+#include "remote_store.h"
 #include "store_admin.h"
 #include "tree.h"
 #include "util.h"
@@ -86,7 +87,11 @@ void jc_finish_ok(struct sv_state *st)
     }
     st->in_progress = 0;
     jc_trace("committed");
-    lz_store_retain(s->dir, s->keep, st->index, s->first_index);
+    /* off the machine, by the flusher's thread; what it flushes is not dropped here */
+    flusher_enqueue(s->flusher, st->index);
+    uint64_t protect[2];
+    size_t np = flusher_protected(s->flusher, protect);
+    lz_store_retain_but(s->dir, s->keep, st->index, s->first_index, protect, np);
     uint64_t pause = 0, stored = 0, threads = 0, nproc = 0;
     for (size_t i = 0; i < st->nparts; i++) {
         const struct part *p = &st->parts[i];

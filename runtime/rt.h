@@ -328,6 +328,9 @@ static inline int rt_is_main(void) { return rt.main_pid == rt.pid; } /* in its w
 
 /* Saves the job's variables for the programs it execs (rt_exec.c). */
 void rt_exec_remember_env(void);
+/* After a restart: LAZARUS_DIR of the programs the job execs is the store it
+ * was restarted from (a restart elsewhere: another directory).  No malloc. */
+void rt_exec_restarted_dir(const char *dir);
 
 /* The launcher's descriptors (rt_launcher.c).  At the runtime's start: the
  * main program's from its own descriptors (LAZARUS_JOB_STDIO=1: regular files

@@ -88,6 +88,17 @@ void rt_exec_remember_env(void)
     }
 }
 
+void rt_exec_restarted_dir(const char *dir)
+{
+    static char var[LZ_PATH_MAX + 16];
+    if (!job_vars[0]) return;
+    size_t n = strlen(dir);
+    if (n + sizeof "LAZARUS_DIR=" > sizeof var) return;
+    memcpy(var, "LAZARUS_DIR=", sizeof "LAZARUS_DIR=" - 1);
+    memcpy(var + sizeof "LAZARUS_DIR=" - 1, dir, n + 1);
+    job_vars[0] = var; /* the old string is leaked: it may be the one in use */
+}
+
 static const char preload_eq[] = "LD_PRELOAD=";
 #define PRELOAD_EQ_LEN (sizeof preload_eq - 1)
 

@@ -24,6 +24,7 @@ void rt_resume(struct rt_ckpt *unused)
     }
     size_t n = rt_strlen(r->dir);
     memcpy(rt.dir, r->dir, n + 1);
+    rt_exec_restarted_dir(rt.dir);
     rt.ctl_fd = r->ctl_fd;
     rt.parent = r->index;
     rt.active = 1;
@@ -45,7 +46,7 @@ void rt_resume(struct rt_ckpt *unused)
     rt_pages_forget();
     rt_map_seed(rt.dir, r->index, rt_track_all());
     char err[256];
-    if (fj_restarted(r->index, rt_is_main(), err, sizeof err) < 0) {
+    if (fj_restarted(rt.dir, r->index, rt_is_main(), err, sizeof err) < 0) {
         char msg[320];
         int n = rt_fmt(msg, sizeof msg, "lazarus: %s; file changes from now on will not be rolled back\n", err);
         lz_sc3(SYS_write, 2, msg, n);

@@ -96,6 +96,12 @@ int lz_job_read(const char *dir, struct lz_job *job)
         else if (!strcmp(line, "failed_index")) lz_parse_u64(eq, &job->failed_index);
         else if (!strcmp(line, "failed_ns")) job->failed_ns = strtoll(eq, NULL, 10);
         else if (!strcmp(line, "failed_why")) snprintf(job->failed_why, sizeof job->failed_why, "%s", eq);
+        else if (!strcmp(line, "remote")) snprintf(job->remote, sizeof job->remote, "%s", eq);
+        else if (!strcmp(line, "remote_endpoint")) snprintf(job->remote_endpoint, sizeof job->remote_endpoint, "%s", eq);
+        else if (!strcmp(line, "remote_ca")) snprintf(job->remote_ca, sizeof job->remote_ca, "%s", eq);
+        else if (!strcmp(line, "remote_addressing")) snprintf(job->remote_addressing, sizeof job->remote_addressing, "%s", eq);
+        else if (!strcmp(line, "remote_insecure")) job->remote_insecure = atoi(eq) != 0;
+        else if (!strcmp(line, "keep_remote")) lz_parse_u64(eq, &job->keep_remote);
         else if (!strcmp(line, "exclude")) {
             size_t have = strlen(job->excludes);
             if (have + strlen(eq) + 2 < sizeof job->excludes)
@@ -133,6 +139,15 @@ int lz_job_write(const char *dir, const struct lz_job *job)
     if (job->failed_index)
         n += snprintf(buf + n, sizeof buf - (size_t)n, "failed_index=%" PRIu64 "\nfailed_ns=%" PRId64 "\nfailed_why=%s\n",
                       job->failed_index, job->failed_ns, failed);
+    if (*job->remote) {
+        char r[sizeof job->remote], e[sizeof job->remote_endpoint], ca[sizeof job->remote_ca], a[sizeof job->remote_addressing];
+        one_line(r, sizeof r, job->remote);
+        one_line(e, sizeof e, job->remote_endpoint);
+        one_line(ca, sizeof ca, job->remote_ca);
+        one_line(a, sizeof a, job->remote_addressing);
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "remote=%s\nremote_endpoint=%s\nremote_ca=%s\nremote_addressing=%s\n"
+                      "remote_insecure=%d\nkeep_remote=%" PRIu64 "\n", r, e, ca, a, job->remote_insecure, job->keep_remote);
+    }
     for (const char *p = job->excludes; *p && n < (int)sizeof buf - 1;) {
         const char *q = strchr(p, '\n');
         size_t l = q ? (size_t)(q - p) : strlen(p);

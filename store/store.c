@@ -344,6 +344,12 @@ void lz_store_clear_data(const char *dir)
 
 void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest, uint64_t run_first)
 {
+    lz_store_retain_but(dir, keep, newest, run_first, NULL, 0);
+}
+
+void lz_store_retain_but(const char *dir, uint64_t keep, uint64_t newest, uint64_t run_first, const uint64_t *protect,
+                         size_t nprotect)
+{
     char path[LZ_PATH_MAX + 64], why[LZ_PATH_MAX + 600];
     struct lz_image img;
     uint64_t parent = 0;
@@ -363,8 +369,11 @@ void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest, uint64_t r
             if (v[i] > parent && v[i] < run_first) { remove_ckpt(dir, v[i]); v[i] = 0; }
     size_t live = 0;
     for (int i = 0; i < n; i++) live += v[i] != 0;
-    for (int i = 0; i < n && live > keep && keep > 0; i++)
-        if (v[i] && v[i] != newest) { remove_ckpt(dir, v[i]); v[i] = 0; live--; }
+    for (int i = 0; i < n && live > keep && keep > 0; i++) {
+        int kept = 0;
+        for (size_t k = 0; k < nprotect; k++) kept |= protect[k] == v[i];
+        if (v[i] && v[i] != newest && !kept) { remove_ckpt(dir, v[i]); v[i] = 0; live--; }
+    }
     uint64_t oldest = 0; /* of the checkpoints kept */
     for (int i = 0; i < n && !oldest; i++) oldest = v[i];
     free(v);

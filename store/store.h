@@ -30,6 +30,14 @@ struct lz_job {
                           * 0/1/2 are the job's; `stdio=launcher` (default): the launcher's */
     int tcp_refuse;      /* `tcp=refuse` (run --tcp=refuse): a TCP connection to outside fails the
                           * checkpoint; `tcp=reset` (default): it comes back reset */
+    /* the remote store each checkpoint is flushed to (run --remote; ARCHITECTURE.md,
+     * "Remote store"): its URL and how to reach it, never a secret */
+    char remote[512];        /* "s3://BUCKET/PREFIX", "" = none */
+    char remote_endpoint[512]; /* --endpoint ("" = AWS_ENDPOINT_URL or AWS's) */
+    char remote_ca[512];     /* --ca-file */
+    char remote_addressing[16]; /* "path", "virtual", "" = by the endpoint */
+    int remote_insecure;     /* --insecure */
+    uint64_t keep_remote;    /* --keep-remote N, 0 = all */
     /* the last checkpoint that failed (shown by `list` while no later one succeeded) */
     uint64_t failed_index;
     int64_t failed_ns;   /* CLOCK_REALTIME */
@@ -82,6 +90,9 @@ void lz_store_drop_spares(const char *dir);
  * an abandoned branch (index > parent of `newest`, < run_first, the first
  * index this run of the job could take). */
 void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest, uint64_t run_first);
+/* The same, never dropping the checkpoints in protect[] (being flushed to the remote store). */
+void lz_store_retain_but(const char *dir, uint64_t keep, uint64_t newest, uint64_t run_first, const uint64_t *protect,
+                         size_t nprotect);
 
 /* Holds flock on DIR/lock; returns the fd or -1 (errno EWOULDBLOCK if busy). */
 int lz_store_lock(const char *dir);

@@ -1,0 +1,290 @@
+/* A local store made from a remote checkpoint (`restart -d s3://...`,
+ * `verify -d s3://...`), and `list -d s3://...`.  The commit object names
+ * every object the checkpoint needs; each is fetched (large ones in ranges,
+ * several in flight), its size and MD5 checked against the commit, and put
+ * in place in the cache directory, the job file last.  What `restart` then
+ * checks is what it checks of any store: every manifest, tree and frame.
+ *
+ * The journal of the interval after the newest published checkpoint is
+ * never remote (it is open while the job runs: ARCHITECTURE.md, "Remote
+ * store"), so the job's files cannot be rolled back from here: a restart
+ * refuses, unless --files-as-they-are, with which every part's journal is an
+ * empty sealed log and the files stay as they are. */
+#include "cli.h"
+#include "remote_store.h"
+#include "store_admin.h"
+#include "journal_layout.h"
+#include "rollback.h"
+#include "tree.h"
+#include "util.h"
+#include "jobid.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *shown_url(const struct s3_conf *c)
+{
+    static char buf[800];
+    snprintf(buf, sizeof buf, "s3://%s%s%s", c->bucket, *c->prefix ? "/" : "", c->prefix);
+    return buf;
+}
+
+/* The commits of the one job under the URL: count (0 = none), or -1 having said why. */
+static ssize_t job_commits(const struct s3_conf *c, struct rc_ref **out)
+{
+    char why[2048];
+    ssize_t n = rc_list_commits(c, out, why, sizeof why);
+    if (n < 0) { lz_err("%s", why); return -1; }
+    for (ssize_t i = 1; i < n; i++)
+        if ((*out)[i].job[0] != (*out)[0].job[0] || (*out)[i].job[1] != (*out)[0].job[1]) {
+            lz_err("%s holds the checkpoints of more than one job; give each job a prefix of its own", shown_url(c));
+            free(*out);
+            return -1;
+        }
+    return n;
+}
+
+/* mkdir -p of the directories above cache/path */
+static int make_parents(const char *cache, const char *path)
+{
+    char p[LZ_PATH_MAX + 600];
+    snprintf(p, sizeof p, "%s/%s", cache, path);
+    for (char *s = p + strlen(cache) + 1; (s = strchr(s, '/')); s++) {
+        *s = 0;
+        if (mkdir(p, 0700) < 0 && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    return 0;
+}
+
+/* One object into cache/path, checked. */
+static int fetch_one(const struct s3_conf *c, const char *cache, const struct rc_object *o, char *why, size_t whylen)
+{
+    char p[LZ_PATH_MAX + 600], md5[33];
+    if (make_parents(cache, o->path) < 0) { snprintf(why, whylen, "cannot make the directories of %.2000s/%s: %s", cache, o->path, strerror(errno)); return -1; }
+    snprintf(p, sizeof p, "%s/%s", cache, o->path);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) { snprintf(why, whylen, "cannot create %.3000s: %s", p, strerror(errno)); return -1; }
+    uint64_t size = 0;
+    int h = s3_head(c, o->key, &size, NULL, 0, why, whylen);
+    if (h > 0) snprintf(why, whylen, "remote object s3://%s/%s is gone", c->bucket, o->key);
+    else if (h == 0 && size != o->size)
+        snprintf(why, whylen, "remote object s3://%s/%s holds %" PRIu64 " bytes, its commit says %" PRIu64, c->bucket, o->key, size, o->size);
+    int rc = h == 0 && size == o->size ? s3_get_file(c, o->key, size, fd, md5, why, whylen) : -1;
+    if (rc == 0 && strcmp(md5, o->md5)) {
+        snprintf(why, whylen, "remote object s3://%s/%s fails its checksum (MD5 %s, its commit says %s)", c->bucket, o->key, md5, o->md5);
+        rc = -1;
+    }
+    if (rc == 0 && (ftruncate(fd, (off_t)size) < 0 || fsync(fd) < 0)) { snprintf(why, whylen, "cannot write %.3000s: %s", p, strerror(errno)); rc = -1; }
+    close(fd);
+    return rc;
+}
+
+/* The cache: made, or emptied if it holds a store of the same job that no
+ * supervisor runs; anything else is refused.  0, or -1 having said why. */
+static int prepare_cache(const char *cache, const uint64_t job[2], int *lock)
+{
+    char why[1024];
+    struct stat sb;
+    *lock = -1;
+    if (stat(cache, &sb) == 0) {
+        struct lz_job j;
+        int same = lz_job_read(cache, &j) == 0 && j.id[0] == job[0] && j.id[1] == job[1];
+        /* else only an empty directory (never delete what may be the user's) */
+        if (!same && (!S_ISDIR(sb.st_mode) || (rmdir(cache) < 0 && errno != ENOENT))) {
+            lz_err("cannot restart: %s holds something else than this job's store; give another with --cache DIR; "
+                   "nothing was changed", cache);
+            return -1;
+        }
+    }
+    if (lz_store_prepare(cache, why, sizeof why) < 0) { lz_err("cannot restart: %s; nothing was changed", why); return -1; }
+    *lock = lz_store_lock(cache);
+    if (*lock < 0) { lz_err("cannot restart: a job is running with %s", cache); return -1; }
+    /* what an earlier fetch or run left: the remote is the truth now */
+    uint64_t *v;
+    int *jr;
+    int n = lz_store_list_journals(cache, &v, &jr);
+    for (int i = 0; i < n; i++) {
+        if (jr[i]) lz_jrnl_remove(cache, v[i]);
+        else lz_store_remove(cache, v[i]);
+    }
+    if (n >= 0) { free(v); free(jr); }
+    lz_store_cleanup_tmp(cache);
+    lz_store_clear_data(cache);
+    char p[LZ_PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/" RS_STATE, cache);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/" LZ_JOBFILE, cache);
+    unlink(p);
+    return 0;
+}
+
+int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_at, uint64_t at, char *cache_out,
+                       size_t cache_len, uint64_t *index)
+{
+    struct s3_conf c;
+    char why[4096];
+    if (s3_conf_load(&c, url, ro->endpoint, ro->addressing, ro->ca_file, ro->insecure, why, sizeof why) < 0) {
+        lz_err("cannot restart: %s", why);
+        return -1;
+    }
+    struct rc_ref *refs;
+    ssize_t n = job_commits(&c, &refs);
+    if (n < 0) return -1;
+    if (n == 0) { lz_err("no checkpoint in %s", shown_url(&c)); free(refs); return -1; }
+    ssize_t pick = -1;
+    for (ssize_t i = 0; i < n; i++)
+        if (!have_at || refs[i].index == at) pick = i; /* the newest (a tie of two flushers: the last writer id) */
+    if (pick < 0) {
+        char list[300] = "";
+        size_t l = 0;
+        for (ssize_t i = 0; i < n && l < sizeof list - 24; i++) l += (size_t)snprintf(list + l, sizeof list - l, "%s%" PRIu64, i ? ", " : "", refs[i].index);
+        lz_err("no checkpoint %" PRIu64 " in %s (published: %s)", at, shown_url(&c), list);
+        free(refs);
+        return -1;
+    }
+    const struct rc_ref *newest = &refs[n - 1];
+    if (!ro->files_as_they_are) {
+        lz_err("cannot restart from checkpoint %" PRIu64 " of %s: the journal of the job's changes to its files since "
+               "checkpoint %" PRIu64 " was on the machine that ran the job, not in the remote store, so the files cannot be "
+               "rolled back; nothing was changed (`--files-as-they-are` resumes with the files as they are)",
+               refs[pick].index, shown_url(&c), newest->index);
+        free(refs);
+        return -1;
+    }
+    struct rc_commit cm;
+    if (rc_fetch_commit(&c, &refs[pick], &cm, why, sizeof why) < 0) { lz_err("cannot restart: %s; nothing was changed", why); free(refs); return -1; }
+    char id[33];
+    lz_job_id_text(id, cm.job);
+    if (ro->cache) {
+        char *a = abs_dir(ro->cache);
+        snprintf(cache_out, cache_len, "%s", a);
+        free(a);
+    } else {
+        const char *t = getenv("TMPDIR");
+        snprintf(cache_out, cache_len, "%s/lazarus-%s", t && *t ? t : "/tmp", id);
+    }
+    int lock;
+    if (prepare_cache(cache_out, cm.job, &lock) < 0) { rc_commit_free(&cm); free(refs); return -1; }
+    if (!ro->quiet) lz_err("restarting checkpoint %" PRIu64 " of %s through the local store %s", cm.index, shown_url(&c), cache_out);
+    int rc = 0;
+    const struct rc_object *jobobj = NULL;
+    for (size_t i = 0; i < cm.nobjs && rc == 0; i++) {
+        if (!strcmp(cm.objs[i].path, LZ_JOBFILE)) { jobobj = &cm.objs[i]; continue; }
+        if (!strncmp(cm.objs[i].path, LZ_JRNL_PREFIX, strlen(LZ_JRNL_PREFIX))) continue; /* sealed journals: not applied */
+        rc = fetch_one(&c, cache_out, &cm.objs[i], why, sizeof why);
+    }
+    if (rc == 0 && !jobobj) { snprintf(why, sizeof why, "commit object s3://%s/%s lists no job file", c.bucket, refs[pick].key); rc = -1; }
+    /* the job file (the tree is checked against it), rewritten below */
+    if (rc == 0) rc = fetch_one(&c, cache_out, jobobj, why, sizeof why);
+    char ck[LZ_PATH_MAX + 64], inner[1024];
+    lz_ckpt_path(ck, sizeof ck, cache_out, cm.index);
+    /* the files as they are: each part's journal an empty sealed log, as after a rollback */
+    struct lz_tree t;
+    if (rc == 0 && lz_tree_load(ck, &t, inner, sizeof inner) < 0) { snprintf(why, sizeof why, "checkpoint %" PRIu64 " is damaged: %s", cm.index, inner); rc = -1; }
+    else if (rc == 0) {
+        for (size_t k = 0; k < t.nprocs && rc == 0; k++) {
+            if (t.procs[k].state != LZ_TP_LIVE) continue;
+            char part[LZ_PATH_MAX + 200];
+            lz_tree_part_dir(part, sizeof part, ck, &t.procs[k]);
+            if (fj_write_empty_log(part, cm.job, cm.index, t.procs[k].pid) < 0) {
+                snprintf(why, sizeof why, "cannot write %.3000s/%s: %s", part, FJ_LOG, strerror(errno));
+                rc = -1;
+            }
+        }
+        lz_tree_free(&t);
+    }
+    struct lz_job job;
+    if (rc == 0 && lz_job_read(cache_out, &job) != 0) { snprintf(why, sizeof why, "the job file of checkpoint %" PRIu64 " is damaged", cm.index); rc = -1; }
+    if (rc == 0) {
+        /* the job goes on flushing to where it came from, reached as now */
+        snprintf(job.remote, sizeof job.remote, "%s", url);
+        if (ro->endpoint) snprintf(job.remote_endpoint, sizeof job.remote_endpoint, "%s", ro->endpoint);
+        if (ro->ca_file) {
+            char *a = abs_dir(ro->ca_file);
+            snprintf(job.remote_ca, sizeof job.remote_ca, "%s", a);
+            free(a);
+        }
+        if (ro->addressing) snprintf(job.remote_addressing, sizeof job.remote_addressing, "%s", ro->addressing);
+        if (ro->insecure) job.remote_insecure = 1;
+        snprintf(job.state, sizeof job.state, "stopped");
+        job.rolling_to = -1;
+        job.stopped_ns = 0;
+        /* no index any flusher used may be given again (a dead machine's may still publish one) */
+        if (job.next_index <= newest->index) job.next_index = newest->index + 1;
+        if (lz_job_write(cache_out, &job) < 0) { snprintf(why, sizeof why, "cannot write %s/%s: %s", cache_out, LZ_JOBFILE, strerror(errno)); rc = -1; }
+    }
+    if (rc == 0) {
+        /* nothing of this checkpoint is uploaded again */
+        for (size_t i = 0; i < cm.nobjs; i++)
+            if (strcmp(cm.objs[i].path, LZ_JOBFILE) && strncmp(cm.objs[i].path, LZ_JRNL_PREFIX, strlen(LZ_JRNL_PREFIX)))
+                rs_append(cache_out, "object %s %" PRIu64 " %s %s\n", cm.objs[i].path, cm.objs[i].size, cm.objs[i].md5, cm.objs[i].key);
+        rs_append(cache_out, "published %" PRIu64 " %s\n", cm.index, refs[pick].key);
+    }
+    if (rc < 0) {
+        lz_err("cannot restart: %s; nothing was changed", why);
+        /* a cache that holds half a store is of no use: removed, the remote as it was */
+        char *slash = strrchr(cache_out, '/');
+        if (slash && slash != cache_out) {
+            *slash = 0;
+            int pfd = open(cache_out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            *slash = '/';
+            if (pfd >= 0) { lz_remove_tree(pfd, slash + 1); close(pfd); }
+        }
+    }
+    *index = cm.index;
+    rc_commit_free(&cm);
+    free(refs);
+    close(lock); /* cmd_restart locks it again */
+    return rc;
+}
+
+static void utc(char *buf, size_t len, uint64_t ns)
+{
+    time_t t = (time_t)(ns / 1000000000ull);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+int remote_list(const char *url, const struct remote_opts *ro, int json)
+{
+    struct s3_conf c;
+    char why[4096];
+    if (s3_conf_load(&c, url, ro->endpoint, ro->addressing, ro->ca_file, ro->insecure, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
+    struct rc_ref *refs;
+    ssize_t n = job_commits(&c, &refs);
+    if (n < 0) return 1;
+    if (json) printf("[");
+    else printf("%6s  %-20s  %12s  %7s  %s\n", "INDEX", "TIME (UTC)", "BYTES", "OBJECTS", "WHERE");
+    int bad = 0;
+    for (ssize_t i = 0; i < n; i++) {
+        struct rc_commit cm;
+        if (rc_fetch_commit(&c, &refs[i], &cm, why, sizeof why) < 0) {
+            lz_err("%s", why);
+            bad = 1;
+            continue;
+        }
+        uint64_t bytes = 0;
+        for (size_t k = 0; k < cm.nobjs; k++) bytes += cm.objs[k].size;
+        char when[32], id[33];
+        utc(when, sizeof when, cm.created_ns);
+        lz_job_id_text(id, cm.job);
+        if (json)
+            printf("%s\n  {\"index\": %" PRIu64 ", \"time\": \"%s\", \"created_ns\": %" PRIu64 ", \"bytes\": %" PRIu64
+                   ", \"objects\": %zu, \"job\": \"%s\", \"writer\": \"%s\", \"local\": false, \"remote\": true}",
+                   i ? "," : "", cm.index, when, cm.created_ns, bytes, cm.nobjs, id, cm.writer);
+        else
+            printf("%6" PRIu64 "  %-20s  %12" PRIu64 "  %7zu  remote\n", cm.index, when, bytes, cm.nobjs);
+        rc_commit_free(&cm);
+    }
+    if (json) printf("%s]\n", n ? "\n" : "");
+    free(refs);
+    return bad;
+}
