@@ -124,7 +124,7 @@ static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, s
      * later journals (of failed checkpoints too) were just applied */
     lz_store_drop_branch(dir, index, UINT64_MAX);
     char ck[LZ_PATH_MAX + 64];
-    lz_ckpt_path(ck, sizeof ck, dir, index);
+    lz_journal_path(ck, sizeof ck, dir, index, 0);
     fj_journal_reset(ck, job->id, index);
     return 0;
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char help[] =
@@ -58,6 +59,10 @@ static const char help[] =
     "              AWS_SESSION_TOKEN, or AWS_SHARED_CREDENTIALS_FILE / ~/.aws/credentials\n"
     "              with AWS_PROFILE (no secret is ever written to DIR/job)\n"
     "  --keep-remote N  keep the N newest checkpoints in the remote store (default all)\n"
+    "  --journal-dir DIR  keep the file journals (what rolls the job's files back) in\n"
+    "              DIR/JOB instead of the store: on the file system of the job's files\n"
+    "              (shared by the machines), they survive the machine with the files,\n"
+    "              and `restart -d s3://...` on another machine rolls the files back\n"
     "  --endpoint URL   the S3 endpoint (default AWS_ENDPOINT_URL, else AWS's)\n"
     "  --ca-file FILE   trust this CA for an https:// endpoint (default the system's)\n"
     "  --insecure       do not verify the endpoint's certificate\n"
@@ -81,6 +86,8 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     char num[32];
     setenv("LD_PRELOAD", pre, 1);
     setenv("LAZARUS_DIR", s->dir, 1);
+    if (strcmp(s->jhome, s->dir)) setenv("LAZARUS_JOURNAL_DIR", s->jhome, 1);
+    else unsetenv("LAZARUS_JOURNAL_DIR");
     snprintf(num, sizeof num, "%d", child_ctl);
     setenv("LAZARUS_CTL_FD", num, 1);
     snprintf(num, sizeof num, "%d", getpid());
@@ -104,7 +111,7 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxcSTCRKEAIP", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcSTCRKEAIPJ", help, &o);
     if (first < 0) return 2;
     char why[1024];
     if (s3_is_url(o.dir)) {
@@ -183,9 +190,27 @@ int cmd_run(int argc, char **argv)
         job.remote_insecure = o.insecure;
         job.keep_remote = o.have_keep_remote ? o.keep_remote : 0;
     }
+    if (o.journal_dir) {
+        /* the journals beside the job's files: JOURNAL_DIR/JOB, made now */
+        char *jd = abs_dir(o.journal_dir), home[LZ_PATH_MAX + 40], id[33];
+        lz_job_id_text(id, job.id);
+        snprintf(home, sizeof home, "%s/%s", jd, id);
+        struct stat jst;
+        if (strlen(jd) >= sizeof job.journal_dir || stat(jd, &jst) < 0 || !S_ISDIR(jst.st_mode) || mkdir(home, 0700) < 0) {
+            lz_err("run: cannot keep the journals in %s: %s", o.journal_dir, strlen(jd) >= sizeof job.journal_dir ? "the name is too long"
+                   : errno ? strerror(errno) : "not a directory");
+            free(jd);
+            return 1;
+        }
+        snprintf(job.journal_dir, sizeof job.journal_dir, "%s", jd);
+        free(jd);
+    }
     /* the remote store answers, the bucket exists and we may list it: before the job starts */
     struct flusher *fl = flusher_start(dir, &job, why, sizeof why);
     if (!fl && *why) { lz_err("run: the remote store %s: %s", job.remote, why); return 1; }
+    if (fl && !*job.journal_dir)
+        lz_warn("the journal of the job's changes to its files stays in %s on this machine: a restart from %s elsewhere cannot "
+                "roll them back (--journal-dir DIR on the file system of the job's files keeps it there)", o.dir, o.remote);
     if (lz_job_write(dir, &job) < 0) { lz_err("cannot write %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
 
     /* read by the runtime at its start; a restarted process keeps it in its memory */

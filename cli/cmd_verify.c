@@ -103,8 +103,7 @@ int cmd_verify(int argc, char **argv)
         struct seg s;
         memset(&s, 0, sizeof s);
         s.index = v[i];
-        if (jr[i]) lz_jrnl_path(s.ckdir, sizeof s.ckdir, dir, v[i]);
-        else lz_ckpt_path(s.ckdir, sizeof s.ckdir, dir, v[i]);
+        lz_journal_path(s.ckdir, sizeof s.ckdir, dir, v[i], jr[i]); /* DIR, or its --journal-dir */
         char inner[LZ_PATH_MAX + 600];
         const char *piece = jr[i] ? "file journal (failed checkpoint)" : "file journal";
         if (fj_load_seg(&s, have_job ? job : NULL, inner, sizeof inner) < 0 || fj_seg_check_keeps(&s, stop, inner, sizeof inner) < 0) {

@@ -32,10 +32,34 @@ static int commit(struct sv_state *st, char *why, size_t whylen)
     }
     if (rc == 0) rc = lz_tree_write(root, &t, why, whylen);
     if (rc == 0 && lz_fsync_dir(root) < 0) { snprintf(why, whylen, "cannot make the checkpoint durable: %s", strerror(errno)); rc = -1; }
+    /* journals in a home of their own (run --journal-dir): gathered the same way
+     * and renamed first; a journal there whose checkpoint did not commit here is
+     * a failed checkpoint's (lz_store_cleanup_tmp) */
+    char jroot[LZ_PATH_MAX + 64], jck[LZ_PATH_MAX + 64];
+    int own_home = strcmp(st->s->jhome, dir) != 0;
+    if (own_home) {
+        const char *jh = st->s->jhome;
+        snprintf(jroot, sizeof jroot, "%s/" LZ_TMP_PREFIX "%06" PRIu64 ".%d", jh, st->index, t.procs[0].pid);
+        for (size_t i = 1; i < t.nprocs && rc == 0; i++) {
+            if (t.procs[i].state != LZ_TP_LIVE) continue;
+            snprintf(from, sizeof from, "%s/" LZ_TMP_PREFIX "%06" PRIu64 ".%d", jh, st->index, t.procs[i].pid);
+            snprintf(to, sizeof to, "%s/%s", jroot, t.procs[i].dir);
+            if (rename(from, to) < 0 && errno != ENOENT) {
+                snprintf(why, whylen, "cannot gather process %d's journal: %s", t.procs[i].pid, strerror(errno));
+                rc = -1;
+            }
+        }
+        lz_ckpt_path(jck, sizeof jck, jh, st->index);
+        if (rc == 0 && (lz_fsync_dir(jroot) < 0 || renameat2(AT_FDCWD, jroot, AT_FDCWD, jck, RENAME_NOREPLACE) < 0 || lz_fsync_dir(jh) < 0)) {
+            snprintf(why, whylen, "cannot commit the checkpoint's journal in %.400s: %s", jh, strerror(errno));
+            rc = -1;
+        }
+    }
     lz_ckpt_path(ck, sizeof ck, dir, st->index);
     /* commit: the rename is the instant the checkpoint starts to exist */
     if (rc == 0 && renameat2(AT_FDCWD, root, AT_FDCWD, ck, RENAME_NOREPLACE) < 0) {
         snprintf(why, whylen, "cannot commit the checkpoint: %s", strerror(errno));
+        if (own_home) rename(jck, jroot); /* a failed checkpoint's journal */
         rc = -1;
     }
     if (rc == 0 && lz_fsync_dir(dir) < 0) { snprintf(why, whylen, "cannot make the checkpoint durable (fsync of the store): %s", strerror(errno)); rc = -1; }

@@ -45,7 +45,8 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"remote", required_argument, 0, 'R'}, {"keep-remote", required_argument, 0, 'K'},
         {"endpoint", required_argument, 0, 'E'}, {"ca-file", required_argument, 0, 'A'},
         {"insecure", no_argument, 0, 'I'}, {"addressing", required_argument, 0, 'P'},
-        {"cache", required_argument, 0, 'Z'}, {"files-as-they-are", no_argument, 0, 'F'}, {0, 0, 0, 0}};
+        {"cache", required_argument, 0, 'Z'}, {"files-as-they-are", no_argument, 0, 'F'},
+        {"journal-dir", required_argument, 0, 'J'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -104,6 +105,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         if (c == 'I') { o->insecure = 1; continue; }
         if (c == 'Z') { o->cache = optarg; continue; }
         if (c == 'F') { o->files_as_they_are = 1; continue; }
+        if (c == 'J') { o->journal_dir = optarg; continue; }
         if (c == 'P') {
             if (strcmp(optarg, "path") && strcmp(optarg, "virtual")) { lz_err("%s: --addressing is 'path' or 'virtual', not '%s'", cmd, optarg); return -1; }
             o->addressing = optarg;

@@ -5,11 +5,14 @@
  * in place in the cache directory, the job file last.  What `restart` then
  * checks is what it checks of any store: every manifest, tree and frame.
  *
- * The journal of the interval after the newest published checkpoint is
- * never remote (it is open while the job runs: ARCHITECTURE.md, "Remote
- * store"), so the job's files cannot be rolled back from here: a restart
- * refuses, unless --files-as-they-are, with which every part's journal is an
- * empty sealed log and the files stay as they are. */
+ * The journals of the job's changes to its files are never remote (the
+ * open interval's is written until the machine dies: ARCHITECTURE.md,
+ * "Remote store"): a job run with --journal-dir keeps them on the file
+ * system of its files, where the restart finds them (the job file names the
+ * directory) and rolls the files back as any restart does; without it, or
+ * when that directory is not here, the restart refuses, unless
+ * --files-as-they-are, with which every part's journal is an empty sealed
+ * log and the files stay as they are. */
 #include "cli.h"
 #include "remote_store.h"
 #include "store_admin.h"
@@ -106,6 +109,11 @@ static int prepare_cache(const char *cache, const uint64_t job[2], int *lock)
     if (lz_store_prepare(cache, why, sizeof why) < 0) { lz_err("cannot restart: %s; nothing was changed", why); return -1; }
     *lock = lz_store_lock(cache);
     if (*lock < 0) { lz_err("cannot restart: a job is running with %s", cache); return -1; }
+    /* the job file first: what is removed below is the cache's, never the
+     * journals in the job's --journal-dir (they are what a rollback needs) */
+    char jf[LZ_PATH_MAX + 32];
+    snprintf(jf, sizeof jf, "%s/" LZ_JOBFILE, cache);
+    unlink(jf);
     /* what an earlier fetch or run left: the remote is the truth now */
     uint64_t *v;
     int *jr;
@@ -119,8 +127,6 @@ static int prepare_cache(const char *cache, const uint64_t job[2], int *lock)
     lz_store_clear_data(cache);
     char p[LZ_PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/" RS_STATE, cache);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/" LZ_JOBFILE, cache);
     unlink(p);
     return 0;
 }
@@ -150,18 +156,49 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
         return -1;
     }
     const struct rc_ref *newest = &refs[n - 1];
-    if (!ro->files_as_they_are) {
-        lz_err("cannot restart from checkpoint %" PRIu64 " of %s: the journal of the job's changes to its files since "
-               "checkpoint %" PRIu64 " was on the machine that ran the job, not in the remote store, so the files cannot be "
-               "rolled back; nothing was changed (`--files-as-they-are` resumes with the files as they are)",
-               refs[pick].index, shown_url(&c), newest->index);
+    struct rc_commit cm;
+    if (rc_fetch_commit(&c, &refs[pick], &cm, why, sizeof why) < 0) { lz_err("cannot restart: %s; nothing was changed", why); free(refs); return -1; }
+    /* the job file first: where the journals of the job's changes to its files are */
+    const struct rc_object *jobobj = NULL;
+    for (size_t i = 0; i < cm.nobjs; i++) if (!strcmp(cm.objs[i].path, LZ_JOBFILE)) jobobj = &cm.objs[i];
+    char *jobbuf = NULL, jdir[600] = "", md5[33];
+    size_t joblen = 0;
+    int g = jobobj ? s3_get_buf(&c, jobobj->key, &jobbuf, &joblen, why, sizeof why) : (snprintf(why, sizeof why, "commit object s3://%s/%s lists no job file", c.bucket, refs[pick].key), -1);
+    if (g > 0) snprintf(why, sizeof why, "remote object s3://%s/%s is gone", c.bucket, jobobj->key);
+    if (g == 0) {
+        s3_md5_hex(jobbuf, joblen, md5);
+        if (joblen != jobobj->size || strcmp(md5, jobobj->md5)) {
+            snprintf(why, sizeof why, "remote object s3://%s/%s fails its checksum (MD5 %s, its commit says %s)", c.bucket, jobobj->key, md5, jobobj->md5);
+            g = -1;
+        }
+    }
+    if (g != 0) { lz_err("cannot restart: %s; nothing was changed", why); free(jobbuf); rc_commit_free(&cm); free(refs); return -1; }
+    const char *jl = memmem(jobbuf, joblen, "\njournal_dir=", 13);
+    if (jl) {
+        jl += 13;
+        const char *e = memchr(jl, '\n', joblen - (size_t)(jl - jobbuf));
+        snprintf(jdir, sizeof jdir, "%.*s", e ? (int)(e - jl) : 0, jl);
+    }
+    char id[33], jhome[700];
+    lz_job_id_text(id, cm.job);
+    snprintf(jhome, sizeof jhome, "%s/%s", jdir, id);
+    struct stat jst;
+    if (!ro->files_as_they_are && (!*jdir || stat(jhome, &jst) < 0 || !S_ISDIR(jst.st_mode))) {
+        if (!*jdir)
+            lz_err("cannot restart from checkpoint %" PRIu64 " of %s: the journal of the job's changes to its files since "
+                   "checkpoint %" PRIu64 " was on the machine that ran the job (it ran without --journal-dir), so the files "
+                   "cannot be rolled back; nothing was changed (`--files-as-they-are` resumes with the files as they are)",
+                   refs[pick].index, shown_url(&c), newest->index);
+        else
+            lz_err("cannot restart from checkpoint %" PRIu64 " of %s: the job's journal directory %s is not here (%s), so "
+                   "the files cannot be rolled back; nothing was changed (`--files-as-they-are` resumes with the files as "
+                   "they are)", refs[pick].index, shown_url(&c), jhome, strerror(errno ? errno : ENOTDIR));
+        free(jobbuf);
+        rc_commit_free(&cm);
         free(refs);
         return -1;
     }
-    struct rc_commit cm;
-    if (rc_fetch_commit(&c, &refs[pick], &cm, why, sizeof why) < 0) { lz_err("cannot restart: %s; nothing was changed", why); free(refs); return -1; }
-    char id[33];
-    lz_job_id_text(id, cm.job);
+
     if (ro->cache) {
         char *a = abs_dir(ro->cache);
         snprintf(cache_out, cache_len, "%s", a);
@@ -171,23 +208,27 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
         snprintf(cache_out, cache_len, "%s/lazarus-%s", t && *t ? t : "/tmp", id);
     }
     int lock;
-    if (prepare_cache(cache_out, cm.job, &lock) < 0) { rc_commit_free(&cm); free(refs); return -1; }
+    if (prepare_cache(cache_out, cm.job, &lock) < 0) { free(jobbuf); rc_commit_free(&cm); free(refs); return -1; }
     if (!ro->quiet) lz_err("restarting checkpoint %" PRIu64 " of %s through the local store %s", cm.index, shown_url(&c), cache_out);
     int rc = 0;
-    const struct rc_object *jobobj = NULL;
-    for (size_t i = 0; i < cm.nobjs && rc == 0; i++) {
-        if (!strcmp(cm.objs[i].path, LZ_JOBFILE)) { jobobj = &cm.objs[i]; continue; }
-        if (!strncmp(cm.objs[i].path, LZ_JRNL_PREFIX, strlen(LZ_JRNL_PREFIX))) continue; /* sealed journals: not applied */
-        rc = fetch_one(&c, cache_out, &cm.objs[i], why, sizeof why);
-    }
-    if (rc == 0 && !jobobj) { snprintf(why, sizeof why, "commit object s3://%s/%s lists no job file", c.bucket, refs[pick].key); rc = -1; }
+    for (size_t i = 0; i < cm.nobjs && rc == 0; i++)
+        if (&cm.objs[i] != jobobj) rc = fetch_one(&c, cache_out, &cm.objs[i], why, sizeof why);
     /* the job file (the tree is checked against it), rewritten below */
-    if (rc == 0) rc = fetch_one(&c, cache_out, jobobj, why, sizeof why);
+    char jp[LZ_PATH_MAX + 32];
+    snprintf(jp, sizeof jp, "%s/" LZ_JOBFILE, cache_out);
+    int jfd = rc == 0 ? open(jp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+    if (rc == 0 && (jfd < 0 || lz_write_all(jfd, jobbuf, joblen) < 0 || fsync(jfd) < 0)) {
+        snprintf(why, sizeof why, "cannot write %.3000s: %s", jp, strerror(errno));
+        rc = -1;
+    }
+    if (jfd >= 0) close(jfd);
+    free(jobbuf);
     char ck[LZ_PATH_MAX + 64], inner[1024];
     lz_ckpt_path(ck, sizeof ck, cache_out, cm.index);
     /* the files as they are: each part's journal an empty sealed log, as after a rollback */
     struct lz_tree t;
     if (rc == 0 && lz_tree_load(ck, &t, inner, sizeof inner) < 0) { snprintf(why, sizeof why, "checkpoint %" PRIu64 " is damaged: %s", cm.index, inner); rc = -1; }
+    else if (rc == 0 && !ro->files_as_they_are) lz_tree_free(&t); /* the journals are in the journal directory */
     else if (rc == 0) {
         for (size_t k = 0; k < t.nprocs && rc == 0; k++) {
             if (t.procs[k].state != LZ_TP_LIVE) continue;
@@ -213,6 +254,7 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
         }
         if (ro->addressing) snprintf(job.remote_addressing, sizeof job.remote_addressing, "%s", ro->addressing);
         if (ro->insecure) job.remote_insecure = 1;
+        if (ro->files_as_they_are) job.journal_dir[0] = 0; /* none applied: this store's own from now on */
         snprintf(job.state, sizeof job.state, "stopped");
         job.rolling_to = -1;
         job.stopped_ns = 0;
@@ -223,7 +265,7 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
     if (rc == 0) {
         /* nothing of this checkpoint is uploaded again */
         for (size_t i = 0; i < cm.nobjs; i++)
-            if (strcmp(cm.objs[i].path, LZ_JOBFILE) && strncmp(cm.objs[i].path, LZ_JRNL_PREFIX, strlen(LZ_JRNL_PREFIX)))
+            if (strcmp(cm.objs[i].path, LZ_JOBFILE))
                 rs_append(cache_out, "object %s %" PRIu64 " %s %s\n", cm.objs[i].path, cm.objs[i].size, cm.objs[i].md5, cm.objs[i].key);
         rs_append(cache_out, "published %" PRIu64 " %s\n", cm.index, refs[pick].key);
     }

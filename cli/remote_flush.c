@@ -1,9 +1,8 @@
 /* The flusher: a thread of the supervisor that copies each committed
  * checkpoint off the machine (never the program, never in its pause: the
  * supervisor only queues the index).  For checkpoint N it uploads what is
- * not remote yet -- the files of ckpt.N but its own journal (still open),
- * the packs its manifests reference, the job file, the journals of earlier
- * intervals (sealed once N committed) -- each checked by the server (MD5)
+ * not remote yet -- the files of ckpt.N but its journal, the packs its
+ * manifests reference, the job file -- each checked by the server (MD5)
  * and by a HEAD of its size, then writes N's commit object last, under a
  * key no other flusher writes.  Retention of the remote (--keep-remote)
  * follows; the checkpoint being flushed and the newest queued one are never
@@ -39,7 +38,6 @@ struct flusher {
     pthread_cond_t cv;
     uint64_t queued, current; /* 0 = none */
     int stop, started;
-    struct rs_state jmem;    /* the sealed journals this run uploaded (a restart rewrites journals: never reused across runs) */
 };
 
 /* Journal pieces (common/journal_layout.h): files.log, files.data, files.keep/, files.reset... */
@@ -79,19 +77,13 @@ static int put_one(struct flusher *f, struct rs_state *st, struct rc_commit *cm,
     rc_commit_add(cm, &o);
     if (persist) {
         rs_append(f->dir, "object %s %" PRIu64 " %s %s\n", o.path, o.size, o.md5, o.key);
-    } else if (st) {
-        if (st->nobjs == st->cap) {
-            st->cap = st->cap ? st->cap * 2 : 64;
-            st->objs = lz_xrealloc(st->objs, st->cap * sizeof *st->objs);
-        }
-        st->objs[st->nobjs++] = o;
     }
     return 0;
 }
 
-/* Every regular file below DIR/rel (journal pieces left out, or only them), into the commit. */
+/* Every regular file below DIR/rel but the journal's pieces, into the commit. */
 static int put_tree(struct flusher *f, struct rs_state *st, struct rc_commit *cm, const char *rel, const char *key_rel,
-                    int journal, int in_journal, char *why, size_t whylen)
+                    char *why, size_t whylen)
 {
     char full[LZ_PATH_MAX + 600];
     snprintf(full, sizeof full, "%s/%s", f->dir, rel);
@@ -114,15 +106,13 @@ static int put_tree(struct flusher *f, struct rs_state *st, struct rc_commit *cm
         snprintf(k, sizeof k, "%s%s/%s", f->jp, key_rel, names[i]);
         snprintf(ep, sizeof ep, "%s/%s", f->dir, p);
         if (lstat(ep, &sb) < 0) continue; /* gone meanwhile */
-        int piece = in_journal || journal_piece(names[i]);
         char krel[700];
         snprintf(krel, sizeof krel, "%s/%s", key_rel, names[i]);
+        if (journal_piece(names[i])) continue; /* files.keep/ too */
         if (S_ISDIR(sb.st_mode)) {
-            /* proc.<pid>/: another process's part (or journal); files.keep/: kept inodes */
-            if (!journal && piece) continue;
-            rc = put_tree(f, st, cm, p, krel, journal, piece && journal_piece(names[i]), why, whylen);
-        } else if (S_ISREG(sb.st_mode) && piece == journal) {
-            rc = put_one(f, journal ? &f->jmem : st, cm, p, k, 0, !journal, why, whylen);
+            rc = put_tree(f, st, cm, p, krel, why, whylen); /* proc.<pid>/: another process's part */
+        } else if (S_ISREG(sb.st_mode)) {
+            rc = put_one(f, st, cm, p, k, 0, 1, why, whylen);
         }
     }
     free(names);
@@ -160,33 +150,6 @@ static int put_packs(struct flusher *f, struct rs_state *st, struct rc_commit *c
     free(done);
     lz_tree_free(&t);
     return rc;
-}
-
-/* The sealed journals of the intervals before N, newest first, as far back
- * as they go without a gap: journals_from says where they begin. */
-static void put_journals(struct flusher *f, struct rs_state *st, struct rc_commit *cm, uint64_t index)
-{
-    uint64_t *v;
-    int *jr;
-    int n = lz_store_list_journals(f->dir, &v, &jr);
-    cm->journals_from = index;
-    for (int i = n - 1; i >= 0; i--) {
-        if (v[i] >= index) continue;
-        char rel[64], krel[64], why[1024];
-        snprintf(rel, sizeof rel, "%s%06" PRIu64, jr[i] ? LZ_JRNL_PREFIX : LZ_CKPT_PREFIX, v[i]);
-        snprintf(krel, sizeof krel, "%s/" LZ_JRNL_PREFIX "%06" PRIu64, f->writer, v[i]);
-        size_t before = cm->nobjs;
-        /* this run's uploads only: a restart resets and rewrites a journal */
-        if (put_tree(f, st, cm, rel, krel, 1, 0, why, sizeof why) < 0) { cm->nobjs = before; break; }
-        /* materialised as jrnl.K (remote_fetch.c makes it ckpt.K's when K is the target) */
-        for (size_t k = before; k < cm->nobjs; k++) {
-            char p[600];
-            snprintf(p, sizeof p, LZ_JRNL_PREFIX "%06" PRIu64 "%s", v[i], cm->objs[k].path + strlen(rel));
-            snprintf(cm->objs[k].path, sizeof cm->objs[k].path, "%.511s", p);
-        }
-        cm->journals_from = v[i];
-    }
-    if (n >= 0) { free(v); free(jr); }
 }
 
 /* --keep-remote: the oldest commits of the job beyond N go, then this
@@ -259,14 +222,13 @@ static int flush_one(struct flusher *f, uint64_t index, char *why, size_t whylen
     cm.created_ns = lz_now_ns(CLOCK_REALTIME);
     snprintf(rel, sizeof rel, LZ_CKPT_PREFIX "%06" PRIu64, index);
     snprintf(krel, sizeof krel, "%s/%s", f->writer, rel);
-    int rc = put_tree(f, &st, &cm, rel, krel, 0, 0, why, whylen);
+    int rc = put_tree(f, &st, &cm, rel, krel, why, whylen);
     if (rc == 0) rc = put_packs(f, &st, &cm, index, why, whylen);
     if (rc == 0) {
         char key[1100];
         snprintf(key, sizeof key, "%s%s/job", f->jp, krel);
         rc = put_one(f, NULL, &cm, LZ_JOBFILE, key, 0, 0, why, whylen);
     }
-    if (rc == 0) put_journals(f, &st, &cm, index);
     if (rc == 0) {
         /* the commit, last: the checkpoint exists on the remote from here on */
         char key[1100];

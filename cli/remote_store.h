@@ -9,7 +9,6 @@
  * one prefix never write one key):
  *   JOB/W/ckpt.N/...       the files of checkpoint N but its own journal
  *   JOB/W/pack.M           a pack
- *   JOB/W/jrnl.K/...       the journal of interval K once sealed (the next checkpoint committed)
  *   JOB/commit/N.W         checkpoint N's commit object, written last, never overwritten:
  *                          every object it needs, with its local path, size and MD5
  */
@@ -23,7 +22,7 @@
 #define RS_STATE "remote.state" /* DIR/remote.state: what this store has flushed (remote_state.c) */
 
 struct rc_object {
-    char path[512];   /* where it goes in a local store: "ckpt.000005/manifest", "packs/pack.3", "jrnl.000004/files.log", "job" */
+    char path[512];   /* where it goes in a local store: "ckpt.000005/manifest", "packs/pack.000003", "job" */
     char key[1024];
     uint64_t size;
     char md5[33];
@@ -33,7 +32,6 @@ struct rc_commit {
     uint64_t index;
     char writer[17];
     uint64_t created_ns;
-    uint64_t journals_from; /* the sealed journals of intervals journals_from..index-1 are listed */
     struct rc_object *objs;
     size_t nobjs, cap;
 };

@@ -52,6 +52,7 @@ struct rt_state {
                             * repeated by the supervisor is ignored */
     uint64_t parent;       /* checkpoint this run was restarted from */
     char dir[LZ_PATH_MAX]; /* the store, absolute */
+    char jdir[LZ_PATH_MAX]; /* the file journals' home: LAZARUS_JOURNAL_DIR (run --journal-dir), else dir */
     uint64_t job[2];       /* the job's identity (LAZARUS_JOB): in every manifest and journal */
     struct sigaction prog_urg; /* the program's own SIGURG disposition */
     /* lazarus_checkpoint() from the C API */

@@ -38,6 +38,9 @@ struct lz_job {
     char remote_addressing[16]; /* "path", "virtual", "" = by the endpoint */
     int remote_insecure;     /* --insecure */
     uint64_t keep_remote;    /* --keep-remote N, 0 = all */
+    /* run --journal-dir: where the file journals live (the JOB subdirectory of it), so that
+     * they survive the machine when it is on the file system of the job's files; "" = in DIR */
+    char journal_dir[512];
     /* the last checkpoint that failed (shown by `list` while no later one succeeded) */
     uint64_t failed_index;
     int64_t failed_ns;   /* CLOCK_REALTIME */
@@ -72,6 +75,14 @@ void lz_store_cleanup_tmp(const char *dir);
  * which (both malloc'ed); the file journals a rollback applies.  -1 on error. */
 int lz_store_list_journals(const char *dir, uint64_t **idx, int **is_jrnl);
 void lz_jrnl_path(char *buf, size_t len, const char *dir, uint64_t index);
+/* The journals' home: DIR itself, or JOURNAL_DIR/JOB when the job was run
+ * with --journal-dir (DIR/job says so).  There, like in DIR, ckpt.N/ holds
+ * the journal of the interval after checkpoint N, jrnl.N/ a failed one's,
+ * tmp.N.PID/ one being made; every function here that lists, removes or
+ * cleans up journals works there.  The journal directory of index N
+ * (ckpt.N or, is_jrnl, jrnl.N) in it: */
+void lz_journal_home(char *out, size_t len, const char *dir);
+void lz_journal_path(char *buf, size_t len, const char *dir, uint64_t index, int is_jrnl);
 
 /* Deletes what no retained checkpoint references: packs/pack.N (N at most
  * the newest checkpoint's index: newer ones may be being written), holes
