@@ -136,8 +136,9 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
 {
     struct s3_conf c;
     char why[4096];
+    const char *verb = ro->quiet ? "verify" : "restart";
     if (s3_conf_load(&c, url, ro->endpoint, ro->addressing, ro->ca_file, ro->insecure, why, sizeof why) < 0) {
-        lz_err("cannot restart: %s", why);
+        lz_err("cannot %s: %s", verb, why);
         return -1;
     }
     struct rc_ref *refs;
@@ -157,7 +158,7 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
     }
     const struct rc_ref *newest = &refs[n - 1];
     struct rc_commit cm;
-    if (rc_fetch_commit(&c, &refs[pick], &cm, why, sizeof why) < 0) { lz_err("cannot restart: %s; nothing was changed", why); free(refs); return -1; }
+    if (rc_fetch_commit(&c, &refs[pick], &cm, why, sizeof why) < 0) { lz_err("cannot %s: %s; nothing was changed", verb, why); free(refs); return -1; }
     /* the job file first: where the journals of the job's changes to its files are */
     const struct rc_object *jobobj = NULL;
     for (size_t i = 0; i < cm.nobjs; i++) if (!strcmp(cm.objs[i].path, LZ_JOBFILE)) jobobj = &cm.objs[i];
@@ -172,7 +173,7 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
             g = -1;
         }
     }
-    if (g != 0) { lz_err("cannot restart: %s; nothing was changed", why); free(jobbuf); rc_commit_free(&cm); free(refs); return -1; }
+    if (g != 0) { lz_err("cannot %s: %s; nothing was changed", verb, why); free(jobbuf); rc_commit_free(&cm); free(refs); return -1; }
     const char *jl = memmem(jobbuf, joblen, "\njournal_dir=", 13);
     if (jl) {
         jl += 13;
@@ -270,7 +271,7 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
         rs_append(cache_out, "published %" PRIu64 " %s\n", cm.index, refs[pick].key);
     }
     if (rc < 0) {
-        lz_err("cannot restart: %s; nothing was changed", why);
+        lz_err("cannot %s: %s; nothing was changed", verb, why);
         /* a cache that holds half a store is of no use: removed, the remote as it was */
         char *slash = strrchr(cache_out, '/');
         if (slash && slash != cache_out) {

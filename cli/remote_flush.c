@@ -127,7 +127,7 @@ static int put_packs(struct flusher *f, struct rs_state *st, struct rc_commit *c
     struct lz_tree t;
     if (lz_tree_load(ck, &t, inner, sizeof inner) < 0) { snprintf(why, whylen, "checkpoint %" PRIu64 ": %s", index, inner); return -1; }
     int rc = 0;
-    uint64_t *done = NULL;
+    char (*done)[64] = NULL;
     size_t ndone = 0;
     for (size_t k = 0; k < t.nprocs && rc == 0; k++) {
         if (t.procs[k].state != LZ_TP_LIVE) continue;
@@ -135,14 +135,22 @@ static int put_packs(struct flusher *f, struct rs_state *st, struct rc_commit *c
         struct lz_image img;
         if (lz_manifest_load(part, &img, inner, sizeof inner) < 0) { snprintf(why, whylen, "%s", inner); rc = -1; break; }
         for (size_t i = 0; i < img.npacks && rc == 0; i++) {
+            /* packs/pack.N (the main program's) or packs/pack.N.PID (another process's) */
+            const char *rel = lz_str(&img, img.packs[i].path), *base = strrchr(rel, '/');
+            base = base ? base + 1 : rel;
+            if (strncmp(base, LZ_PACK_PREFIX, strlen(LZ_PACK_PREFIX)) || strlen(base) > 60) {
+                snprintf(why, whylen, "checkpoint %" PRIu64 " names a pack '%.80s' of no store", index, rel);
+                rc = -1;
+                break;
+            }
             int seen = 0;
-            for (size_t j = 0; j < ndone; j++) seen |= done[j] == img.packs[i].id;
+            for (size_t j = 0; j < ndone; j++) seen |= !strcmp(done[j], base);
             if (seen) continue;
             done = lz_xrealloc(done, (ndone + 1) * sizeof *done);
-            done[ndone++] = img.packs[i].id;
-            char p[64], key[1100];
-            snprintf(p, sizeof p, LZ_PACKS_DIR "/" LZ_PACK_PREFIX "%06" PRIu64, img.packs[i].id);
-            snprintf(key, sizeof key, "%s%s/pack.%" PRIu64, f->jp, f->writer, img.packs[i].id);
+            snprintf(done[ndone++], sizeof *done, "%s", base);
+            char p[128], key[1100];
+            snprintf(p, sizeof p, LZ_PACKS_DIR "/%s", base);
+            snprintf(key, sizeof key, "%s%s/%s", f->jp, f->writer, base);
             rc = put_one(f, st, cm, p, key, img.packs[i].size, 1, why, whylen);
         }
         lz_image_free(&img);

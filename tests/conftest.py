@@ -529,7 +529,8 @@ TIERS = {
              "test_busy_machine.py::test_multiprocessing_pool", "test_busy_machine.py::test_main_program_killed_alone",
              "test_busy_machine.py::test_thread_in_a_long_call_on_a_starved_cpu",
              "test_calls.py::test_call_goes_on", "test_calls.py::test_sleep_counts_seconds",
-             "test_calls.py::test_remaining_timeout", "test_calls.py::test_calls_go_on_in_a_tree"],
+             "test_calls.py::test_remaining_timeout", "test_calls.py::test_calls_go_on_in_a_tree",
+             "test_s3_flush.py", "test_s3_journals.py"],
     "integrity": ["test_store_integrity.py", "test_corrupt_image.py", "test_frame_check.py"],
 }
 

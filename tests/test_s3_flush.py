@@ -90,6 +90,9 @@ def test_machine_loss_restart_elsewhere(runner, programs, s3server):
     r = runner.lz("list", "-d", url, "--json")
     pub = [e["index"] for e in json.loads(r.stdout)]
     assert pub[-1] == last and len(pub) == 2, f"--keep-remote 2\n{r}"
+    r = runner.lz("verify", "-d", url, timeout=120)
+    assert r.rc == 0 and f"checkpoint {last}: memory intact" in r.stdout, str(r)
+    assert list((machine / "tmp").iterdir()) == []  # the scratch store is gone
     # the machine is lost: every process of the job, then its disk
     job.kill()
     shutil.rmtree(machine)
@@ -177,6 +180,8 @@ def test_flipped_byte_in_remote_pack(runner, programs, s3server):
     data[len(data) // 2] ^= 0x40
     packs[0].write_bytes(data)
     before = remote_keys(runner, s3server, url)
+    r = runner.lz("verify", "-d", url, timeout=120)
+    assert r.rc == 1 and len(r.stderr_lines()) == 1 and "fails its checksum" in r.stderr and "pack." in r.stderr, str(r)
     cache = runner.base / "cache"
     r = runner.lz("restart", "-d", url, "--files-as-they-are", "--cache", cache, timeout=120)
     lines = [l for l in r.stderr_lines() if "through the local store" not in l]
@@ -196,3 +201,26 @@ def test_run_refuses_unreachable_remote(runner, programs, s3server):
     assert r.rc == 1 and len(r.stderr_lines()) == 1 and "NoSuchBucket" in r.stderr, str(r)
     r = runner.lz("run", "-d", store, "--remote", "http://x/y", "--", programs.heap_mutator, "1", "1")
     assert r.rc == 2 and len(r.stderr_lines()) == 1 and "s3://" in r.stderr, str(r)
+
+
+def test_job_of_several_processes(runner, programs, s3server):
+    """A shell and two children: every part, and each process's packs
+    (packs/pack.N.PID), travel and come back."""
+    b = s3server.bucket()
+    url = f"s3://{b}/tree"
+    setup_env(runner, s3server)
+    store = runner.base / "store"
+    hm = programs.heap_mutator
+    script = f"{hm} 16 {ROUNDS} 1 & {hm} 24 {ROUNDS} 2; wait"
+    job = runner.start_lz("run", "-d", store, "-i", "0", "--remote", url, "--", "/bin/sh", "-c", script)
+    time.sleep(0.5)
+    idx = runner.checkpoint_when_up(store)
+    wait_published(runner, store, idx, job)
+    assert any(".000" in p.name and p.name.count(".") == 2 for p in (store / "packs").iterdir())
+    job.kill()
+    shutil.rmtree(store)
+    r = runner.lz("restart", "-d", url, "--files-as-they-are", "--cache", runner.base / "cache", timeout=300)
+    assert r.rc == 0, str(r)
+    sums = sorted(l for l in r.stdout.splitlines() if l.startswith("checksum"))
+    want = sorted([plain_output([hm, "16", ROUNDS, "1"]).splitlines()[-1], plain_output([hm, "24", ROUNDS, "2"]).splitlines()[-1]])
+    assert sums == want, str(r)
