@@ -91,7 +91,7 @@ static int fetch_one(const struct s3_conf *c, const char *cache, const struct rc
 
 /* The cache: made, or emptied if it holds a store of the same job that no
  * supervisor runs; anything else is refused.  0, or -1 having said why. */
-static int prepare_cache(const char *cache, const uint64_t job[2], int *lock)
+static int prepare_cache(const char *cache, const uint64_t job[2], uint64_t newest, int *lock)
 {
     char why[1024];
     struct stat sb;
@@ -106,6 +106,17 @@ static int prepare_cache(const char *cache, const uint64_t job[2], int *lock)
             return -1;
         }
     }
+    /* a store this job ran on since: checkpoints not flushed yet are not thrown away */
+    uint64_t *have;
+    int nh = lz_store_list(cache, &have);
+    if (nh > 0 && have[nh - 1] > newest) {
+        lz_err("cannot restart: %s holds checkpoint %" PRIu64 ", newer than any in the remote store (%" PRIu64 "); "
+               "resume it with `lazarus restart -d %s`, or give another --cache; nothing was changed", cache, have[nh - 1],
+               newest, cache);
+        free(have);
+        return -1;
+    }
+    if (nh >= 0) free(have);
     if (lz_store_prepare(cache, why, sizeof why) < 0) { lz_err("cannot restart: %s; nothing was changed", why); return -1; }
     *lock = lz_store_lock(cache);
     if (*lock < 0) { lz_err("cannot restart: a job is running with %s", cache); return -1; }
@@ -199,6 +210,21 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
         free(refs);
         return -1;
     }
+    /* the journals since N: from N's on (retention drops the oldest first, so
+     * N's there means every later one is); a local -k smaller than
+     * --keep-remote may have dropped it on the lost machine */
+    char jn[800], jj[800];
+    snprintf(jn, sizeof jn, "%s/" LZ_CKPT_PREFIX "%06" PRIu64, jhome, cm.index);
+    snprintf(jj, sizeof jj, "%s/" LZ_JRNL_PREFIX "%06" PRIu64, jhome, cm.index);
+    if (!ro->files_as_they_are && stat(jn, &jst) < 0 && stat(jj, &jst) < 0) {
+        lz_err("cannot restart from checkpoint %" PRIu64 " of %s: the journal of the interval after it is not in %s (the "
+               "machine that ran the job dropped it with its local copy: -k), so the files cannot be rolled back to it; "
+               "nothing was changed (a newer checkpoint, or `--files-as-they-are`)", cm.index, shown_url(&c), jhome);
+        free(jobbuf);
+        rc_commit_free(&cm);
+        free(refs);
+        return -1;
+    }
 
     if (ro->cache) {
         char *a = abs_dir(ro->cache);
@@ -209,7 +235,7 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
         snprintf(cache_out, cache_len, "%s/lazarus-%s", t && *t ? t : "/tmp", id);
     }
     int lock;
-    if (prepare_cache(cache_out, cm.job, &lock) < 0) { free(jobbuf); rc_commit_free(&cm); free(refs); return -1; }
+    if (prepare_cache(cache_out, cm.job, newest->index, &lock) < 0) { free(jobbuf); rc_commit_free(&cm); free(refs); return -1; }
     if (!ro->quiet) lz_err("restarting checkpoint %" PRIu64 " of %s through the local store %s", cm.index, shown_url(&c), cache_out);
     int rc = 0;
     for (size_t i = 0; i < cm.nobjs && rc == 0; i++)
@@ -269,6 +295,8 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
             if (strcmp(cm.objs[i].path, LZ_JOBFILE))
                 rs_append(cache_out, "object %s %" PRIu64 " %s %s\n", cm.objs[i].path, cm.objs[i].size, cm.objs[i].md5, cm.objs[i].key);
         rs_append(cache_out, "published %" PRIu64 " %s\n", cm.index, refs[pick].key);
+        /* N's journal taken for a failed checkpoint's by an earlier attempt's clean-up: N's again */
+        if (!ro->files_as_they_are && *jdir && stat(jn, &jst) < 0) rename(jj, jn);
     }
     if (rc < 0) {
         lz_err("cannot %s: %s; nothing was changed", verb, why);

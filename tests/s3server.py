@@ -8,8 +8,12 @@ the session's end (conftest.persistent keeps _no_leftovers off them).  A
 bucket is a directory of the data directory (versitygw's posix backend):
 `bucket()` makes a fresh one.
 
+A third versitygw (`vhost_endpoint`, http://localhost:PORT) takes the bucket
+from the host name (`--virtual-domain localhost`; curl resolves BUCKET.localhost
+to loopback itself).
+
 `FaultProxy` stands between a client and the plain server (Python standard
-library only): `pass` forwards, `refuse` closes its listening socket (the
+library only; `heads` keeps the first bytes of each connection it passed): `pass` forwards, `refuse` closes its listening socket (the
 connection is refused), `cut` forwards a connection's first `cut_after`
 request bytes then closes both sides (an upload cut in the middle), `stall`
 accepts and never answers, `503` answers every request "503 SlowDown".  A
@@ -95,7 +99,9 @@ class S3Server:
         env = dict(os.environ, ROOT_ACCESS_KEY_ID=ACCESS, ROOT_SECRET_ACCESS_KEY=SECRET)
         self.port = free_port()
         self.tls_port = free_port()
-        for port, extra in ((self.port, []), (self.tls_port, ["--cert", str(crt), "--key", str(key)])):
+        self.vhost_port = free_port()  # bucket in the host name: BUCKET.localhost (curl resolves it to loopback)
+        for port, extra in ((self.port, []), (self.tls_port, ["--cert", str(crt), "--key", str(key)]),
+                            (self.vhost_port, ["--virtual-domain", "localhost"])):
             log = open(root / f"versitygw.{port}.log", "wb")
             p = subprocess.Popen([exe, "--port", f"127.0.0.1:{port}", "--keep-alive", "-q", *extra, "posix", str(self.data)],
                                  env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -106,6 +112,7 @@ class S3Server:
             wait_port(port, p)
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.tls_endpoint = f"https://127.0.0.1:{self.tls_port}"
+        self.vhost_endpoint = f"http://localhost:{self.vhost_port}"
         self._n = 0
 
     def bucket(self, prefix: str = "lz") -> str:
@@ -169,6 +176,7 @@ class FaultProxy:
         self.cut_after = 64 * 1024  # `cut`: request bytes forwarded before the cut
         self.connections = 0
         self.faulted = 0
+        self.heads: list[bytes] = []  # the first bytes of each connection passed (a request's line and headers)
         self._lock = threading.Lock()
         self._stop = False
         self._ls = None
@@ -242,6 +250,20 @@ class FaultProxy:
                 return
             s = socket.create_connection(("127.0.0.1", self.target))
             limit = self.cut_after if mode == "cut" else None
+            c.settimeout(30)
+            first = c.recv(65536)
+            if not first:
+                s.close()
+                return
+            with self._lock:
+                self.heads.append(first[:2048])
+            s.sendall(first[:limit] if limit is not None else first)
+            if limit is not None and len(first) >= limit:
+                s.close()
+                return
+            if limit is not None:
+                limit -= len(first)
+            c.settimeout(None)
             done = threading.Event()
 
             def pump(src, dst, budget):

@@ -97,6 +97,26 @@ def test_tls(runner, s3server):
     assert r.rc == 0 and "k" in r.stdout, str(r)
 
 
+def test_virtual_host_addressing(runner, s3server):
+    """--addressing virtual: the bucket is in the host name, not in the path
+    (seen by a proxy in front of a server that takes it from there)."""
+    b = s3server.bucket()
+    f, md5 = make_file(runner, "f", 5000)
+    p = FaultProxy(s3server.vhost_port)
+    try:
+        via = {"AWS_ENDPOINT_URL": f"http://localhost:{p.port}"}
+        r = tool(runner, s3server, "--addressing", "virtual", "put", f"s3://{b}/v/k", f, env=via)
+        assert r.rc == 0 and r.stdout.split()[0] == md5, str(r)
+        r = tool(runner, s3server, "--addressing", "virtual", "ls", f"s3://{b}/v/", env=via)
+        assert r.rc == 0 and r.stdout.split()[2] == "v/k", str(r)
+        heads = [h.decode(errors="replace") for h in p.heads]
+        assert heads and all(f"\r\nHost: {b}.localhost:{p.port}\r\n" in h for h in heads), heads
+        assert all(not h.split(" ")[1].startswith(f"/{b}") for h in heads), heads
+    finally:
+        p.close()
+    assert s3server.objects(b)["v/k"].read_bytes() == f.read_bytes()
+
+
 def test_bad_input_one_line(runner, s3server):
     b = s3server.bucket()
     one_line_failure(tool(runner, s3server, "ls", f"s3://{b}/", env={"AWS_SECRET_ACCESS_KEY": "wrong"}),

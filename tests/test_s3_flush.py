@@ -16,8 +16,8 @@ and a restart elsewhere (`restart -d s3://...`), against versitygw
   visible (no commit, no multipart upload left), the next one is published;
 - a flipped byte in a remote pack: the restart names the object, exits 1,
   and changes nothing (no cache left, the remote as it was);
-- a wrong secret or an unknown bucket: `run --remote` refuses to start, one
-  line."""
+- a wrong secret, an unknown bucket or a certificate of an unknown CA:
+  `run --remote` refuses to start, one line (with --ca-file it runs)."""
 from __future__ import annotations
 
 import json
@@ -131,6 +131,8 @@ def test_restarted_job_goes_on_flushing(runner, programs, s3server):
     nxt = runner.checkpoint_when_up(cache)
     assert nxt > first
     assert proc.wait(300) == 0, proc.stderr
+    # the restarted program's file journal is in the store it came back from (not the lost one)
+    assert "cannot reopen the file journal" not in proc.stderr, proc.stderr
     r = runner.lz("list", "-d", url, "--json")
     assert nxt in [e["index"] for e in json.loads(r.stdout)], str(r)
 
@@ -150,7 +152,7 @@ def test_connection_cut_mid_flush(runner, programs, s3server, proxy):
     job = start_job(runner, programs, store, url)
     proxy.set("cut", cut_after=3 * 1024 * 1024)
     first = runner.checkpoint_when_up(store)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 240  # two tries of each part, on a busy machine
     while "was not flushed" not in job.stderr and time.monotonic() < deadline:
         time.sleep(0.1)
     assert f"checkpoint {first} was not flushed" in job.stderr, job.stderr
@@ -201,6 +203,14 @@ def test_run_refuses_unreachable_remote(runner, programs, s3server):
     assert r.rc == 1 and len(r.stderr_lines()) == 1 and "NoSuchBucket" in r.stderr, str(r)
     r = runner.lz("run", "-d", store, "--remote", "http://x/y", "--", programs.heap_mutator, "1", "1")
     assert r.rc == 2 and len(r.stderr_lines()) == 1 and "s3://" in r.stderr, str(r)
+    # a certificate of a CA the system does not know: refused; with --ca-file the job runs
+    setup_env(runner, s3server, s3server.tls_endpoint)
+    r = runner.lz("run", "-d", store, "--remote", f"s3://{b}/x", "--", programs.heap_mutator, "1", "1")
+    assert r.rc == 1 and len(r.stderr_lines()) == 1 and "certificate" in r.stderr, str(r)
+    r = runner.lz("run", "-d", store, "--remote", f"s3://{b}/x", "--ca-file", s3server.ca_file, "--",
+                  programs.heap_mutator, "1", "1", timeout=60)
+    assert r.rc == 0 and "checksum" in r.stdout, str(r)
+    assert f"remote_ca={s3server.ca_file}" in (store / "job").read_text()
 
 
 def test_job_of_several_processes(runner, programs, s3server):
