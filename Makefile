@@ -134,7 +134,8 @@ CLI_SRC := \
 	cli/remote_commit.c \
 	cli/remote_state.c \
 	cli/remote_flush.c \
-	cli/remote_fetch.c
+	cli/remote_fetch.c \
+	cli/remote_gc.c
 
 all: $(B)/bin/lazarus $(B)/bin/lazarus-s3 $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so
 

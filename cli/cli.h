@@ -44,6 +44,7 @@ struct cli_opts {
     int have_keep_remote; uint64_t keep_remote;
     int files_as_they_are; /* restart -d s3://...: resume without rolling the files back */
     const char *journal_dir; /* run --journal-dir */
+    int have_older_than; uint64_t older_than; /* gc -d s3:// --older-than SECONDS */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* "1.2 GiB" */

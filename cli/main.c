@@ -22,7 +22,7 @@ static const char usage[] =
     "  diff [-d DIR] [--at N]   what a restart to N would change in the files\n"
     "  list [-d DIR|s3://...] [--json]   one row per checkpoint\n"
     "  verify [-d DIR|s3://...] [--at N] [--json]  re-read everything a restart trusts; exit 0 only if all is intact\n"
-    "  gc [-d DIR]              free the page data and file journals no retained checkpoint needs\n\n"
+    "  gc [-d DIR|s3://...]     free the page data and file journals no retained checkpoint needs\n\n"
     "DIR is the job's checkpoint store (default ./lazarus.ckpt). `lazarus COMMAND --help` for more.\n";
 
 void human_bytes(char *buf, size_t len, uint64_t b)
@@ -46,7 +46,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"endpoint", required_argument, 0, 'E'}, {"ca-file", required_argument, 0, 'A'},
         {"insecure", no_argument, 0, 'I'}, {"addressing", required_argument, 0, 'P'},
         {"cache", required_argument, 0, 'Z'}, {"files-as-they-are", no_argument, 0, 'F'},
-        {"journal-dir", required_argument, 0, 'J'}, {0, 0, 0, 0}};
+        {"journal-dir", required_argument, 0, 'J'}, {"older-than", required_argument, 0, 'O'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -133,6 +133,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             o->have_keep = 1; o->keep = v; break;
         case 'j': o->json = 1; break;
         case 'K': o->have_keep_remote = 1; o->keep_remote = v; break;
+        case 'O': o->have_older_than = 1; o->older_than = v; break;
         }
     }
     if (!*o->dir) { lz_err("%s: -d needs a directory", cmd); return -1; }

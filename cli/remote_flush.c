@@ -48,7 +48,14 @@ static int put_one(struct flusher *f, struct rs_state *st, struct rc_commit *cm,
                    uint64_t size_limit, int persist, char *why, size_t whylen)
 {
     const struct rc_object *have = st ? rs_find(st, path) : NULL;
-    if (have && strcmp(have->md5, "deleted")) { rc_commit_add(cm, have); return 0; }
+    if (have && strcmp(have->md5, "deleted")) {
+        /* uploaded before: still there, whole (a gc or a person may have removed an
+         * object no commit listed yet: one whose flush failed) */
+        uint64_t size = 0;
+        int h = s3_head(&f->conf, have->key, &size, NULL, 0, why, whylen);
+        if (h < 0) return -1;
+        if (h == 0 && size == have->size) { rc_commit_add(cm, have); return 0; }
+    }
     char full[LZ_PATH_MAX + 600];
     snprintf(full, sizeof full, "%s/%s", f->dir, path);
     int fd = open(full, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);

@@ -91,6 +91,9 @@ struct remote_opts {
 };
 int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_at, uint64_t at, char *cache_out,
                        size_t cache_len, uint64_t *index);
+/* `gc -d s3://...` (remote_gc.c): every object no commit lists and every
+ * multipart upload, older than older_than_s: 0, or 1 having said why. */
+int remote_gc(const char *url, const struct remote_opts *ro, uint64_t older_than_s);
 /* `list -d s3://...`: one row per published checkpoint. */
 int remote_list(const char *url, const struct remote_opts *ro, int json);
 #endif

@@ -98,10 +98,10 @@ void s3_md5_hex(const void *buf, size_t len, char out[33]);
 void s3_md5_raw(const void *buf, size_t len, unsigned char out[16]);
 
 /* s3_list.c (libxml2) */
-struct s3_object { char key[1024]; uint64_t size; char etag[80]; };
+struct s3_object { char key[1024]; uint64_t size; char etag[80]; int64_t mtime; /* LastModified, s since the epoch */ };
 /* Every object whose key begins with prefix (all pages): count, -1 with why. */
 ssize_t s3_list(const struct s3_conf *c, const char *prefix, struct s3_object **out, char *why, size_t whylen);
-struct s3_upload { char key[1024]; char id[512]; };
+struct s3_upload { char key[1024]; char id[512]; int64_t initiated; /* s since the epoch */ };
 ssize_t s3_list_uploads(const struct s3_conf *c, const char *prefix, struct s3_upload **out, char *why, size_t whylen);
 /* The S3 error code and message of an error body ("" if none). */
 void s3_error_code(const char *body, size_t len, char *code, size_t clen, char *msg, size_t mlen);

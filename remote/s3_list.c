@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static xmlDocPtr parse(const char *body, size_t len)
 {
@@ -24,6 +25,17 @@ static void text_of(xmlNodePtr n, char *out, size_t len)
     xmlChar *t = xmlNodeGetContent(n);
     snprintf(out, len, "%s", t ? (const char *)t : "");
     xmlFree(t);
+}
+
+/* "2026-11-26T06:30:26.000Z" -> seconds since the epoch (0 if unreadable) */
+static int64_t iso_time(xmlNodePtr n)
+{
+    char t[64];
+    struct tm tm;
+    text_of(n, t, sizeof t);
+    memset(&tm, 0, sizeof tm);
+    if (!strptime(t, "%Y-%m-%dT%H:%M:%S", &tm)) return 0;
+    return (int64_t)timegm(&tm);
 }
 
 static xmlNodePtr find(xmlNodePtr n, const char *name)
@@ -114,6 +126,7 @@ ssize_t s3_list(const struct s3_conf *c, const char *prefix, struct s3_object **
             for (xmlNodePtr f = e->children; f; f = f->next) {
                 if (is(f, "Key")) text_of(f, o->key, sizeof o->key);
                 if (is(f, "Size")) { text_of(f, val, sizeof val); o->size = strtoull(val, NULL, 10); }
+                if (is(f, "LastModified")) o->mtime = iso_time(f);
                 if (is(f, "ETag")) {
                     char t[100];
                     text_of(f, t, sizeof t);
@@ -176,6 +189,7 @@ ssize_t s3_list_uploads(const struct s3_conf *c, const char *prefix, struct s3_u
             for (xmlNodePtr f = e->children; f; f = f->next) {
                 if (is(f, "Key")) text_of(f, u->key, sizeof u->key);
                 if (is(f, "UploadId")) text_of(f, u->id, sizeof u->id);
+                if (is(f, "Initiated")) u->initiated = iso_time(f);
             }
         }
         xmlFreeDoc(d);

@@ -14,6 +14,8 @@ and a restart elsewhere (`restart -d s3://...`), against versitygw
   the published ones; --keep-remote N keeps N;
 - a connection cut in the middle of a flush: nothing of that checkpoint is
   visible (no commit, no multipart upload left), the next one is published;
+  `gc -d s3://` leaves what is younger than --older-than, then removes the
+  cut flush's objects: what stays is exactly the commit and what it lists;
 - a flipped byte in a remote pack: the restart names the object, exits 1,
   and changes nothing (no cache left, the remote as it was);
 - a wrong secret, an unknown bucket or a certificate of an unknown CA:
@@ -165,6 +167,19 @@ def test_connection_cut_mid_flush(runner, programs, s3server, proxy):
     r = runner.lz("list", "-d", url, "--json")
     assert [e["index"] for e in json.loads(r.stdout)] == [nxt], str(r)
     job.kill()
+    # gc: the cut flush's objects go (nothing newer than an hour by default), then what no commit lists
+    keys = remote_keys(runner, s3server, url)
+    r = runner.lz("gc", "-d", url)
+    assert r.rc == 0 and "removed 0 objects" in r.stdout, str(r)
+    assert remote_keys(runner, s3server, url) == keys
+    r = runner.lz("gc", "-d", url, "--older-than", "0")
+    assert r.rc == 0 and "removed 0 objects" not in r.stdout, str(r)
+    commit = [k for k in remote_keys(runner, s3server, url) if "/commit/" in k]
+    listed = {l.split()[4] for l in (s3server.objects(b)[commit[0]].read_text().splitlines()) if l.startswith("object ")}
+    assert set(remote_keys(runner, s3server, url)) == listed | set(commit)
+    assert runner.run([S3TOOL, "uploads", url + "/"]).stdout == ""
+    r = runner.lz("verify", "-d", url, timeout=120)
+    assert r.rc == 0, str(r)
 
 
 def test_flipped_byte_in_remote_pack(runner, programs, s3server):
