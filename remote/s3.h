@@ -64,6 +64,9 @@ struct s3_req {
     void *dst;               /* GET: into this buffer (dst_cap bytes) instead of resp */
     size_t dst_cap;
     int no_overwrite;        /* PUT: If-None-Match: * (a server that ignores it is not relied on) */
+    const unsigned char *md5; /* the body's MD5 if the caller has it (else computed) */
+    int unsigned_payload;    /* large bodies: x-amz-content-sha256 UNSIGNED-PAYLOAD; the
+                              * signed Content-MD5 still binds the body (and the server checks it) */
     int ok404;               /* a 404 is an answer, not an error */
     /* the answer */
     long status;             /* HTTP status, 0 = no answer */

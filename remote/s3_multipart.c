@@ -86,6 +86,8 @@ static int put_parts(const struct s3_conf *c, const char *key, const char *eid, 
         snprintf(rq[k].query, sizeof rq[k].query, "partNumber=%zu&uploadId=%s", i + 1, eid);
         rq[k].body = bufs[k];
         rq[k].body_len = len;
+        rq[k].md5 = md5s[i];
+        rq[k].unsigned_payload = 1;
     }
     int rc = s3_perform(c, rq, count);
     if (rc < 0) snprintf(why, whylen, "%s", s3_first_error(rq, count));

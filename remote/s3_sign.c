@@ -44,13 +44,16 @@ static struct curl_slist *add(struct curl_slist *l, const char *fmt, const char 
 struct curl_slist *s3_sign_headers(const struct s3_conf *c, struct s3_req *r)
 {
     unsigned char sha[32], md5[16];
-    char sha_hex[65];
-    digest(EVP_sha256(), r->body ? r->body : "", r->body_len, sha);
-    hex(sha, 32, sha_hex);
+    char sha_hex[65] = "UNSIGNED-PAYLOAD";
+    if (!r->unsigned_payload) {
+        digest(EVP_sha256(), r->body ? r->body : "", r->body_len, sha);
+        hex(sha, 32, sha_hex);
+    }
     struct curl_slist *l = add(NULL, "x-amz-content-sha256: %s", sha_hex);
     int has_body = !strcmp(r->method, "PUT") || !strcmp(r->method, "POST");
     if (l && has_body) {
-        s3_md5_raw(r->body, r->body_len, md5);
+        if (r->md5) memcpy(md5, r->md5, 16);
+        else s3_md5_raw(r->body, r->body_len, md5);
         EVP_EncodeBlock((unsigned char *)r->md5_b64, md5, 16);
         l = add(l, "Content-MD5: %s", r->md5_b64);
         if (l) l = add(l, "Content-Type: %s", "application/octet-stream");
