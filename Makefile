@@ -4,7 +4,11 @@ CFLAGS  ?= -O2 -g
 WARN    := -std=gnu17 -Wall -Wextra -Werror -D_GNU_SOURCE
 # each object depends on the headers the compiler saw (build/obj/**/*.d)
 DEPS    := -MMD -MP
-INC     := -Iinclude -Icommon -Istore -Ifiles
+INC     := -Iinclude -Icommon -Istore -Ifiles -Iremote
+# the remote store (remote/): libcurl (HTTP, TLS, SigV4), libcrypto (digests),
+# libxml2 (S3's answers); only the CLI links them
+REMOTE_CFLAGS := $(shell pkg-config --cflags libcurl libcrypto libxml-2.0)
+REMOTE_LIBS   := $(shell pkg-config --libs libcurl libcrypto libxml-2.0)
 B       := build
 OBJ     := $(B)/obj
 # zstd and lz4 go inside the runtime (its symbols stay hidden: the program may
@@ -86,6 +90,15 @@ RESTORE_SRC := \
 	restorer/restore_fifo.c \
 	restorer/restore_ghost.c
 
+REMOTE_SRC := \
+	remote/remote_url.c \
+	remote/s3_creds.c \
+	remote/s3_sign.c \
+	remote/s3_request.c \
+	remote/s3_list.c \
+	remote/s3_multipart.c \
+	remote/s3_get.c
+
 CLI_SRC := \
 	cli/restart_ipc.c \
 	cli/main.c \
@@ -121,9 +134,14 @@ CLI_SRC := \
 	files/diff.c \
 	files/log_seal.c \
 	cli/restart_sockpaths.c \
-	cli/restart_inet.c
+	cli/restart_inet.c \
+	cli/remote_commit.c \
+	cli/remote_state.c \
+	cli/remote_flush.c \
+	cli/remote_fetch.c \
+	cli/remote_gc.c
 
-all: $(B)/bin/lazarus $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so
+all: $(B)/bin/lazarus $(B)/bin/lazarus-s3 $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so
 
 $(OBJ)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -139,7 +157,7 @@ $(OBJ)/static/%.o: %.S
 	$(CC) $(CFLAGS) -fPIE -c $< -o $@
 $(OBJ)/cli/%.o: %.c
 	@mkdir -p $(dir $@)
-	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(DEPS) $(INC) -c $< -o $@
+	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(DEPS) $(INC) $(REMOTE_CFLAGS) -c $< -o $@
 
 # The LD_PRELOAD runtime: bound at load time (-z now) so the checkpoint
 # signal handler never enters the lazy binder.
@@ -154,9 +172,14 @@ $(B)/bin/lazarus-restore: $(patsubst %,$(OBJ)/static/%.o,$(basename $(RESTORE_SR
 	@mkdir -p $(dir $@)
 	$(CC) -static-pie -o $@ $^ $(STATIC_CODECS) -lpthread
 
-$(B)/bin/lazarus: $(patsubst %,$(OBJ)/cli/%.o,$(basename $(CLI_SRC) $(COMMON_SRC)))
+$(B)/bin/lazarus: $(patsubst %,$(OBJ)/cli/%.o,$(basename $(CLI_SRC) $(REMOTE_SRC) $(COMMON_SRC)))
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ -lzstd -llz4
+	$(CC) -o $@ $^ -lzstd -llz4 $(REMOTE_LIBS) -lpthread
+
+# the S3 client alone (tests, bench/remote.py)
+$(B)/bin/lazarus-s3: $(patsubst %,$(OBJ)/cli/%.o,$(basename remote/s3_tool.c $(REMOTE_SRC) $(COMMON_SRC)))
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ -lzstd -llz4 $(REMOTE_LIBS)
 
 $(B)/lib/liblazarus.so: $(OBJ)/pic/api/lazarus_api.o
 	@mkdir -p $(dir $@)
@@ -176,25 +199,28 @@ SAN      := build-asan
 SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 $(SAN)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	@echo '  CC   $< (asan)'; $(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(DEPS) $(INC) -c $< -o $@
-$(SAN)/bin/lazarus: $(patsubst %,$(SAN)/obj/%.o,$(basename $(CLI_SRC) $(COMMON_SRC)))
+	@echo '  CC   $< (asan)'; $(CC) $(CFLAGS) $(SANFLAGS) $(WARN) $(DEPS) $(INC) $(REMOTE_CFLAGS) -c $< -o $@
+$(SAN)/bin/lazarus: $(patsubst %,$(SAN)/obj/%.o,$(basename $(CLI_SRC) $(REMOTE_SRC) $(COMMON_SRC)))
 	@mkdir -p $(dir $@)
-	$(CC) $(SANFLAGS) -o $@ $^ -lzstd -llz4
+	$(CC) $(SANFLAGS) -o $@ $^ -lzstd -llz4 $(REMOTE_LIBS)
+$(SAN)/bin/lazarus-s3: $(patsubst %,$(SAN)/obj/%.o,$(basename remote/s3_tool.c $(REMOTE_SRC) $(COMMON_SRC)))
+	@mkdir -p $(dir $@)
+	$(CC) $(SANFLAGS) -o $@ $^ -lzstd -llz4 $(REMOTE_LIBS)
 $(SAN)/bin/lazarus-restore: $(B)/bin/lazarus-restore
 	@mkdir -p $(dir $@)
 	cp -p $< $@
 $(SAN)/lib/%.so: $(B)/lib/%.so
 	@mkdir -p $(dir $@)
 	cp -p $< $@
-sanitize: $(SAN)/bin/lazarus $(SAN)/bin/lazarus-restore $(SAN)/lib/liblazarus-rt.so $(SAN)/lib/liblazarus.so
+sanitize: $(SAN)/bin/lazarus $(SAN)/bin/lazarus-s3 $(SAN)/bin/lazarus-restore $(SAN)/lib/liblazarus-rt.so $(SAN)/lib/liblazarus.so
 
 # gcc's static analyzer over every C file of the tree, one report per file in
 # build/analyze/ (warnings do not stop it; the summary counts them).
-ANALYZE_SRC := $(sort $(filter %.c,$(COMMON_SRC) $(RT_SRC) $(RESTORE_SRC) $(CLI_SRC)) api/lazarus_api.c)
+ANALYZE_SRC := $(sort $(filter %.c,$(COMMON_SRC) $(RT_SRC) $(RESTORE_SRC) $(CLI_SRC) $(REMOTE_SRC)) api/lazarus_api.c remote/s3_tool.c)
 ANALYZE_FLAGS := -fanalyzer -Wno-analyzer-too-complex
 $(B)/analyze/%.log: %.c
 	@mkdir -p $(dir $@)
-	@echo '  ANALYZE $<'; $(CC) $(CFLAGS) $(ANALYZE_FLAGS) $(filter-out -Werror,$(WARN)) $(INC) -c $< -o /dev/null 2>$@ || { cat $@; exit 1; }
+	@echo '  ANALYZE $<'; $(CC) $(CFLAGS) $(ANALYZE_FLAGS) $(filter-out -Werror,$(WARN)) $(INC) $(REMOTE_CFLAGS) -c $< -o /dev/null 2>$@ || { cat $@; exit 1; }
 analyze: $(patsubst %.c,$(B)/analyze/%.log,$(ANALYZE_SRC))
 	@cat $^; n=$$(cat $^ | grep -c 'warning:' || true); echo "analyze: $$n warnings in $(words $^) files"
 

@@ -40,6 +40,13 @@ struct cli_opts {
     int compact;           /* run --compact */
     int resume;            /* run --resume (resume.c) */
     int ckpt_signal;       /* --checkpoint-signal SIG (batch_slurm.c), 0 = not given */
+    /* the remote store (run --remote, -d s3://...) */
+    const char *remote, *endpoint, *ca_file, *addressing, *cache;
+    int insecure;
+    int have_keep_remote; uint64_t keep_remote;
+    int files_as_they_are; /* restart -d s3://...: resume without rolling the files back */
+    const char *journal_dir; /* run --journal-dir */
+    int have_older_than; uint64_t older_than; /* gc -d s3:// --older-than SECONDS */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* "1.2 GiB" */
@@ -83,6 +90,8 @@ struct supervisor {
     int job_stdio;       /* run --job-stdio: the launcher's regular files on 0/1/2 are the job's */
     int tcp_refuse;      /* run --tcp=refuse: a TCP connection to outside fails the checkpoint */
     uint64_t job_id[2];  /* DIR/job `id`: written into every tree, passed to the runtime */
+    char jhome[4096];    /* where the file journals live: dir, or the job's --journal-dir (store.h) */
+    struct flusher *flusher; /* run --remote: copies each committed checkpoint off the machine (NULL: none) */
 };
 /* Fills `s` for the job in `dir` (shown to the user as `shown`), opens the
  * control sockets and makes us a subreaper; returns the program's end of the

@@ -3,25 +3,36 @@
  * store left as it was by a crash, or to see what it frees). */
 #include "cli.h"
 #include "util.h"
+#include "remote_store.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
 static const char help[] =
-    "usage: lazarus gc [-d DIR]\n"
+    "usage: lazarus gc [-d DIR|s3://BUCKET/PREFIX [--older-than SECONDS]]\n"
     "Delete the packs no retained checkpoint references, punch holes where a kept\n"
     "pack holds only data no retained checkpoint uses, and delete the file journals\n"
     "of failed checkpoints that no rollback can need.  Safe while the job runs.\n"
     "Prints what was freed on one line.\n\n"
-    "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n";
+    "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
+    "-d s3://BUCKET/PREFIX: delete every object there that no published checkpoint\n"
+    "needs (flushes cut or failed, what remote retention left) and abort the multipart\n"
+    "uploads of killed flushes, if older than --older-than SECONDS (default 3600: a\n"
+    "flush under way has objects no commit lists yet); options --endpoint, --ca-file,\n"
+    "--insecure, --addressing as for run\n";
 
 int cmd_gc(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "gc", "d", help, &o);
+    int first = parse_opts(argc, argv, "gc", "dEAIPO", help, &o);
     if (first < 0) return 2;
     if (first < argc) { lz_err("gc: unexpected argument '%s'", argv[first]); return 2; }
+    if (s3_is_url(o.dir)) {
+        struct remote_opts ro = {o.endpoint, o.ca_file, o.addressing, NULL, o.insecure, 0, 0};
+        return remote_gc(o.dir, &ro, o.have_older_than ? o.older_than : 3600);
+    }
+    if (o.have_older_than) { lz_err("gc: --older-than goes with -d s3://BUCKET/PREFIX"); return 2; }
     char *dir = abs_dir(o.dir);
     struct stat st;
     char job[LZ_PATH_MAX + 32];

@@ -4,6 +4,7 @@
 #include "codec.h"
 #include "util.h"
 #include "rollback.h"
+#include "remote_store.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,7 +14,7 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus list [-d DIR] [--json]\n"
+    "usage: lazarus list [-d DIR|s3://BUCKET/PREFIX] [--json]\n"
     "One row per checkpoint: index, time, trigger; THREADS the threads it holds;\n"
     "MEMORY the address space captured,\n"
     "CHANGED the memory written since the checkpoint before, STORED the bytes it\n"
@@ -22,7 +23,10 @@ static const char help[] =
     "changed since it and UNDO the bytes kept to roll them back.  A checkpoint that\n"
     "failed after the newest one is named below the table.\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
-    "  --json    a JSON array of objects instead of a table\n";
+    "  --json    a JSON array of objects instead of a table\n"
+    "A job run with --remote has a column WHERE: local, or local+remote once the\n"
+    "checkpoint was flushed.  -d s3://BUCKET/PREFIX lists the checkpoints published\n"
+    "there (options --endpoint, --ca-file, --insecure, --addressing as for run).\n";
 
 static void utc(char *buf, size_t len, uint64_t ns)
 {
@@ -43,18 +47,27 @@ static const char *procs_threads(size_t p, size_t t)
 int cmd_list(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "list", "dj", help, &o);
+    int first = parse_opts(argc, argv, "list", "djEAIP", help, &o);
     if (first < 0) return 2;
     if (first < argc) { lz_err("list: unexpected argument '%s'", argv[first]); return 2; }
+    if (s3_is_url(o.dir)) {
+        struct remote_opts ro = {o.endpoint, o.ca_file, o.addressing, NULL, o.insecure, 0, 0};
+        return remote_list(o.dir, &ro, o.json);
+    }
     char *dir = abs_dir(o.dir);
+    /* a job flushed to a remote store: where each checkpoint is */
+    struct lz_job rj;
+    struct rs_state rs;
+    int remote = lz_job_read(dir, &rj) == 0 && *rj.remote;
+    rs_load(dir, &rs);
     uint64_t *v;
     int n = lz_store_list(dir, &v);
     if (n < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
     uint64_t *fstat_files = lz_xcalloc((size_t)n + 1, sizeof *fstat_files), *fstat_bytes = lz_xcalloc((size_t)n + 1, sizeof *fstat_bytes);
     fj_store_stats(dir, v, n, fstat_files, fstat_bytes);
     if (o.json) printf("[");
-    else printf("%6s  %-20s  %-9s  %9s  %10s  %10s  %10s  %9s  %9s  %6s  %10s\n", "INDEX", "TIME (UTC)", "TRIGGER", "PROC/THR", "MEMORY",
-                "CHANGED", "STORED", "PAUSE", "DURABLE", "FILES", "UNDO");
+    else printf("%6s  %-20s  %-9s  %9s  %10s  %10s  %10s  %9s  %9s  %6s  %10s%s\n", "INDEX", "TIME (UTC)", "TRIGGER", "PROC/THR", "MEMORY",
+                "CHANGED", "STORED", "PAUSE", "DURABLE", "FILES", "UNDO", remote ? "  WHERE" : "");
     int bad = 0, shown = 0;
     for (int i = 0; i < n; i++) {
         char ck[LZ_PATH_MAX + 64], why[1024], when[32], mem[32], changed[32], stored[32], ub[32];
@@ -101,18 +114,21 @@ int cmd_list(int argc, char **argv)
             printf("%s\n  {\"index\": %" PRIu64 ", \"time\": \"%s\", \"created_ns\": %" PRIu64 ", \"trigger\": \"%s\", "
                    "\"memory_bytes\": %" PRIu64 ", \"data_bytes\": %" PRIu64 ", \"changed_bytes\": %" PRIu64
                    ", \"stored_bytes\": %" PRIu64 ", \"codec\": \"%s\", \"pause_ms\": %.3f, \"durable_ms\": %.3f"
-                   ", \"parent\": %" PRIu64 ", \"pid\": %d, \"processes\": %zu, \"threads\": %zu, \"files\": %" PRIu64 ", \"undo_bytes\": %" PRIu64 "}",
+                   ", \"parent\": %" PRIu64 ", \"pid\": %d, \"processes\": %zu, \"threads\": %zu, \"files\": %" PRIu64 ", \"undo_bytes\": %" PRIu64
+                   ", \"local\": true, \"remote\": %s}",
                    shown ? "," : "", h->index, when, h->created_ns, lz_trigger_name(h->trigger), h->mem_bytes,
                    h->data_bytes, h->changed_bytes, h->stored_bytes, lz_codec_name((int)h->codec),
-                   (double)h->pause_ns / 1e6, (double)h->durable_ns / 1e6, h->parent, img.proc->pid, nprocs, nthreads, files, undo);
+                   (double)h->pause_ns / 1e6, (double)h->durable_ns / 1e6, h->parent, img.proc->pid, nprocs, nthreads, files, undo,
+                   rs_is_published(&rs, h->index) ? "true" : "false");
         } else {
             human_bytes(mem, sizeof mem, h->mem_bytes);
             human_bytes(changed, sizeof changed, h->changed_bytes);
             human_bytes(stored, sizeof stored, h->stored_bytes);
             human_bytes(ub, sizeof ub, undo);
-            printf("%6" PRIu64 "  %-20s  %-9s  %9s  %10s  %10s  %10s  %7.1fms  %7.1fms  %6" PRIu64 "  %10s\n", h->index, when,
+            printf("%6" PRIu64 "  %-20s  %-9s  %9s  %10s  %10s  %10s  %7.1fms  %7.1fms  %6" PRIu64 "  %10s%s\n", h->index, when,
                    lz_trigger_name(h->trigger), procs_threads(nprocs, nthreads), mem, changed, stored, (double)h->pause_ns / 1e6,
-                   (double)h->durable_ns / 1e6, files, ub);
+                   (double)h->durable_ns / 1e6, files, ub,
+                   !remote ? "" : rs_is_published(&rs, h->index) ? "  local+remote" : "  local");
         }
         shown++;
         lz_image_free(&img);
@@ -126,6 +142,13 @@ int cmd_list(int argc, char **argv)
         printf("checkpoint %" PRIu64 " failed at %s: %s\n", job.failed_index, when,
                *job.failed_why ? job.failed_why : "no reason recorded");
     }
+    /* published and dropped here since: remote only */
+    for (size_t i = 0; remote && !o.json && i < rs.npub; i++) {
+        int local = 0;
+        for (int k = 0; k < n; k++) local |= v[k] == rs.published[i];
+        if (!local) printf("%6" PRIu64 "  (remote only: `lazarus list -d %s`)\n", rs.published[i], rj.remote);
+    }
+    rs_free(&rs);
     free(v);
     free(fstat_files);
     free(fstat_bytes);

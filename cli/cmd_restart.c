@@ -7,6 +7,7 @@
 #include "privilege.h"
 #include "frames_check.h"
 #include "batch.h"
+#include "remote_store.h"
 #include <sys/stat.h>
 #include <dirent.h>
 #include <errno.h>
@@ -20,7 +21,7 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus restart [-d DIR] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG]\n"
+    "usage: lazarus restart [-d DIR|s3://BUCKET/PREFIX] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG]\n"
     "Resume the job in DIR from checkpoint N (default: the newest) and stay in the\n"
     "foreground as its supervisor, with the settings it was started with.  First\n"
     "every change the job made to files since N is undone (`lazarus diff` shows\n"
@@ -35,7 +36,16 @@ static const char help[] =
     "            compression of the checkpoints from now on: none, lz4, zstd or\n"
     "            zstd:LEVEL (default: what the job had)\n"
     "  --checkpoint-signal SIG\n"
-    "            as for `lazarus run` (in a Slurm job USR1 by default)\n";
+    "            as for `lazarus run` (in a Slurm job USR1 by default)\n"
+    "With -d s3://BUCKET/PREFIX (a job run with --remote), on any machine: the\n"
+    "checkpoint is fetched from the remote store, every object checked, into a\n"
+    "local store (--cache DIR, default $TMPDIR/lazarus-JOB), and the job goes on\n"
+    "flushing to the same remote store.  The journals of the job's changes to its\n"
+    "files are never remote: they are read from the job's `run --journal-dir`\n"
+    "(on the file system of its files); a job run without one is refused unless\n"
+    "--files-as-they-are.  Options then: --endpoint URL, --ca-file FILE, --insecure,\n"
+    "--addressing path|virtual (see `lazarus run --help`), --cache DIR,\n"
+    "  --files-as-they-are  resume without rolling the job's files back\n";
 
 /* LAZARUS_TRACE=1: the time of each step of phase 1 on stderr (the
  * restorer traces its own). */
@@ -118,7 +128,7 @@ static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, s
      * later journals (of failed checkpoints too) were just applied */
     lz_store_drop_branch(dir, index, UINT64_MAX);
     char ck[LZ_PATH_MAX + 64];
-    lz_ckpt_path(ck, sizeof ck, dir, index);
+    lz_journal_path(ck, sizeof ck, dir, index, 0);
     fj_journal_reset(ck, job->id, index);
     return 0;
 }
@@ -189,12 +199,24 @@ static uint64_t newest_pack(const char *dir)
 int cmd_restart(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "restart", "dafcG", help, &o);
+    int first = parse_opts(argc, argv, "restart", "dafcGEAIPZF", help, &o);
     if (first < 0) return 2;
     if (batch_setup(o.ckpt_signal, "restart") < 0) return 1;
     if (first < argc) { lz_err("restart: unexpected argument '%s'", argv[first]); return 2; }
+    char why[1200], cache[LZ_PATH_MAX];
+    if (s3_is_url(o.dir)) {
+        /* on any machine: a local store made from the remote checkpoint, then as usual */
+        struct remote_opts ro = {o.endpoint, o.ca_file, o.addressing, o.cache, o.insecure, o.files_as_they_are, 0};
+        uint64_t at;
+        if (remote_fetch_store(o.dir, &ro, o.have_at, o.at, cache, sizeof cache, &at) < 0) return 1;
+        o.dir = cache;
+        o.have_at = 1;
+        o.at = at;
+    } else if (o.endpoint || o.ca_file || o.insecure || o.addressing || o.cache || o.files_as_they_are) {
+        lz_err("restart: --endpoint, --ca-file, --insecure, --addressing, --cache and --files-as-they-are go with -d s3://BUCKET/PREFIX");
+        return 2;
+    }
     char *dir = abs_dir(o.dir);
-    char why[1200];
     trace_t0 = lz_now_ns(CLOCK_MONOTONIC);
     if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
     /* root restarting an ordinary user's job is that user from here on */
@@ -297,9 +319,13 @@ int cmd_restart(int argc, char **argv)
         if (roll_files_back(&p2) < 0) return 1;
         job_running(&p2);
     }
+    /* the job goes on flushing to its remote store, if it answers */
+    struct flusher *fl = flusher_start(dir, &job, why, sizeof why);
+    if (!fl && *why) lz_warn("the remote store %s: %s; checkpoints stay here until a restart reaches it", job.remote, why);
     struct supervisor s;
     int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, next);
     if (child_ctl < 0) { fj_plan_free(p2.plan); return 1; }
+    s.flusher = fl;
     s.restoring = 1;
     s.restore_index = index;
     s.files_rolled = several;

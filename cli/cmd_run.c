@@ -1,6 +1,8 @@
-/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG] [--] PROGRAM [ARG...] */
+/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume]
+ * [--checkpoint-signal SIG] [--remote s3://BUCKET/PREFIX [--keep-remote N] ...] [--] PROGRAM [ARG...] */
 #include "cli.h"
 #include "store_admin.h"
+#include "remote_store.h"
 #include "util.h"
 #include "resume.h"
 #include "batch.h"
@@ -12,10 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG] [--] PROGRAM [ARG...]\n"
+    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume]\n"
+    "                   [--checkpoint-signal SIG] [--remote s3://BUCKET/PREFIX [--keep-remote N] [--endpoint URL] [--ca-file FILE] [--insecure]]\n"
+    "                   [--] PROGRAM [ARG...]\n"
     "Run PROGRAM (an unmodified, dynamically linked program) under Lazarus and stay\n"
     "in the foreground as its supervisor; exit with its status (128+signal if killed).\n\n"
     "  -d DIR      checkpoint store (default ./lazarus.ckpt); refused if it holds an\n"
@@ -57,7 +62,25 @@ static const char help[] =
     "  --checkpoint-signal SIG\n"
     "              this signal to `lazarus` means: checkpoint now, then stop the program\n"
     "              (restartable).  Inside a Slurm job (SLURM_JOB_ID set) USR1 by default,\n"
-    "              and the job is requeued (`scontrol requeue`); see README.md \"Slurm\"\n";
+    "              and the job is requeued (`scontrol requeue`); see README.md \"Slurm\"\n"
+    "  --remote s3://BUCKET/PREFIX\n"
+    "              also copy each checkpoint, once committed here, to this S3-compatible\n"
+    "              object store (a thread of the supervisor, never in the program's pause);\n"
+    "              `lazarus restart -d s3://BUCKET/PREFIX` resumes the job on any machine.\n"
+    "              Endpoint, region and credentials as every AWS tool finds them:\n"
+    "              AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/\n"
+    "              AWS_SESSION_TOKEN, or AWS_SHARED_CREDENTIALS_FILE / ~/.aws/credentials\n"
+    "              with AWS_PROFILE (no secret is ever written to DIR/job)\n"
+    "  --keep-remote N  keep the N newest checkpoints in the remote store (default all)\n"
+    "  --journal-dir DIR  keep the file journals (what rolls the job's files back) in\n"
+    "              DIR/JOB instead of the store: on the file system of the job's files\n"
+    "              (shared by the machines), they survive the machine with the files,\n"
+    "              and `restart -d s3://...` on another machine rolls the files back\n"
+    "  --endpoint URL   the S3 endpoint (default AWS_ENDPOINT_URL, else AWS's)\n"
+    "  --ca-file FILE   trust this CA for an https:// endpoint (default the system's)\n"
+    "  --insecure       do not verify the endpoint's certificate\n"
+    "  --addressing path|virtual  bucket in the path, or in the host name (default:\n"
+    "              path for an endpoint given, virtual for AWS)\n";
 
 pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 {
@@ -76,6 +99,8 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     char num[32];
     setenv("LD_PRELOAD", pre, 1);
     setenv("LAZARUS_DIR", s->dir, 1);
+    if (strcmp(s->jhome, s->dir)) setenv("LAZARUS_JOURNAL_DIR", s->jhome, 1);
+    else unsetenv("LAZARUS_JOURNAL_DIR");
     snprintf(num, sizeof num, "%d", child_ctl);
     setenv("LAZARUS_CTL_FD", num, 1);
     snprintf(num, sizeof num, "%d", getpid());
@@ -101,11 +126,29 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxcSTCRG", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGMKEAIPJ", help, &o);
     if (first < 0) return 2;
     if (batch_setup(o.ckpt_signal, "run") < 0) return 1;
-    if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
     char why[1024];
+    if (s3_is_url(o.dir)) {
+        lz_err("run: -d s3://... (checkpoints streamed to the remote store, nothing kept here) is not done yet; "
+               "use -d DIR --remote %s", o.dir);
+        return 2;
+    }
+    if (!o.remote && (o.have_keep_remote || o.endpoint || o.ca_file || o.insecure || o.addressing)) {
+        lz_err("run: --keep-remote, --endpoint, --ca-file, --insecure and --addressing go with --remote s3://BUCKET/PREFIX");
+        return 2;
+    }
+    if (o.remote) {
+        char b[256], p[512];
+        if (s3_url_parse(o.remote, b, sizeof b, p, sizeof p, why, sizeof why) < 0) { lz_err("run: --remote: %s", why); return 2; }
+        if (strlen(o.remote) >= sizeof ((struct lz_job *)0)->remote || (o.ca_file && strlen(o.ca_file) >= 500) ||
+            (o.endpoint && strlen(o.endpoint) >= 500)) {
+            lz_err("run: --remote, --endpoint or --ca-file is too long");
+            return 2;
+        }
+    }
+    if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
     char *dir = abs_dir(o.dir);
     if (lz_store_prepare(dir, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
     free(dir);
@@ -151,6 +194,9 @@ int cmd_run(int argc, char **argv)
     for (int i = 0; i < n; i++) lz_store_remove(dir, v[i]);
     free(v);
     lz_store_clear_data(dir);
+    char state[LZ_PATH_MAX + 32];
+    snprintf(state, sizeof state, "%s/" RS_STATE, dir);
+    unlink(state); /* what a finished job had flushed */
     memset(&job, 0, sizeof job);
     job.interval = o.have_interval ? o.interval : 600;
     job.keep = o.have_keep ? o.keep : 3;
@@ -163,6 +209,39 @@ int cmd_run(int argc, char **argv)
     snprintf(job.state, sizeof job.state, "running");
     lz_job_new_id(job.id);
     resume_command(argv + first, job.command, sizeof job.command, &job.command_hash);
+    if (o.remote) {
+        snprintf(job.remote, sizeof job.remote, "%s", o.remote);
+        snprintf(job.remote_endpoint, sizeof job.remote_endpoint, "%s", o.endpoint ? o.endpoint : "");
+        if (o.ca_file) {
+            char *ca = abs_dir(o.ca_file);
+            snprintf(job.remote_ca, sizeof job.remote_ca, "%s", ca);
+            free(ca);
+        }
+        snprintf(job.remote_addressing, sizeof job.remote_addressing, "%s", o.addressing ? o.addressing : "");
+        job.remote_insecure = o.insecure;
+        job.keep_remote = o.have_keep_remote ? o.keep_remote : 0;
+    }
+    if (o.journal_dir) {
+        /* the journals beside the job's files: JOURNAL_DIR/JOB, made now */
+        char *jd = abs_dir(o.journal_dir), home[LZ_PATH_MAX + 40], id[33];
+        lz_job_id_text(id, job.id);
+        snprintf(home, sizeof home, "%s/%s", jd, id);
+        struct stat jst;
+        if (strlen(jd) >= sizeof job.journal_dir || stat(jd, &jst) < 0 || !S_ISDIR(jst.st_mode) || mkdir(home, 0700) < 0) {
+            lz_err("run: cannot keep the journals in %s: %s", o.journal_dir, strlen(jd) >= sizeof job.journal_dir ? "the name is too long"
+                   : errno ? strerror(errno) : "not a directory");
+            free(jd);
+            return 1;
+        }
+        snprintf(job.journal_dir, sizeof job.journal_dir, "%s", jd);
+        free(jd);
+    }
+    /* the remote store answers, the bucket exists and we may list it: before the job starts */
+    struct flusher *fl = flusher_start(dir, &job, why, sizeof why);
+    if (!fl && *why) { lz_err("run: the remote store %s: %s", job.remote, why); return 1; }
+    if (fl && !*job.journal_dir)
+        lz_warn("the journal of the job's changes to its files stays in %s on this machine: a restart from %s elsewhere cannot "
+                "roll them back (--journal-dir DIR on the file system of the job's files keeps it there)", o.dir, o.remote);
     if (lz_job_write(dir, &job) < 0) { lz_err("cannot write %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
 
     /* read by the runtime at its start; a restarted process keeps it in its memory */
@@ -171,6 +250,7 @@ int cmd_run(int argc, char **argv)
     struct supervisor s;
     int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, 1);
     if (child_ctl < 0) return 1;
+    s.flusher = fl;
     s.child = s.prog = spawn_program(&s, child_ctl, argv + first);
     close(child_ctl);
     if (s.child < 0) { lz_err("fork: %s", strerror(errno)); return 1; }

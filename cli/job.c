@@ -74,6 +74,7 @@ int supervisor_prepare(struct supervisor *s, const char *dir, const char *shown,
     s->job_id[1] = job->id[1];
     s->next_index = next_index;
     s->first_index = next_index;
+    lz_journal_home(s->jhome, sizeof s->jhome, dir);
     s->listen_fd = ctl_listen(dir);
     if (s->listen_fd < 0) { lz_err("cannot create the control socket in %s: %s", shown, strerror(errno)); return -1; }
     int sp[2];

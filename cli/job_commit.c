@@ -3,6 +3,7 @@
  * written, one rename; or, failed, the parts cleaned up.  The clients waiting
  * are told either way. */
 #include "job_ckpt.h"
+#include "remote_store.h"
 #include "store_admin.h"
 #include "tree.h"
 #include "util.h"
@@ -33,10 +34,34 @@ static int commit(struct sv_state *st, char *why, size_t whylen)
     }
     if (rc == 0) rc = lz_tree_write(root, &t, why, whylen);
     if (rc == 0 && lz_fsync_dir(root) < 0) { snprintf(why, whylen, "cannot make the checkpoint durable: %s", strerror(errno)); rc = -1; }
+    /* journals in a home of their own (run --journal-dir): gathered the same way
+     * and renamed first; a journal there whose checkpoint did not commit here is
+     * a failed checkpoint's (lz_store_cleanup_tmp) */
+    char jroot[LZ_PATH_MAX + 64], jck[LZ_PATH_MAX + 64];
+    int own_home = strcmp(st->s->jhome, dir) != 0;
+    if (own_home) {
+        const char *jh = st->s->jhome;
+        snprintf(jroot, sizeof jroot, "%s/" LZ_TMP_PREFIX "%06" PRIu64 ".%d", jh, st->index, t.procs[0].pid);
+        for (size_t i = 1; i < t.nprocs && rc == 0; i++) {
+            if (t.procs[i].state != LZ_TP_LIVE) continue;
+            snprintf(from, sizeof from, "%s/" LZ_TMP_PREFIX "%06" PRIu64 ".%d", jh, st->index, t.procs[i].pid);
+            snprintf(to, sizeof to, "%s/%s", jroot, t.procs[i].dir);
+            if (rename(from, to) < 0 && errno != ENOENT) {
+                snprintf(why, whylen, "cannot gather process %d's journal: %s", t.procs[i].pid, strerror(errno));
+                rc = -1;
+            }
+        }
+        lz_ckpt_path(jck, sizeof jck, jh, st->index);
+        if (rc == 0 && (lz_fsync_dir(jroot) < 0 || renameat2(AT_FDCWD, jroot, AT_FDCWD, jck, RENAME_NOREPLACE) < 0 || lz_fsync_dir(jh) < 0)) {
+            snprintf(why, whylen, "cannot commit the checkpoint's journal in %.400s: %s", jh, strerror(errno));
+            rc = -1;
+        }
+    }
     lz_ckpt_path(ck, sizeof ck, dir, st->index);
     /* commit: the rename is the instant the checkpoint starts to exist */
     if (rc == 0 && renameat2(AT_FDCWD, root, AT_FDCWD, ck, RENAME_NOREPLACE) < 0) {
         snprintf(why, whylen, "cannot commit the checkpoint: %s", strerror(errno));
+        if (own_home) rename(jck, jroot); /* a failed checkpoint's journal */
         rc = -1;
     }
     if (rc == 0 && lz_fsync_dir(dir) < 0) { snprintf(why, whylen, "cannot make the checkpoint durable (fsync of the store): %s", strerror(errno)); rc = -1; }
@@ -90,7 +115,11 @@ void jc_finish_ok(struct sv_state *st)
     st->in_progress = 0;
     jc_trace("committed");
     batch_checkpoint_done(st, st->index, lz_now_ns(CLOCK_MONOTONIC) - st->requested_ns, 1);
-    lz_store_retain(s->dir, s->keep, st->index, s->first_index);
+    /* off the machine, by the flusher's thread; what it flushes is not dropped here */
+    flusher_enqueue(s->flusher, st->index);
+    uint64_t protect[2];
+    size_t np = flusher_protected(s->flusher, protect);
+    lz_store_retain_but(s->dir, s->keep, st->index, s->first_index, protect, np);
     uint64_t pause = 0, stored = 0, threads = 0, nproc = 0;
     for (size_t i = 0; i < st->nparts; i++) {
         const struct part *p = &st->parts[i];

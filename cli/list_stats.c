@@ -77,8 +77,7 @@ void fj_store_stats(const char *dir, const uint64_t *idx, int n, uint64_t *files
         for (; j >= 0 && v[j] >= idx[i]; j--) {
             char ck[LZ_PATH_MAX + 64];
             uint64_t b;
-            if (jr[j]) lz_jrnl_path(ck, sizeof ck, dir, v[j]);
-            else lz_ckpt_path(ck, sizeof ck, dir, v[j]);
+            lz_journal_path(ck, sizeof ck, dir, v[j], jr[j]);
             journal_paths(ck, v[j], &h, &nh, &cap, &b);
             total += b;
         }

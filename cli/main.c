@@ -15,15 +15,16 @@ static const char usage[] =
     "usage: lazarus COMMAND [OPTIONS]\n"
     "Checkpoint and restart a Linux program.\n\n"
     "  run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--durability process|machine] [--exclude DIR]...\n"
-    "      [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG] [--] PROGRAM [ARG...]\n"
+    "      [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG]\n"
+    "      [--remote s3://BUCKET/PREFIX [--keep-remote N]] [--] PROGRAM [ARG...]\n"
     "                           run PROGRAM under Lazarus (--resume: or go on from DIR's newest checkpoint)\n"
     "  checkpoint [-d DIR]      checkpoint the running job now; prints its index once durable\n"
-    "  restart [-d DIR] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG]\n"
+    "  restart [-d DIR|s3://BUCKET/PREFIX] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG]\n"
     "                           resume from checkpoint N (default: the newest), its files rolled back to N\n"
     "  diff [-d DIR] [--at N]   what a restart to N would change in the files\n"
-    "  list [-d DIR] [--json]   one row per checkpoint\n"
-    "  verify [-d DIR] [--at N] [--json]  re-read everything a restart trusts; exit 0 only if all is intact\n"
-    "  gc [-d DIR]              free the page data and file journals no retained checkpoint needs\n\n"
+    "  list [-d DIR|s3://...] [--json]   one row per checkpoint\n"
+    "  verify [-d DIR|s3://...] [--at N] [--json]  re-read everything a restart trusts; exit 0 only if all is intact\n"
+    "  gc [-d DIR|s3://...]     free the page data and file journals no retained checkpoint needs\n\n"
     "DIR is the job's checkpoint store (default ./lazarus.ckpt). `lazarus COMMAND --help` for more.\n";
 
 void human_bytes(char *buf, size_t len, uint64_t b)
@@ -43,7 +44,12 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"durability", required_argument, 0, 'D'}, {"exclude", required_argument, 0, 'x'}, {"force", no_argument, 0, 'f'},
         {"compress", required_argument, 0, 'c'}, {"job-stdio", no_argument, 0, 'S'},
         {"tcp", required_argument, 0, 'T'}, {"compact", no_argument, 0, 'C'},
-        {"resume", no_argument, 0, 'R'}, {"checkpoint-signal", required_argument, 0, 'G'}, {0, 0, 0, 0}};
+        {"resume", no_argument, 0, 'R'}, {"checkpoint-signal", required_argument, 0, 'G'},
+        {"remote", required_argument, 0, 'M'}, {"keep-remote", required_argument, 0, 'K'},
+        {"endpoint", required_argument, 0, 'E'}, {"ca-file", required_argument, 0, 'A'},
+        {"insecure", no_argument, 0, 'I'}, {"addressing", required_argument, 0, 'P'},
+        {"cache", required_argument, 0, 'Z'}, {"files-as-they-are", no_argument, 0, 'F'},
+        {"journal-dir", required_argument, 0, 'J'}, {"older-than", required_argument, 0, 'O'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -101,6 +107,18 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             if ((o->ckpt_signal = batch_parse_signal(optarg, cmd)) < 0) return -1;
             continue;
         }
+        if (c == 'M') { o->remote = optarg; continue; }
+        if (c == 'E') { o->endpoint = optarg; continue; }
+        if (c == 'A') { o->ca_file = optarg; continue; }
+        if (c == 'I') { o->insecure = 1; continue; }
+        if (c == 'Z') { o->cache = optarg; continue; }
+        if (c == 'F') { o->files_as_they_are = 1; continue; }
+        if (c == 'J') { o->journal_dir = optarg; continue; }
+        if (c == 'P') {
+            if (strcmp(optarg, "path") && strcmp(optarg, "virtual")) { lz_err("%s: --addressing is 'path' or 'virtual', not '%s'", cmd, optarg); return -1; }
+            o->addressing = optarg;
+            continue;
+        }
         if (c == 'c') {
             char err[256];
             int codec, level;
@@ -122,6 +140,8 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             if (v == 0) { lz_err("%s: -k needs at least 1", cmd); return -1; }
             o->have_keep = 1; o->keep = v; break;
         case 'j': o->json = 1; break;
+        case 'K': o->have_keep_remote = 1; o->keep_remote = v; break;
+        case 'O': o->have_older_than = 1; o->older_than = v; break;
         }
     }
     if (!*o->dir) { lz_err("%s: -d needs a directory", cmd); return -1; }

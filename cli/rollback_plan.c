@@ -25,11 +25,13 @@ struct fj_plan *rollback_plan_load(const char *dir, uint64_t target, int64_t sto
         snprintf(why, whylen, "cannot list the checkpoints: %s", strerror(ENOMEM));
     } else {
         for (int i = 0; i < n; i++) {
-            if (jr[i]) lz_jrnl_path(paths[i], sizeof paths[i], dir, v[i]);
-            else lz_ckpt_path(paths[i], sizeof paths[i], dir, v[i]);
+            lz_journal_path(paths[i], sizeof paths[i], dir, v[i], jr[i]); /* DIR, or its --journal-dir */
             jd[i] = (struct fj_journal_dir){.index = v[i], .failed = jr[i], .dir = paths[i]};
         }
-        p = fj_plan_load(dir, job, jd, (size_t)n, target, stop_ns, why, whylen);
+        /* the rollback's own files (aliases, what it rebuilds) live with the journals */
+        char home[LZ_PATH_MAX];
+        lz_journal_home(home, sizeof home, dir);
+        p = fj_plan_load(home, job, jd, (size_t)n, target, stop_ns, why, whylen);
     }
     free(paths);
     free(jd);

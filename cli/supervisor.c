@@ -4,6 +4,7 @@
  * index, hears back on the control socket, applies retention once a
  * checkpoint is durable, forwards signals, and exits as the program did. */
 #include "sv.h"
+#include "remote_store.h"
 #include <sys/stat.h>
 #include <stdarg.h>
 #include "util.h"
@@ -422,6 +423,8 @@ int supervise(struct supervisor *s)
     free(pf);
     /* a checkpoint being written when the program ended still commits or not */
     job_ckpt_end(&st);
+    /* and the last one committed reaches the remote store before we exit */
+    flusher_stop(s->flusher);
     /* the job's other processes go on outside it, or end with it */
     sv_end_members(&st, !s->restoring && st.have_status && WIFEXITED(st.status));
     sv_beat_stop();

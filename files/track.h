@@ -141,7 +141,7 @@ static inline int fj_maps_any(void) { return __atomic_load_n(&fj.maps, __ATOMIC_
 int fj_prepare(const char *tmpdir, char *err, size_t errlen);
 void fj_commit(void);
 void fj_abort(void);
-int fj_restarted(uint64_t index, int main_process, char *err, size_t errlen);
+int fj_restarted(const char *store, uint64_t index, int main_process, char *err, size_t errlen);
 
 /* Every process of the job records (journal.h: proc.<pid>/ journals).
  * fj_after_fork: in a forked child (single-threaded there), the interval

@@ -466,9 +466,15 @@ __attribute__((destructor)) static void fj_exit(void)
     signals_back(&saved);
 }
 
-int fj_restarted(uint64_t index, int main_process, char *err, size_t errlen)
+int fj_restarted(const char *store, uint64_t index, int main_process, char *err, size_t errlen)
 {
     if (!fj.fdt) return 0;
+    /* the store the restart was made from (a restart elsewhere: another directory) */
+    size_t sl = slen(store);
+    if (sl < sizeof trk_E.store) {
+        memcpy(trk_E.store, store, sl + 1);
+        trk_E.store_len = sl;
+    }
     /* none of the engine's memory or descriptors came back with the program */
     trk_E.lock = 0;
     trk_E.cur = 0;

@@ -55,6 +55,7 @@ struct rt_state {
                             * repeated by the supervisor is ignored */
     uint64_t parent;       /* checkpoint this run was restarted from */
     char dir[LZ_PATH_MAX]; /* the store, absolute */
+    char jdir[LZ_PATH_MAX]; /* the file journals' home: LAZARUS_JOURNAL_DIR (run --journal-dir), else dir */
     uint64_t job[2];       /* the job's identity (LAZARUS_JOB): in every manifest and journal */
     struct sigaction prog_urg; /* the program's own SIGURG disposition */
     /* lazarus_checkpoint() from the C API */
@@ -343,6 +344,9 @@ static inline int rt_is_main(void) { return rt.main_pid == rt.pid; } /* in its w
 
 /* Saves the job's variables for the programs it execs (rt_exec.c). */
 void rt_exec_remember_env(void);
+/* After a restart: LAZARUS_DIR of the programs the job execs is the store it
+ * was restarted from (a restart elsewhere: another directory).  No malloc. */
+void rt_exec_restarted_dir(const char *dir);
 
 /* The launcher's descriptors (rt_launcher.c).  At the runtime's start: the
  * main program's from its own descriptors (LAZARUS_JOB_STDIO=1: regular files

@@ -71,7 +71,7 @@ static const char *resolve(const char *file, char *out, size_t len)
 
 /* The job's variables as this process started with them ("NAME=value"). */
 static const char *const job_names[] = {"LAZARUS_DIR", "LAZARUS_CTL_FD", "LAZARUS_PID", "LAZARUS_DURABILITY",
-                                        "LAZARUS_EXCLUDE", "LAZARUS_COMPRESS", "LAZARUS_TCP", "LAZARUS_COMPACT", "LAZARUS_JOB", "LAZARUS_INHERITED", "LAZARUS_TRACE",
+                                        "LAZARUS_EXCLUDE", "LAZARUS_COMPRESS", "LAZARUS_TCP", "LAZARUS_COMPACT", "LAZARUS_JOB", "LAZARUS_INHERITED", "LAZARUS_TRACE", "LAZARUS_JOURNAL_DIR",
                                         "LAZARUS_NO_FORK", "LAZARUS_NO_DIRTY", "LAZARUS_HOLD_TERM", "LAZARUS_CLONE_MIN", "LD_PRELOAD"};
 #define NJOB (sizeof job_names / sizeof job_names[0])
 static char *job_vars[NJOB];
@@ -86,6 +86,17 @@ void rt_exec_remember_env(void)
         job_vars[i] = malloc(n + m + 2);
         if (job_vars[i]) { memcpy(job_vars[i], job_names[i], n); job_vars[i][n] = '='; memcpy(job_vars[i] + n + 1, v, m + 1); }
     }
+}
+
+void rt_exec_restarted_dir(const char *dir)
+{
+    static char var[LZ_PATH_MAX + 16];
+    if (!job_vars[0]) return;
+    size_t n = strlen(dir);
+    if (n + sizeof "LAZARUS_DIR=" > sizeof var) return;
+    memcpy(var, "LAZARUS_DIR=", sizeof "LAZARUS_DIR=" - 1);
+    memcpy(var + sizeof "LAZARUS_DIR=" - 1, dir, n + 1);
+    job_vars[0] = var; /* the old string is leaked: it may be the one in use */
 }
 
 static const char preload_eq[] = "LD_PRELOAD=";

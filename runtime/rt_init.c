@@ -207,7 +207,18 @@ static void rt_files_start(int main_process)
         fprintf(stderr, "lazarus: no job identity (LAZARUS_JOB); files will not be rolled back\n");
         return;
     }
-    if (fj_setup(dir, dur && !strcmp(dur, "machine"), rt_env("LAZARUS_EXCLUDE"), main_process, rt.job) < 0) {
+    /* the journals may live elsewhere (run --journal-dir: on the file system
+     * of the job's files); the store is then excluded like the journals are */
+    const char *jd = rt_env("LAZARUS_JOURNAL_DIR"), *ex = rt_env("LAZARUS_EXCLUDE");
+    static char excl[LZ_PATH_MAX + 4200];
+    if (jd && *jd && strlen(jd) < sizeof rt.jdir) {
+        memcpy(rt.jdir, jd, strlen(jd) + 1);
+        snprintf(excl, sizeof excl, "%s%s%s", dir, ex && *ex ? "\n" : "", ex ? ex : "");
+        ex = excl;
+    } else {
+        memcpy(rt.jdir, dir, strlen(dir) + 1);
+    }
+    if (fj_setup(rt.jdir, dur && !strcmp(dur, "machine"), ex, main_process, rt.job) < 0) {
         fprintf(stderr, "lazarus: cannot set up file tracking; files will not be rolled back\n");
         return;
     }

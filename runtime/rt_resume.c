@@ -23,7 +23,12 @@ void rt_resume(struct rt_ckpt *unused)
         lz_sc1(SYS_close, r->exe_fd);
     }
     size_t n = rt_strlen(r->dir);
+    /* the journals lived in the store: they do where the store is now (a journal
+     * directory of the job's own stays where it was: on the files' file system) */
+    int own = !rt.jdir[0] || !strcmp(rt.jdir, rt.dir);
     memcpy(rt.dir, r->dir, n + 1);
+    if (own) memcpy(rt.jdir, rt.dir, n + 1);
+    rt_exec_restarted_dir(rt.dir);
     rt.ctl_fd = r->ctl_fd;
     rt.parent = r->index;
     rt.active = 1;
@@ -46,7 +51,7 @@ void rt_resume(struct rt_ckpt *unused)
     rt_pages_forget();
     rt_map_seed(rt.dir, r->index, rt_track_all());
     char err[256];
-    if (fj_restarted(r->index, rt_is_main(), err, sizeof err) < 0) {
+    if (fj_restarted(rt.jdir, r->index, rt_is_main(), err, sizeof err) < 0) {
         char msg[320];
         int n = rt_fmt(msg, sizeof msg, "lazarus: %s; file changes from now on will not be rolled back\n", err);
         lz_sc3(SYS_write, 2, msg, n);

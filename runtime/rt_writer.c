@@ -205,7 +205,20 @@ int rt_begin_checkpoint(struct rt_ckpt *ck)
         e = copy_ghost(f->fd, path);
         if (e < 0) { remove_tmp(ck->tmpdir); return rt_fail(ck, "cannot keep the content of an open deleted file", e); }
     }
-    if (fj_prepare(ck->tmpdir, ck->err, sizeof ck->err) < 0) { remove_tmp(ck->tmpdir); return -1; }
+    /* the journal of the interval after N: in the part, or in the journals' own home */
+    char jtmp[LZ_PATH_MAX + 96];
+    const char *jat = ck->tmpdir;
+    if (strcmp(rt.jdir, rt.dir)) {
+        rt_fmt(jtmp, sizeof jtmp, "%s/" LZ_TMP_PREFIX "%06llu.%d", rt.jdir, (unsigned long long)ck->index, lz_sc0(SYS_getpid));
+        e = lz_sc3(SYS_mkdirat, AT_FDCWD, jtmp, 0700);
+        if (e < 0) { remove_tmp(ck->tmpdir); return rt_fail(ck, "cannot create the file journal in the journal directory", e); }
+        jat = jtmp;
+    }
+    if (fj_prepare(jat, ck->err, sizeof ck->err) < 0) {
+        remove_tmp(ck->tmpdir);
+        if (jat != ck->tmpdir) remove_tmp(jat);
+        return -1;
+    }
     fj_commit();
     return 0;
 }

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The folders depend one way (ARCHITECTURE.md, "The parts"):
-#   runtime  -> files, common        cli      -> store, files, common, include
+#   runtime  -> files, common        cli      -> store, files, remote, common, include
+#   remote   -> common
 #   files    -> common               restorer -> store, common
 #   store    -> common               api      -> include, common
 #   common, include -> nothing
@@ -11,14 +12,15 @@
 top=${1:-$(dirname "$0")/..}
 cd "$top" || exit 2
 
-folders="runtime restorer files store cli api common include"
+folders="runtime restorer files store remote cli api common include"
 
 allowed() {
     case $1 in
     runtime) echo "files common" ;;
     files) echo "common" ;;
     store) echo "common" ;;
-    cli) echo "store files common include" ;;
+    cli) echo "store files remote common include" ;;
+    remote) echo "common" ;;
     restorer) echo "store common" ;;
     api) echo "include common" ;;
     *) echo "" ;;

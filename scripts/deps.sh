@@ -2,12 +2,13 @@
 # Lazarus needs to build and test, but only those that are missing.
 # POSIX sh; source it with `. scripts/deps.sh`, then call `lz_install_deps`.
 
-# Build: compiler, make, libc headers, xxHash, zstd, lz4.
+# Build: compiler, make, libc headers, xxHash, zstd, lz4; the remote store's
+# libcurl (OpenSSL flavour), libcrypto, libxml2, and pkg-config to find them.
 # Tests: python3 with pytest, setpriv (util-linux), ps/pgrep (procps), mkfs.xfs
 # (xfsprogs: the reflink test and bench loop-mount an XFS image), filefrag (e2fsprogs),
 # a Slurm of one node for tests/test_slurm.py and bench/slurm.py (slurmctld slurmd
 # slurm-client munge; their services are not started: the tests start the daemons).
-LZ_DEB_PACKAGES="gcc make libc6-dev libxxhash-dev libzstd-dev liblz4-dev python3 python3-pytest util-linux procps fio xfsprogs e2fsprogs slurmctld slurmd slurm-client munge"
+LZ_DEB_PACKAGES="gcc make pkg-config libc6-dev libxxhash-dev libzstd-dev liblz4-dev libcurl4-openssl-dev libssl-dev libxml2-dev python3 python3-pytest util-linux procps fio xfsprogs e2fsprogs slurmctld slurmd slurm-client munge"
 
 lz_pkg_installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
@@ -38,6 +39,24 @@ lz_install_deps() {
     # shellcheck disable=SC2086  # word splitting of the package list is intended
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
+}
+
+# The remote store's tests run a real S3 server, versitygw (tests/s3server.py):
+# built with Go's own tool if it is not there (about 3 minutes; Debian 12's Go
+# is too old for it, so a Go of 1.21 or later must be on PATH or in
+# /usr/local/go).  Without either, those tests are skipped and say why.
+LZ_VERSITYGW="github.com/versity/versitygw/cmd/versitygw@v1.8.0"
+lz_install_versitygw() {
+    if command -v versitygw >/dev/null 2>&1 || [ -x "$HOME/go/bin/versitygw" ]; then
+        return 0
+    fi
+    go=$(command -v go || echo /usr/local/go/bin/go)
+    if [ ! -x "$go" ]; then
+        echo "deps: no Go toolchain: versitygw not installed, the remote-store tests will be skipped" >&2
+        return 0
+    fi
+    echo "deps: go install $LZ_VERSITYGW" >&2
+    "$go" install "$LZ_VERSITYGW" || echo "deps: versitygw could not be built; the remote-store tests will be skipped" >&2
 }
 
 # What setup.sh and test.sh both start with: the packages, then the build.

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 . scripts/deps.sh
 
 lz_install_and_build
+lz_install_versitygw
 rc=0
 if [ "$#" -eq 0 ]; then
     # test_slurm.py spends its ~8 minutes mostly waiting for Slurm (a requeued

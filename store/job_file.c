@@ -98,6 +98,13 @@ int lz_job_read(const char *dir, struct lz_job *job)
         else if (!strcmp(line, "failed_why")) snprintf(job->failed_why, sizeof job->failed_why, "%s", eq);
         else if (!strcmp(line, "command")) snprintf(job->command, sizeof job->command, "%s", eq);
         else if (!strcmp(line, "command_hash")) job->command_hash = strtoull(eq, NULL, 16);
+        else if (!strcmp(line, "remote")) snprintf(job->remote, sizeof job->remote, "%s", eq);
+        else if (!strcmp(line, "remote_endpoint")) snprintf(job->remote_endpoint, sizeof job->remote_endpoint, "%s", eq);
+        else if (!strcmp(line, "remote_ca")) snprintf(job->remote_ca, sizeof job->remote_ca, "%s", eq);
+        else if (!strcmp(line, "remote_addressing")) snprintf(job->remote_addressing, sizeof job->remote_addressing, "%s", eq);
+        else if (!strcmp(line, "remote_insecure")) job->remote_insecure = atoi(eq) != 0;
+        else if (!strcmp(line, "keep_remote")) lz_parse_u64(eq, &job->keep_remote);
+        else if (!strcmp(line, "journal_dir")) snprintf(job->journal_dir, sizeof job->journal_dir, "%s", eq);
         else if (!strcmp(line, "exclude")) {
             size_t have = strlen(job->excludes);
             if (have + strlen(eq) + 2 < sizeof job->excludes)
@@ -139,6 +146,20 @@ int lz_job_write(const char *dir, const struct lz_job *job)
         char command[sizeof job->command];
         one_line(command, sizeof command, job->command);
         n += snprintf(buf + n, sizeof buf - (size_t)n, "command=%s\ncommand_hash=%016" PRIx64 "\n", command, job->command_hash);
+    }
+    if (*job->remote) {
+        char r[sizeof job->remote], e[sizeof job->remote_endpoint], ca[sizeof job->remote_ca], a[sizeof job->remote_addressing];
+        one_line(r, sizeof r, job->remote);
+        one_line(e, sizeof e, job->remote_endpoint);
+        one_line(ca, sizeof ca, job->remote_ca);
+        one_line(a, sizeof a, job->remote_addressing);
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "remote=%s\nremote_endpoint=%s\nremote_ca=%s\nremote_addressing=%s\n"
+                      "remote_insecure=%d\nkeep_remote=%" PRIu64 "\n", r, e, ca, a, job->remote_insecure, job->keep_remote);
+    }
+    if (*job->journal_dir) {
+        char jd[sizeof job->journal_dir];
+        one_line(jd, sizeof jd, job->journal_dir);
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "journal_dir=%s\n", jd);
     }
     for (const char *p = job->excludes; *p && n < (int)sizeof buf - 1;) {
         const char *q = strchr(p, '\n');

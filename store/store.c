@@ -52,9 +52,30 @@ void lz_ckpt_path(char *buf, size_t len, const char *dir, uint64_t index)
     snprintf(buf, len, "%s/" LZ_CKPT_PREFIX "%06" PRIu64, dir, index);
 }
 
+void lz_journal_home(char *out, size_t len, const char *dir)
+{
+    struct lz_job job;
+    char id[33];
+    if (lz_job_read(dir, &job) == 0 && *job.journal_dir) {
+        lz_job_id_text(id, job.id);
+        snprintf(out, len, "%s/%s", job.journal_dir, id);
+    } else {
+        snprintf(out, len, "%s", dir);
+    }
+}
+
 void lz_jrnl_path(char *buf, size_t len, const char *dir, uint64_t index)
 {
-    snprintf(buf, len, "%s/" LZ_JRNL_PREFIX "%06" PRIu64, dir, index);
+    char home[LZ_PATH_MAX];
+    lz_journal_home(home, sizeof home, dir);
+    snprintf(buf, len, "%s/" LZ_JRNL_PREFIX "%06" PRIu64, home, index);
+}
+
+void lz_journal_path(char *buf, size_t len, const char *dir, uint64_t index, int is_jrnl)
+{
+    char home[LZ_PATH_MAX];
+    lz_journal_home(home, sizeof home, dir);
+    snprintf(buf, len, "%s/%s%06" PRIu64, home, is_jrnl ? LZ_JRNL_PREFIX : LZ_CKPT_PREFIX, index);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -110,7 +131,9 @@ int lz_store_list(const char *dir, uint64_t **out) { return list_entries(dir, ou
 
 int lz_store_list_journals(const char *dir, uint64_t **idx, int **is_jrnl)
 {
-    return list_entries(dir, idx, is_jrnl);
+    char home[LZ_PATH_MAX];
+    lz_journal_home(home, sizeof home, dir);
+    return list_entries(home, idx, is_jrnl);
 }
 
 /* N of "tmp.N.PID", the directory a checkpoint's write leaves; 0 for any
@@ -158,7 +181,7 @@ static void prune_journal(int dfd, const char *name)
     closedir(d);
 }
 
-void lz_store_cleanup_tmp(const char *dir)
+static void cleanup_tmp(const char *dir)
 {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) return;
@@ -217,6 +240,37 @@ void lz_store_cleanup_tmp(const char *dir)
     close(dfd);
 }
 
+/* With a journal home of its own: a checkpoint's journal there whose
+ * checkpoint never committed in DIR (the commit renames the journal first)
+ * is the journal of a failed checkpoint, jrnl.N. */
+static void reconcile_journals(const char *dir, const char *home)
+{
+    uint64_t *v;
+    int *jr;
+    int n = list_entries(home, &v, &jr);
+    for (int i = 0; i < n; i++) {
+        char ck[LZ_PATH_MAX + 64], from[LZ_PATH_MAX + 64], to[LZ_PATH_MAX + 64];
+        struct stat st;
+        lz_ckpt_path(ck, sizeof ck, dir, v[i]);
+        if (jr[i] || stat(ck, &st) == 0) continue;
+        lz_ckpt_path(from, sizeof from, home, v[i]);
+        snprintf(to, sizeof to, "%s/" LZ_JRNL_PREFIX "%06" PRIu64, home, v[i]);
+        if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) lz_fsync_dir(home);
+    }
+    if (n >= 0) { free(v); free(jr); }
+}
+
+void lz_store_cleanup_tmp(const char *dir)
+{
+    cleanup_tmp(dir);
+    char home[LZ_PATH_MAX];
+    lz_journal_home(home, sizeof home, dir);
+    if (strcmp(home, dir)) {
+        cleanup_tmp(home);
+        reconcile_journals(dir, home);
+    }
+}
+
 /* Hands the saved-bytes file of a checkpoint or journal being removed to the next
  * interval (LZ_SPARE), if a slot is free and it is worth it. */
 static void recycle_data(int dfd, const char *ckname)
@@ -231,7 +285,16 @@ static void recycle_data(int dfd, const char *ckname)
     }
 }
 
+static void drop_spares(const char *dir);
 void lz_store_drop_spares(const char *dir)
+{
+    drop_spares(dir);
+    char home[LZ_PATH_MAX];
+    lz_journal_home(home, sizeof home, dir);
+    if (strcmp(home, dir)) drop_spares(home);
+}
+
+static void drop_spares(const char *dir)
 {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) return;
@@ -273,18 +336,23 @@ static int remove_entry(const char *dir, const char *from_name, const char *to_n
 
 static int remove_ckpt(const char *dir, uint64_t index)
 {
-    char from[64], to[64];
+    char from[64], to[64], home[LZ_PATH_MAX];
     snprintf(from, sizeof from, LZ_CKPT_PREFIX "%06" PRIu64, index);
     snprintf(to, sizeof to, LZ_TMP_PREFIX "%06" PRIu64 ".removing", index);
-    return remove_entry(dir, from, to);
+    lz_journal_home(home, sizeof home, dir);
+    int rc = remove_entry(dir, from, to);
+    /* its journal, in a journal home of its own: after the checkpoint (a journal is never needed without it) */
+    if (rc == 0 && strcmp(home, dir)) remove_entry(home, from, to);
+    return rc;
 }
 
 int lz_jrnl_remove(const char *dir, uint64_t index)
 {
-    char from[64], to[64];
+    char from[64], to[64], home[LZ_PATH_MAX];
     snprintf(from, sizeof from, LZ_JRNL_PREFIX "%06" PRIu64, index);
     snprintf(to, sizeof to, LZ_TMP_PREFIX "%06" PRIu64 ".jrnl.removing", index);
-    return remove_entry(dir, from, to);
+    lz_journal_home(home, sizeof home, dir);
+    return remove_entry(home, from, to);
 }
 
 int lz_gc_lock(const char *dir)
@@ -344,6 +412,12 @@ void lz_store_clear_data(const char *dir)
 
 void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest, uint64_t run_first)
 {
+    lz_store_retain_but(dir, keep, newest, run_first, NULL, 0);
+}
+
+void lz_store_retain_but(const char *dir, uint64_t keep, uint64_t newest, uint64_t run_first, const uint64_t *protect,
+                         size_t nprotect)
+{
     char path[LZ_PATH_MAX + 64], why[LZ_PATH_MAX + 600];
     struct lz_image img;
     uint64_t parent = 0;
@@ -363,8 +437,11 @@ void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest, uint64_t r
             if (v[i] > parent && v[i] < run_first) { remove_ckpt(dir, v[i]); v[i] = 0; }
     size_t live = 0;
     for (int i = 0; i < n; i++) live += v[i] != 0;
-    for (int i = 0; i < n && live > keep && keep > 0; i++)
-        if (v[i] && v[i] != newest) { remove_ckpt(dir, v[i]); v[i] = 0; live--; }
+    for (int i = 0; i < n && live > keep && keep > 0; i++) {
+        int kept = 0;
+        for (size_t k = 0; k < nprotect; k++) kept |= protect[k] == v[i];
+        if (v[i] && v[i] != newest && !kept) { remove_ckpt(dir, v[i]); v[i] = 0; live--; }
+    }
     uint64_t oldest = 0; /* of the checkpoints kept */
     for (int i = 0; i < n && !oldest; i++) oldest = v[i];
     free(v);

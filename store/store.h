@@ -30,6 +30,17 @@ struct lz_job {
                           * 0/1/2 are the job's; `stdio=launcher` (default): the launcher's */
     int tcp_refuse;      /* `tcp=refuse` (run --tcp=refuse): a TCP connection to outside fails the
                           * checkpoint; `tcp=reset` (default): it comes back reset */
+    /* the remote store each checkpoint is flushed to (run --remote; ARCHITECTURE.md,
+     * "Remote store"): its URL and how to reach it, never a secret */
+    char remote[512];        /* "s3://BUCKET/PREFIX", "" = none */
+    char remote_endpoint[512]; /* --endpoint ("" = AWS_ENDPOINT_URL or AWS's) */
+    char remote_ca[512];     /* --ca-file */
+    char remote_addressing[16]; /* "path", "virtual", "" = by the endpoint */
+    int remote_insecure;     /* --insecure */
+    uint64_t keep_remote;    /* --keep-remote N, 0 = all */
+    /* run --journal-dir: where the file journals live (the JOB subdirectory of it), so that
+     * they survive the machine when it is on the file system of the job's files; "" = in DIR */
+    char journal_dir[512];
     /* the last checkpoint that failed (shown by `list` while no later one succeeded) */
     uint64_t failed_index;
     int64_t failed_ns;   /* CLOCK_REALTIME */
@@ -68,6 +79,14 @@ void lz_store_cleanup_tmp(const char *dir);
  * which (both malloc'ed); the file journals a rollback applies.  -1 on error. */
 int lz_store_list_journals(const char *dir, uint64_t **idx, int **is_jrnl);
 void lz_jrnl_path(char *buf, size_t len, const char *dir, uint64_t index);
+/* The journals' home: DIR itself, or JOURNAL_DIR/JOB when the job was run
+ * with --journal-dir (DIR/job says so).  There, like in DIR, ckpt.N/ holds
+ * the journal of the interval after checkpoint N, jrnl.N/ a failed one's,
+ * tmp.N.PID/ one being made; every function here that lists, removes or
+ * cleans up journals works there.  The journal directory of index N
+ * (ckpt.N or, is_jrnl, jrnl.N) in it: */
+void lz_journal_home(char *out, size_t len, const char *dir);
+void lz_journal_path(char *buf, size_t len, const char *dir, uint64_t index, int is_jrnl);
 
 /* Deletes what no retained checkpoint references: packs/pack.N (N at most
  * the newest checkpoint's index: newer ones may be being written), holes
@@ -86,6 +105,9 @@ void lz_store_drop_spares(const char *dir);
  * an abandoned branch (index > parent of `newest`, < run_first, the first
  * index this run of the job could take). */
 void lz_store_retain(const char *dir, uint64_t keep, uint64_t newest, uint64_t run_first);
+/* The same, never dropping the checkpoints in protect[] (being flushed to the remote store). */
+void lz_store_retain_but(const char *dir, uint64_t keep, uint64_t newest, uint64_t run_first, const uint64_t *protect,
+                         size_t nprotect);
 
 /* Holds flock on DIR/lock; returns the fd or -1 (errno EWOULDBLOCK if busy). */
 int lz_store_lock(const char *dir);
