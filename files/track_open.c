@@ -78,6 +78,8 @@ long trk_open_interval_at(struct interval *v, long dfd, int spare, int adopt, ui
     v->log_off = trk_scan_log(v, v->log_fd, log_hint, &data_end);
     struct stat ds;
     if (v->data_fd < 0 || lz_sc2(SYS_fstat, v->data_fd, &ds) < 0) ds.st_size = 0;
+    v->dsize0 = (uint64_t)ds.st_size; /* what the data window may grow it past (track_data.c) */
+    v->dgrown = 0;
     if (recycled) v->data_off = data_end;
     else if (adopt) v->data_off = data_end > data_hint ? data_end : data_hint;
     else v->data_off = ((uint64_t)ds.st_size + 4095) & ~4095ull;
@@ -157,6 +159,7 @@ long trk_journal(struct interval *v)
     if (r < 0) {
         int fds[4] = {v->log_fd, v->keep_fd, v->data_fd, v->dir_fd};
         for (int i = 0; i < 4; i++) if (fds[i] >= 0) lz_sc1(SYS_close, fds[i]);
+        trk_data_drop(v);
         if (v->lwin) trk_win_drop(v->lwin, LOG_WIN);
         v->lwin = NULL;
         v->log_fd = v->keep_fd = v->data_fd = v->dir_fd = -1;
