@@ -54,7 +54,7 @@ static long map_window(struct interval *v, uint64_t base, uint64_t len)
  * writable up to DATA_AHEAD past them), or NULL: then with pwrite. */
 char *trk_data_at(struct interval *v, uint64_t n)
 {
-    if (trk_E.machine || n > DATA_WIN) return NULL;
+    if (trk_E.machine || v->dfail || n > DATA_WIN) return NULL;
     uint64_t o = v->data_off;
     if (!v->dwin || o < v->dbase || o + n > v->dbase + v->dlen) {
         /* a window starts small and doubles, up to DATA_WIN: a process that
@@ -62,13 +62,22 @@ char *trk_data_at(struct interval *v, uint64_t n)
         uint64_t len = v->dwin ? v->dlen * 2 : DATA_WIN_MIN;
         if (len > DATA_WIN) len = DATA_WIN;
         while (len < n) len *= 2;
-        if (map_window(v, o, len) < 0) return NULL;
+        long r = map_window(v, o, len);
+        if (r < 0) {
+            if (r != -ENOSPC && r != -EDQUOT && r != -EINTR) v->dfail = 1; /* no window here: not tried again */
+            return NULL;
+        }
     }
     if (o + n > v->dpop) {
         uint64_t from = o > v->dpop ? o : v->dpop, to = o + n + DATA_AHEAD, end = v->dbase + v->dlen;
         if (to > end) to = end;
         long r = lz_sc3(SYS_madvise, (long)(v->dwin + (from - v->dbase)), to - from, MADV_POPULATE_WRITE);
-        if (r < 0 && r != -EINTR && r != -EAGAIN) { trk_data_drop(v); return NULL; }
+        /* (EINTR, EAGAIN: the pread makes its pages writable itself) */
+        if (r < 0 && r != -EINTR && r != -EAGAIN) {
+            if (r == -EINVAL) v->dfail = 1; /* a kernel before 5.14 */
+            trk_data_drop(v);
+            return NULL;
+        }
         if (r == 0) v->dpop = to;
     }
     return v->dwin + (o - v->dbase);

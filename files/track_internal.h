@@ -93,6 +93,7 @@ struct interval {
     char *dwin;                      /* the window of files.data (track_data.c), or NULL */
     uint64_t dbase, dlen, dpop;      /* its first byte's file offset, its length, the end of its writable pages */
     uint64_t dsize0, dgrown;         /* files.data's size when opened; the end the windows allocated to */
+    int dfail;                       /* no window to be had this interval: pwrite */
     int touched;       /* anything recorded (for machine durability) */
     char *sm;          /* the job's map of saved blocks of this interval (track_shared.c), or NULL */
     int sm_state;      /* 0 not tried, 1 mapped, -1 not to be had */
@@ -126,7 +127,8 @@ struct trk_engine {
 extern struct trk_engine trk_E;
 
 extern char *trk_databuf;    /* FJ_DATA_MAX bytes, for copying saved content */
-extern char *trk_engine_mem; /* [arena 0 | arena 1 | descriptor table + data buffer | log windows], one mapping */
+extern char *trk_engine_mem; /* [arena 0 | arena 1 | descriptor table + data buffer | log windows | maps of saved
+                              * blocks | data windows], one mapping */
 
 /* ---------------------------------------------------------------- helpers */
 

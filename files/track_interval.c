@@ -15,7 +15,7 @@ struct trk_engine trk_E; /* track_internal.h */
 
 char *trk_databuf; /* FJ_DATA_MAX bytes, for copying saved content */
 
-char *trk_engine_mem; /* [arena 0 | arena 1 | descriptor table + data buffer | log windows], one mapping */
+char *trk_engine_mem; /* track_internal.h */
 
 /* ---------------------------------------------------------------- signals held off */
 
@@ -74,6 +74,7 @@ static int map_memory(void)
         trk_E.iv[i].lwin = NULL;
         trk_E.iv[i].dwin = NULL;
         trk_E.iv[i].dbase = trk_E.iv[i].dlen = trk_E.iv[i].dpop = trk_E.iv[i].dsize0 = trk_E.iv[i].dgrown = 0;
+        trk_E.iv[i].dfail = 0;
         trk_E.iv[i].wlen = LOG_WIN;
         trk_E.iv[i].touched = 0;
         trk_E.iv[i].mv = NULL; trk_E.iv[i].nmv = trk_E.iv[i].capmv = 0;
@@ -145,6 +146,7 @@ static void iv_close(struct interval *v, int trim)
     if (trim) { trk_seal_log(v); trk_data_trim(v); }
     trk_data_drop(v);
     v->dsize0 = v->dgrown = 0;
+    v->dfail = 0;
     if (v->lwin) trk_win_drop(v->lwin, LOG_WIN);
     v->lwin = NULL;
     if (v->log_fd >= 0) lz_sc1(SYS_close, v->log_fd);
