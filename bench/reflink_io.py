@@ -95,7 +95,7 @@ def write_file(path, size):
         os.fsync(f.fileno())
 
 
-def fileio(args, prog, data, lazarus, env_extra, ops=None, floor=None):
+def fileio(args, prog, data, lazarus, env_extra, ops=None, floor=None, build=None):
     # the same file for every run: reflinks (and the copy-on-write of the
     # overwrites that follow them) leave it in single-block extents, on which
     # even the native overwrite is several times slower
@@ -105,7 +105,7 @@ def fileio(args, prog, data, lazarus, env_extra, ops=None, floor=None):
     store = os.path.join(os.path.dirname(data), "store")
     shutil.rmtree(store, ignore_errors=True)
     if lazarus:
-        cmd = [args.lazarus, "run", "-i", "1", "-d", store, "--"] + cmd
+        cmd = [build or args.lazarus, "run", "-i", "1", "-d", store, "--"] + cmd
     env = dict(os.environ, **env_extra)
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     m = RESULT_RE.search(p.stdout)
@@ -172,6 +172,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--file-mib", type=int, default=1024)
     ap.add_argument("--image-gib", type=int, default=12)
+    ap.add_argument("--baseline", metavar="LAZARUS",
+                    help="another build's lazarus, run on the random overwrites in every repetition too")
     ap.add_argument("--only", default="randwrite,reflink,truncate",
                     help="comma-separated: randwrite (copies), reflink (every block a reflink), truncate")
     store_options(ap, "reflink_io", "directory for the XFS image")
@@ -202,6 +204,10 @@ def main():
                 rl = rsec * ops / max(rops, 1)
             r = {"ops": ops, "native_s": nat, "copy_s": cp, "floor_s": fl, "reflink_s": rl,
                  "native_cpu": natc, "copy_cpu": cpc, "floor_cpu": flc, "load": os.getloadavg()[0]}
+            if args.baseline:
+                _, r["base_s"], r["base_cpu"] = fileio(args, prog, data, True, {}, ops, build=args.baseline)
+                log(f"  baseline {args.baseline}: {r['base_s']:.2f} s ({r['base_s'] / nat:.2f}), "
+                    f"CPU {r['base_cpu']:.2f} s ({r['base_cpu'] / natc:.2f})")
             results["randwrite"].append(r)
             log(f"randwrite rep {rep + 1}: {ops} ops, native {nat:.2f} s, lazarus {cp:.2f} s ({cp / nat:.2f}), "
                 f"floor {fl:.2f} s ({fl / nat:.2f}), every block reflinked {rl:.2f} s ({rl / nat:.2f}); "
@@ -238,6 +244,10 @@ def main():
     print(f"  the program's CPU time (user + system, the timed loop): lazarus / native {cpu_cp:.2f} "
           f"({each('copy_cpu', 'native_cpu')}), floor / native {cpu_fl:.2f} ({each('floor_cpu', 'native_cpu')}); "
           f"load {loads}")
+    if args.baseline:
+        print(f"  baseline {args.baseline}: ratio {statistics.median(r['base_s'] / r['native_s'] for r in rw):.2f} "
+              f"({each('base_s')}), CPU {statistics.median(r['base_cpu'] / r['native_cpu'] for r in rw):.2f} "
+              f"({each('base_cpu', 'native_cpu')})")
     print(f"  every saved block a reflink (LAZARUS_CLONE_MIN=4096): {med('reflink_s', rw):.2f} s, ratio {ratio_rl:.2f}")
     if tr:
         print(f"truncate -s 0 of a clean {args.file_mib} MiB file after a checkpoint:")
