@@ -78,11 +78,19 @@ long trk_open_interval_at(struct interval *v, long dfd, int spare, int adopt, ui
     v->log_off = trk_scan_log(v, v->log_fd, log_hint, &data_end);
     struct stat ds;
     if (v->data_fd < 0 || lz_sc2(SYS_fstat, v->data_fd, &ds) < 0) ds.st_size = 0;
-    v->dsize0 = (uint64_t)ds.st_size; /* what the data window may grow it past (track_data.c) */
-    v->dgrown = 0;
     if (recycled) v->data_off = data_end;
     else if (adopt) v->data_off = data_end > data_hint ? data_end : data_hint;
     else v->data_off = ((uint64_t)ds.st_size + 4095) & ~4095ull;
+    /* what the data windows may grow it past and cut it back to (track_data.c):
+     * its size, but after an exec of a process other than the program (whose
+     * files.data may be a spare), the bytes its records use: the rest is the
+     * window the image before allocated ahead */
+    v->dsize0 = (uint64_t)ds.st_size;
+    v->dgrown = 0;
+    if (adopt && !trk_E.main && v->data_off < v->dsize0) {
+        v->dgrown = v->dsize0;
+        v->dsize0 = v->data_off;
+    }
     v->wlen = trk_E.main ? LOG_WIN : LOG_WIN_MIN;
     if (trk_E.machine && (r = lz_sc1(SYS_fsync, dfd)) < 0) return r; /* its entries, before any record counts */
     if (!trk_E.machine) {

@@ -9,13 +9,16 @@ written after them.  What this must keep true:
 - a program overwriting random 4 KiB blocks of a 64 MiB file, a forked child
   overwriting others in the same intervals (its own journal: the parent's
   window must not be written by it), under `-k 2` (dropped journals' files.data
-  recycled, stale bytes past the records), the whole job SIGKILLed at a
+  recycled, stale bytes past the records), the child going on in a new image
+  after an exec (the same journal, after a window the image before allocated
+  ahead), the whole job SIGKILLed at a
   random instant while it saves (a window half used, pages made writable
   ahead and not yet used): `restart --at` each kept checkpoint gives the
   file of that checkpoint back exactly, seen by the program and from outside
   [root, user];
-- a process that ends normally leaves its files.data no longer than the
-  bytes its records use (the window allocated ahead is cut off), and a whole
+- a process that ends normally (also after an exec) leaves its files.data no
+  longer than the bytes its records use (the window allocated ahead is cut
+  off), and a whole
   job that finished restarts from its first checkpoint with `--force`
   exactly [root, user].
 """
@@ -34,8 +37,15 @@ from test_tree_programs import kill_job
 PY = "/usr/bin/python3"
 BLOCKS = 16384  # 64 MiB
 
+EXECED = ("import os, random, sys\n"
+          "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+          "r = random.Random(int(sys.argv[3]) + 7)\n"
+          "for _ in range(20):\n"
+          "    os.pwrite(fd, r.randbytes(4096), r.randrange(int(sys.argv[2])) * 4096)\n")
+
 PROG = r'''
 import ctypes, hashlib, os, random, signal, sys
+EXECED = %r
 lib = ctypes.CDLL(sys.argv[1])
 lib.lazarus_checkpoint.argtypes = [ctypes.POINTER(ctypes.c_ulonglong)]
 path, nblocks, rounds, seed = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
@@ -58,7 +68,9 @@ for k in range(rounds):
     pid = os.fork()
     if pid == 0:
         overwrite(300 + 50 * k, random.Random(seed * 100 + k))
-        sys.exit(0)   # (exit: its journal is sealed, files.data cut)
+        # the same process goes on in a new image, with the same journal (after
+        # the bytes its records use, a window allocated ahead past them)
+        os.execv(sys.executable, [sys.executable, "-c", EXECED, path, str(nblocks), str(seed * 100 + k)])
     overwrite(nblocks // 3, rnd)
     os.waitpid(pid, 0)
     overwrite(100, rnd)
@@ -75,7 +87,7 @@ def start(runner, name, seed, rounds, *, until_killed):
     runner.touch(big)  # (owned by the runner's identity)
     big.chmod(0o666)
     prog = work / "prog.py"
-    prog.write_text(PROG)
+    prog.write_text(PROG % EXECED)
     store = runner.base / f"store-{name}"
     args = [PY, "-B", prog, LIBDIR / "liblazarus.so", big, BLOCKS, rounds, seed] + (["forever"] if until_killed else [])
     return big, store, runner.start_lz("run", "-d", store, "-i", "0", "-k", "2", "--", *args)
