@@ -56,6 +56,7 @@ RT_SRC := \
 	files/track_log.c \
 	files/track_tables.c \
 	files/track_fds.c \
+	files/track_data.c \
 	files/track_names.c \
 	files/track_streams.c \
 	files/track_maps.c \

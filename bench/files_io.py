@@ -67,16 +67,19 @@ WORKLOADS = [
     ("randwrite", "random overwrite 4 KiB pwrite", 2.5, "fileio", "randwrite", 4096),
     ("randwrite_k1", "  same, -k 1 (one checkpoint kept)", None, "fileio", "randwrite", 4096),
     ("randwrite_machine", "  same, --durability machine (*)", None, "fileio", "randwrite", 4096),
+    # not lazarus: the floor of any undo kept in a file, native plus a copy of
+    # each old block into a shared mapping made ready beforehand (fileio -f)
+    ("randwrite_floor", "  floor: native + a 4 KiB copy per op", None, "fileio", "randwrite", 4096),
 ]
 
 # Workloads whose runs last well under a second: --short-pairs native/lazarus pairs
 # per repetition; randwrite (slow, and steady): one; the others --pairs.
 SHORT = ("append_1m", "append_4k", "fwrite_16")
-SINGLE = ("randwrite", "randwrite_k1", "randwrite_machine")
+SINGLE = ("randwrite", "randwrite_k1", "randwrite_machine", "randwrite_floor")
 # Only the overwrites need the warm-up: no undo is kept before the first checkpoint.
-WARM = ("randwrite", "randwrite_k1", "randwrite_machine")
+WARM = ("randwrite", "randwrite_k1", "randwrite_machine", "randwrite_floor")
 
-RESULT_RE = re.compile(r"ops=(\d+) bytes=(\d+) seconds=([0-9.]+) t0_ns=(\d+) t1_ns=(\d+)")
+RESULT_RE = re.compile(r"ops=(\d+) bytes=(\d+) seconds=([0-9.]+) t0_ns=(\d+) t1_ns=(\d+)(?: cpu=([0-9.]+))?")
 
 
 def build(prog, outdir):
@@ -162,12 +165,14 @@ class Bench:
             return self.args.small_records
         return self.args.append_mib * MiB // w[5]
 
-    def command(self, w, ops=None, seconds=None, warmup=0.0):
+    def command(self, w, ops=None, seconds=None, warmup=0.0, floor=False):
         prog, mode, bs = w[3], w[4], w[5]
         if prog == "fileio":
             lim = ["-n", str(ops)] if ops else ["-t", str(seconds)]
             if warmup:
                 lim = ["-w", str(warmup)] + lim
+            if floor:
+                lim += ["-f", self.scratch]
             return [self.bin["fileio"]] + lim + [mode, self.data, str(bs)]
         return [self.bin["appender"], mode, self.out, str(bs), str(self.append_count(w))]
 
@@ -175,7 +180,9 @@ class Bench:
 
     def run(self, w, lazarus, store=None, ops=None, seconds=None, warmup=0.0):
         key = w[0]
-        cmd = self.command(w, ops, seconds, warmup)
+        floor = lazarus and key.endswith("_floor")   # the "lazarus" side of the floor is fileio -f
+        lazarus = lazarus and not floor
+        cmd = self.command(w, ops, seconds, warmup, floor)
         if lazarus:
             shutil.rmtree(store, ignore_errors=True)
             opts = (["--durability", "machine"] if key.endswith("_machine")
@@ -226,6 +233,10 @@ class Bench:
                                f"stdout: {out.strip()}\nstderr: {err.strip()}")
         res = {"ops": int(m.group(1)), "bytes": int(m.group(2)), "seconds": float(m.group(3)),
                "t0_ns": int(m.group(4)), "t1_ns": int(m.group(5)), "launch_ns": t_launch}
+        if m.group(6):
+            res["cpu"] = float(m.group(6))   # the program's CPU time in its timed loop
+        if floor:
+            rm(self.scratch)
         if lazarus:
             res.update(self.inspect(w, store, res, err))
             if asked is not None:
@@ -393,7 +404,7 @@ def main():
 
     for w in workloads:
         if w[3] == "fileio" and w[0] not in b.ops:
-            base = w[0].replace("_machine", "").replace("_k1", "")
+            base = w[0].replace("_machine", "").replace("_k1", "").replace("_floor", "")
             if base not in b.ops:
                 b.ops[base] = b.calibrate(next(x for x in WORKLOADS if x[0] == base))
             b.ops[w[0]] = b.ops[base]
@@ -454,6 +465,9 @@ def main():
                 fig[key]["lazarus_seconds"] = statistics.median(x["lazarus"]["seconds"] for x in pairs)
             log(f"  {key:18} native {nat['seconds']:.3f} s  lazarus {laz['seconds']:.3f} s  "
                 f"ratio {fig[key]['ratio']:.3f}  checkpoints {laz.get('checkpoints')}"
+                + (f"  CPU {nat['cpu']:.2f} s / {laz['cpu']:.2f} s, ratio {laz['cpu'] / nat['cpu']:.2f}"
+                   if nat.get("cpu") and laz.get("cpu") else "")
+                + f"  load {os.getloadavg()[0]:.1f}"
                 + (f"  (pairs: {' '.join(f'{x:.3f}' for x in fig[key]['pair_ratios'])})" if len(pairs) > 1 else ""))
             for line in laz.get("failed_checkpoints", []):
                 log(f"    {line}")

@@ -43,7 +43,7 @@ from ckpt_restart import ready_workdir, store_options
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MiB = 1 << 20
-RESULT_RE = re.compile(r"ops=(\d+) bytes=(\d+) seconds=([0-9.]+)")
+RESULT_RE = re.compile(r"ops=(\d+) bytes=(\d+) seconds=([0-9.]+).* cpu=([0-9.]+)")
 
 
 def log(msg):
@@ -95,23 +95,26 @@ def write_file(path, size):
         os.fsync(f.fileno())
 
 
-def fileio(args, prog, data, lazarus, env_extra, ops=None):
+def fileio(args, prog, data, lazarus, env_extra, ops=None, floor=None, build=None):
     # the same file for every run: reflinks (and the copy-on-write of the
     # overwrites that follow them) leave it in single-block extents, on which
     # even the native overwrite is several times slower
     write_file(data, args.file_mib * MiB)
-    cmd = [prog, "-w", "1.5"] + (["-n", str(ops)] if ops else ["-t", str(args.seconds)]) + ["randwrite", data, "4096"]
+    cmd = [prog, "-w", "1.5"] + (["-n", str(ops)] if ops else ["-t", str(args.seconds)]) + \
+          (["-f", floor] if floor else []) + ["randwrite", data, "4096"]
     store = os.path.join(os.path.dirname(data), "store")
     shutil.rmtree(store, ignore_errors=True)
     if lazarus:
-        cmd = [args.lazarus, "run", "-i", "1", "-d", store, "--"] + cmd
+        cmd = [build or args.lazarus, "run", "-i", "1", "-d", store, "--"] + cmd
     env = dict(os.environ, **env_extra)
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     m = RESULT_RE.search(p.stdout)
     if p.returncode or not m:
         sys.exit(f"bench: fileio failed ({p.returncode}): {p.stdout[-300:]} {p.stderr[-500:]}")
     shutil.rmtree(store, ignore_errors=True)
-    return int(m.group(1)), float(m.group(3))
+    if floor:
+        os.unlink(floor)
+    return int(m.group(1)), float(m.group(3)), float(m.group(4))
 
 
 TRUNC = r"""
@@ -169,6 +172,10 @@ def main():
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--file-mib", type=int, default=1024)
     ap.add_argument("--image-gib", type=int, default=12)
+    ap.add_argument("--baseline", metavar="LAZARUS",
+                    help="another build's lazarus, run on the random overwrites in every repetition too")
+    ap.add_argument("--only", default="randwrite,reflink,truncate",
+                    help="comma-separated: randwrite (copies), reflink (every block a reflink), truncate")
     store_options(ap, "reflink_io", "directory for the XFS image")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -183,16 +190,31 @@ def main():
     results = {"randwrite": [], "truncate": []}
     try:
         data = os.path.join(xfs.mnt, "data.bin")
+        only = set(args.only.split(","))
         for rep in range(args.reps):
-            ops, nat = fileio(args, prog, data, False, {})
-            _, cp = fileio(args, prog, data, True, {}, ops)
+            ops, nat, natc = fileio(args, prog, data, False, {})
+            _, cp, cpc = fileio(args, prog, data, True, {}, ops)
+            # the floor of any undo kept in a file: native, plus a copy of each
+            # old block into a shared mapping made ready beforehand (fileio -f)
+            _, fl, flc = fileio(args, prog, data, False, {}, ops, floor=os.path.join(xfs.mnt, "floor.bin"))
             # far slower: run for --seconds and extrapolate to the native run's ops
-            rops, rsec = fileio(args, prog, data, True, {"LAZARUS_CLONE_MIN": "4096"})
-            rl = rsec * ops / max(rops, 1)
-            r = {"ops": ops, "native_s": nat, "copy_s": cp, "reflink_s": rl}
+            rl = float("nan")
+            if "reflink" in only:
+                rops, rsec, _ = fileio(args, prog, data, True, {"LAZARUS_CLONE_MIN": "4096"})
+                rl = rsec * ops / max(rops, 1)
+            r = {"ops": ops, "native_s": nat, "copy_s": cp, "floor_s": fl, "reflink_s": rl,
+                 "native_cpu": natc, "copy_cpu": cpc, "floor_cpu": flc, "load": os.getloadavg()[0]}
+            if args.baseline:
+                _, r["base_s"], r["base_cpu"] = fileio(args, prog, data, True, {}, ops, build=args.baseline)
+                log(f"  baseline {args.baseline}: {r['base_s']:.2f} s ({r['base_s'] / nat:.2f}), "
+                    f"CPU {r['base_cpu']:.2f} s ({r['base_cpu'] / natc:.2f})")
             results["randwrite"].append(r)
             log(f"randwrite rep {rep + 1}: {ops} ops, native {nat:.2f} s, lazarus {cp:.2f} s ({cp / nat:.2f}), "
-                f"every block reflinked {rl:.2f} s ({rl / nat:.2f})")
+                f"floor {fl:.2f} s ({fl / nat:.2f}), every block reflinked {rl:.2f} s ({rl / nat:.2f}); "
+                f"CPU native {natc:.2f} s, lazarus {cpc:.2f} s ({cpc / natc:.2f}), floor {flc:.2f} s "
+                f"({flc / natc:.2f}); load {r['load']:.1f}")
+            if "truncate" not in only:
+                continue
             tn, _ = truncate_case(args, xfs, 0, False)
             tr, dr = truncate_case(args, xfs, 1 << 20, True)
             tc, dc = truncate_case(args, xfs, 0, True)
@@ -206,15 +228,32 @@ def main():
     med = lambda key, rows: statistics.median(r[key] for r in rows)
     ratio_cp = statistics.median(r["copy_s"] / r["native_s"] for r in rw)
     ratio_rl = statistics.median(r["reflink_s"] / r["native_s"] for r in rw)
+    ratio_fl = statistics.median(r["floor_s"] / r["native_s"] for r in rw)
+    each = lambda key, base="native_s": " ".join(f"{r[key] / r[base]:.2f}" for r in rw)
+    cpu_cp = statistics.median(r["copy_cpu"] / r["native_cpu"] for r in rw)
+    cpu_fl = statistics.median(r["floor_cpu"] / r["native_cpu"] for r in rw)
+    loads = " ".join(f"{r['load']:.1f}" for r in rw)
     tr = results["truncate"]
     print(f"random 4 KiB overwrites of a {args.file_mib} MiB file on XFS (reflink=1), -i 1:")
     print(f"  native {med('native_s', rw):.2f} s, lazarus {med('copy_s', rw):.2f} s, ratio {ratio_cp:.2f}  "
-          f"target <= 1.5  {'PASS' if ratio_cp <= 1.5 else 'FAIL'}")
+          f"target <= 1.5  {'PASS' if ratio_cp <= 1.5 else 'FAIL'}  "
+          f"({each('copy_s')})")
+    print(f"  floor (native + a 4 KiB copy per overwrite into a ready shared mapping, fileio -f): "
+          f"{med('floor_s', rw):.2f} s, ratio {ratio_fl:.2f} ({each('floor_s')}); "
+          f"lazarus / floor {ratio_cp / ratio_fl:.2f}")
+    print(f"  the program's CPU time (user + system, the timed loop): lazarus / native {cpu_cp:.2f} "
+          f"({each('copy_cpu', 'native_cpu')}), floor / native {cpu_fl:.2f} ({each('floor_cpu', 'native_cpu')}); "
+          f"load {loads}")
+    if args.baseline:
+        print(f"  baseline {args.baseline}: ratio {statistics.median(r['base_s'] / r['native_s'] for r in rw):.2f} "
+              f"({each('base_s')}), CPU {statistics.median(r['base_cpu'] / r['native_cpu'] for r in rw):.2f} "
+              f"({each('base_cpu', 'native_cpu')})")
     print(f"  every saved block a reflink (LAZARUS_CLONE_MIN=4096): {med('reflink_s', rw):.2f} s, ratio {ratio_rl:.2f}")
-    print(f"truncate -s 0 of a clean {args.file_mib} MiB file after a checkpoint:")
-    print(f"  native {med('native_s', tr) * 1e3:.1f} ms; reflinked {med('reflink_s', tr) * 1e3:.1f} ms, "
-          f"{med('reflink_disk', tr) / MiB:.1f} MiB written to the disk until synced; copied "
-          f"{med('copy_s', tr) * 1e3:.1f} ms, {med('copy_disk', tr) / MiB:.1f} MiB")
+    if tr:
+        print(f"truncate -s 0 of a clean {args.file_mib} MiB file after a checkpoint:")
+        print(f"  native {med('native_s', tr) * 1e3:.1f} ms; reflinked {med('reflink_s', tr) * 1e3:.1f} ms, "
+              f"{med('reflink_disk', tr) / MiB:.1f} MiB written to the disk until synced; copied "
+              f"{med('copy_s', tr) * 1e3:.1f} ms, {med('copy_disk', tr) / MiB:.1f} MiB")
     with open(os.path.join(args.workdir, "results.json"), "w") as f:
         json.dump({"args": vars(args), "results": results}, f, indent=1)
     sys.exit(0 if ratio_cp <= 1.5 else 1)

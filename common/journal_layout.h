@@ -14,7 +14,9 @@
 
 #define FJ_LOG "files.log"        /* the records (files/journal.h) */
 #define FJ_DATAFILE "files.data"  /* saved bytes, in whole 4 KiB pages at aligned offsets; may be a
-                                   * recycled spare (LZ_SPARE): bytes past the last DATA record mean nothing */
+                                   * recycled spare (LZ_SPARE), or hold a window allocated ahead by a
+                                   * process killed (files/track_data.c): bytes past the last DATA
+                                   * record mean nothing */
 #define FJ_KEEP "files.keep"      /* hard links to inodes whose names the job changed, <dev>.<ino> */
 #define FJ_PROC_PREFIX LZ_PROC_PREFIX /* proc.<pid>/: the journal of another process of the job, in
                                        * that process's part of the checkpoint */

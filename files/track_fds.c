@@ -162,7 +162,12 @@ static long save_run(struct interval *v, struct fj_ino *e, long rfd, uint64_t b,
     if ((r = trk_data_fd(v)) < 0) return r;
     /* the bytes first, whole pages, then the record that points at them */
     uint64_t padded = (n + 4095) & ~4095ull;
-    if (clone_run(v, e, rfd, o, n) < 0) {
+    const char *bytes = trk_databuf;
+    char *at;
+    if (clone_run(v, e, rfd, o, n) == 0) {
+    } else if (n == padded && (at = trk_data_at(v, n)) && read_full(rfd, at, n, o) == 0) {
+        bytes = at; /* read straight into files.data's page cache (track_data.c) */
+    } else {
         if ((r = read_full(rfd, trk_databuf, n, o)) < 0) return r;
         if (padded > n) memset(trk_databuf + n, 0, padded - n);
         for (uint64_t w = 0; w < padded;) {
@@ -173,7 +178,7 @@ static long save_run(struct interval *v, struct fj_ino *e, long rfd, uint64_t b,
         }
     }
     if (trk_E.machine && (r = lz_sc1(SYS_fdatasync, v->data_fd)) < 0) return r;
-    struct fj_data d = {e->dev, e->ino, o, v->data_off, n, XXH3_64bits(trk_databuf, n)};
+    struct fj_data d = {e->dev, e->ino, o, v->data_off, n, XXH3_64bits(bytes, n)};
     v->data_off += padded;
     if ((r = trk_jwrite(v, FJ_DATA, 0, &d, sizeof d, NULL, NULL, NULL, 0)) < 0) return r;
     for (uint64_t i = b; i < run; i++) e->bits[i / 64] |= 1ull << (i % 64);

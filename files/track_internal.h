@@ -17,6 +17,8 @@
  *                     at each checkpoint
  *   track_open.c      opening a journal, and making its pieces when first
  *                     needed
+ *   track_data.c      files.data written through a shared mapping, its
+ *                     pages made writable ahead of the saved bytes
  *   track_shared.c    the job's map of the blocks saved this interval, shared
  *                     by its processes
  *   track_interval.c  settings and the engine's memory, the interval's life
@@ -49,7 +51,14 @@
  * a sparse shared file per interval, mapped here. */
 #define SM_BYTES (128ull << 20)
 #define SM_SLOTS (1u << 16)      /* inodes in it (more: each process saves what its own tables say) */
-#define ENGINE_BYTES (2 * ARENA_BYTES + FDT_BYTES + 2 * LOG_WIN + 2 * SM_BYTES)
+/* files.data is filled through a shared mapping of it with process
+ * durability (track_data.c): a window of up to DATA_WIN bytes per interval
+ * (the first DATA_WIN_MIN, doubled as it fills), its pages made writable
+ * DATA_AHEAD bytes ahead of the saved bytes. */
+#define DATA_WIN (32ull << 20)
+#define DATA_WIN_MIN (64ull << 10)
+#define DATA_AHEAD (1ull << 20)
+#define ENGINE_BYTES (2 * ARENA_BYTES + FDT_BYTES + 2 * LOG_WIN + 2 * SM_BYTES + 2 * DATA_WIN)
 #define OWN_FD_BASE 960          /* the engine's descriptors live up here */
 #define MAX_EXCL 64
 #define MAX_INOS (1u << 20)      /* inodes changed in one interval */
@@ -81,6 +90,10 @@ struct interval {
     uint64_t nrec;                   /* records in the log (its END record counts them) */
     char *lwin;                      /* the log window (NULL: records go with pwritev) */
     uint64_t lbase, wlen;            /* file offset of its first byte, its length */
+    char *dwin;                      /* the window of files.data (track_data.c), or NULL */
+    uint64_t dbase, dlen, dpop;      /* its first byte's file offset, its length, the end of its writable pages */
+    uint64_t dsize0, dgrown;         /* files.data's size when opened; the end the windows allocated to */
+    int dfail;                       /* no window to be had this interval: pwrite */
     int touched;       /* anything recorded (for machine durability) */
     char *sm;          /* the job's map of saved blocks of this interval (track_shared.c), or NULL */
     int sm_state;      /* 0 not tried, 1 mapped, -1 not to be had */
@@ -114,7 +127,8 @@ struct trk_engine {
 extern struct trk_engine trk_E;
 
 extern char *trk_databuf;    /* FJ_DATA_MAX bytes, for copying saved content */
-extern char *trk_engine_mem; /* [arena 0 | arena 1 | descriptor table + data buffer | log windows], one mapping */
+extern char *trk_engine_mem; /* [arena 0 | arena 1 | descriptor table + data buffer | log windows | maps of saved
+                              * blocks | data windows], one mapping */
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -154,6 +168,12 @@ long trk_open_proc_dir(long at, long pid);
 long trk_journal(struct interval *v);
 long trk_keep_fd(struct interval *v);
 long trk_data_fd(struct interval *v);
+
+/* track_data.c */
+char *trk_data_area(struct interval *v);
+char *trk_data_at(struct interval *v, uint64_t n);
+void trk_data_drop(struct interval *v);
+void trk_data_trim(struct interval *v);
 
 /* track_tables.c */
 int trk_path_seen(struct interval *v, uint64_t h, int add);

@@ -15,7 +15,7 @@ struct trk_engine trk_E; /* track_internal.h */
 
 char *trk_databuf; /* FJ_DATA_MAX bytes, for copying saved content */
 
-char *trk_engine_mem; /* [arena 0 | arena 1 | descriptor table + data buffer | log windows], one mapping */
+char *trk_engine_mem; /* track_internal.h */
 
 /* ---------------------------------------------------------------- signals held off */
 
@@ -72,6 +72,9 @@ static int map_memory(void)
         trk_E.iv[i].log_fd = trk_E.iv[i].keep_fd = trk_E.iv[i].data_fd = trk_E.iv[i].dir_fd = -1;
         trk_E.iv[i].log_off = trk_E.iv[i].data_off = 0;
         trk_E.iv[i].lwin = NULL;
+        trk_E.iv[i].dwin = NULL;
+        trk_E.iv[i].dbase = trk_E.iv[i].dlen = trk_E.iv[i].dpop = trk_E.iv[i].dsize0 = trk_E.iv[i].dgrown = 0;
+        trk_E.iv[i].dfail = 0;
         trk_E.iv[i].wlen = LOG_WIN;
         trk_E.iv[i].touched = 0;
         trk_E.iv[i].mv = NULL; trk_E.iv[i].nmv = trk_E.iv[i].capmv = 0;
@@ -140,7 +143,10 @@ int fj_setup(const char *store, int machine, const char *excludes, int main_proc
  * fork child's copy of its parent's interval is not). */
 static void iv_close(struct interval *v, int trim)
 {
-    if (trim) trk_seal_log(v);
+    if (trim) { trk_seal_log(v); trk_data_trim(v); }
+    trk_data_drop(v);
+    v->dsize0 = v->dgrown = 0;
+    v->dfail = 0;
     if (v->lwin) trk_win_drop(v->lwin, LOG_WIN);
     v->lwin = NULL;
     if (v->log_fd >= 0) lz_sc1(SYS_close, v->log_fd);
@@ -269,11 +275,13 @@ void fj_after_fork(void)
      * log goes (it is a shared mapping), so do the child's copies of its fds */
     if (v->lwin) trk_win_drop(v->lwin, LOG_WIN);
     v->lwin = NULL;
+    trk_data_drop(v);
+    v->dsize0 = v->dgrown = 0;
     if (v->log_fd >= 0) lz_sc1(SYS_close, v->log_fd);
     if (v->keep_fd >= 0) lz_sc1(SYS_close, v->keep_fd);
     if (v->data_fd >= 0) lz_sc1(SYS_close, v->data_fd);
-    v->log_fd = v->keep_fd = v->data_fd = v->dir_fd = -1;
     v->log_off = v->data_off = 0;
+    v->log_fd = v->keep_fd = v->data_fd = v->dir_fd = -1;
     v->touched = 0;
     v->nrec = 0;
     if (torn) {
@@ -457,6 +465,7 @@ __attribute__((destructor)) static void fj_exit(void)
     if (!__atomic_exchange_n(&trk_E.lock, 1, __ATOMIC_ACQUIRE)) { /* (never wait for a lock at exit) */
         struct interval *v = &trk_E.iv[trk_E.cur];
         trk_seal_log(v);
+        trk_data_trim(v);
         if (v->lwin) {
             trk_win_drop(v->lwin, LOG_WIN);
             v->lwin = NULL; /* records of threads still running go with pwritev */

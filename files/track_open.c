@@ -81,6 +81,16 @@ long trk_open_interval_at(struct interval *v, long dfd, int spare, int adopt, ui
     if (recycled) v->data_off = data_end;
     else if (adopt) v->data_off = data_end > data_hint ? data_end : data_hint;
     else v->data_off = ((uint64_t)ds.st_size + 4095) & ~4095ull;
+    /* what the data windows may grow it past and cut it back to (track_data.c):
+     * its size, but after an exec of a process other than the program (whose
+     * files.data may be a spare), the bytes its records use: the rest is the
+     * window the image before allocated ahead */
+    v->dsize0 = (uint64_t)ds.st_size;
+    v->dgrown = 0;
+    if (adopt && !trk_E.main && v->data_off < v->dsize0) {
+        v->dgrown = v->dsize0;
+        v->dsize0 = v->data_off;
+    }
     v->wlen = trk_E.main ? LOG_WIN : LOG_WIN_MIN;
     if (trk_E.machine && (r = lz_sc1(SYS_fsync, dfd)) < 0) return r; /* its entries, before any record counts */
     if (!trk_E.machine) {
@@ -157,6 +167,7 @@ long trk_journal(struct interval *v)
     if (r < 0) {
         int fds[4] = {v->log_fd, v->keep_fd, v->data_fd, v->dir_fd};
         for (int i = 0; i < 4; i++) if (fds[i] >= 0) lz_sc1(SYS_close, fds[i]);
+        trk_data_drop(v);
         if (v->lwin) trk_win_drop(v->lwin, LOG_WIN);
         v->lwin = NULL;
         v->log_fd = v->keep_fd = v->data_fd = v->dir_fd = -1;

@@ -3,7 +3,7 @@
  * job in a child process, with helper threads and a pipe; under `lazarus run`
  * every checkpoint of it fails, so it cannot be measured there.)
  *
- *   fileio [-w WARMUP] [-n OPS | -t SECONDS] MODE FILE BS
+ *   fileio [-w WARMUP] [-n OPS | -t SECONDS] [-f FLOOR] MODE FILE BS
  *
  *   MODE seqread    pread() of BS bytes at 0, BS, 2*BS, ... wrapping at the
  *                   end of FILE                      (fio rw=read)
@@ -14,6 +14,12 @@
  *   MODE randwrite  the same with pwrite(), never extending FILE, no fsync
  *                   (fio rw=randwrite end_fsync=0)
  *
+ * -f FLOOR (randwrite): before each pwrite, copy the BS bytes it will
+ * overwrite from a read-only shared mapping of FILE into a shared mapping of
+ * FLOOR (made FILE's size, its pages allocated and made writable before the
+ * warm-up), one after the other: the floor of an undo that keeps the old
+ * bytes in a file (bench/reflink_io.py, files_io.py).
+ *
  * FILE must exist; its size rounded down to BS is used. With -w the same
  * loop first runs untimed for WARMUP seconds (so that the timed part starts
  * after the first checkpoint of `lazarus run -i 1`, in the steady state),
@@ -23,17 +29,20 @@
  * is opened before it).
  *
  * Prints one line:
- *   ops=N bytes=B seconds=S t0_ns=T0 t1_ns=T1
- * (T0, T1: CLOCK_REALTIME at the start and end of the timed region). Exit 0,
+ *   ops=N bytes=B seconds=S t0_ns=T0 t1_ns=T1 cpu=C
+ * (T0, T1: CLOCK_REALTIME at the start and end of the timed region; C: the
+ * process's CPU time in it, user and system: on a loaded machine a steadier
+ * figure than the wall time, which counts the waits for a CPU). Exit 0,
  * 1 on an I/O error, 2 on bad usage.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,7 +80,7 @@ static uint64_t rand_block(uint64_t i, uint64_t nblocks, unsigned bits)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: fileio [-w WARMUP] [-n OPS | -t SECONDS] "
+    fprintf(stderr, "usage: fileio [-w WARMUP] [-n OPS | -t SECONDS] [-f FLOOR] "
                     "seqread|randread|randwrite FILE BS\n");
     exit(2);
 }
@@ -80,9 +89,12 @@ int main(int argc, char **argv)
 {
     double seconds = 0, warmup = 0;
     unsigned long long ops = 0;
+    const char *floor_path = NULL;
     int opt;
-    while ((opt = getopt(argc, argv, "w:n:t:")) != -1) {
-        if (opt == 'w')
+    while ((opt = getopt(argc, argv, "w:n:t:f:")) != -1) {
+        if (opt == 'f')
+            floor_path = optarg;
+        else if (opt == 'w')
             warmup = strtod(optarg, NULL);
         else if (opt == 'n')
             ops = strtoull(optarg, NULL, 10);
@@ -115,6 +127,24 @@ int main(int argc, char **argv)
     while ((1ull << bits) < nblocks)
         bits++;
 
+    /* -f: the old bytes' copy, into pages ready for it */
+    const unsigned char *view = NULL;
+    unsigned char *floor = NULL;
+    if (floor_path) {
+        int ffd = open(floor_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+        if (!wr || ffd < 0 || posix_fallocate(ffd, 0, st.st_size) != 0) {
+            fprintf(stderr, "fileio: -f needs randwrite and a file it can make\n");
+            return 1;
+        }
+        view = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        floor = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, ffd, 0);
+        if (view == MAP_FAILED || floor == MAP_FAILED || madvise(floor, st.st_size, MADV_POPULATE_WRITE) != 0) {
+            perror("fileio: -f");
+            return 1;
+        }
+        close(ffd);
+    }
+
     unsigned char *buf = aligned_alloc(4096, (bs + 4095) / 4096 * 4096);
     if (!buf) {
         fprintf(stderr, "fileio: cannot allocate %zu bytes\n", bs);
@@ -130,13 +160,14 @@ int main(int argc, char **argv)
 
     /* Untimed warm-up, then the timed part, both through the same loop. */
     unsigned long long i = 0, first = 0;
-    double t0 = mono_s(), end = t0 + warmup;
+    double t0 = mono_s(), end = t0 + warmup, c0 = cpu_s();
     long long t0_ns = real_ns();
     for (int timed = warmup > 0 ? 0 : 1; timed < 2; timed++) {
         if (timed) {
             first = i;
             t0_ns = real_ns();
             t0 = mono_s();
+            c0 = cpu_s();
             end = t0 + seconds;
         }
         for (;; i++) {
@@ -146,6 +177,8 @@ int main(int argc, char **argv)
             off_t off = (off_t)(block * bs);
             ssize_t n;
             if (wr) {
+                if (floor)
+                    memcpy(floor + (i % nblocks) * bs, view + off, bs);
                 memcpy(buf, &i, sizeof i); /* every write differs */
                 n = pwrite(fd, buf, bs, off);
             } else {
@@ -164,11 +197,11 @@ int main(int argc, char **argv)
             }
         }
     }
-    double t1 = mono_s();
+    double t1 = mono_s(), c1 = cpu_s();
     long long t1_ns = real_ns();
     close(fd);
 
-    printf("ops=%llu bytes=%llu seconds=%.6f t0_ns=%lld t1_ns=%lld\n", i - first,
-           (i - first) * (unsigned long long)bs, t1 - t0, t0_ns, t1_ns);
+    printf("ops=%llu bytes=%llu seconds=%.6f t0_ns=%lld t1_ns=%lld cpu=%.6f\n", i - first,
+           (i - first) * (unsigned long long)bs, t1 - t0, t0_ns, t1_ns, c1 - c0);
     return fflush(stdout) == 0 ? 0 : 1;
 }
