@@ -31,8 +31,7 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import LIBDIR, SEED
-from test_tree_programs import kill_job
+from conftest import LIBDIR, SEED, kill_job
 
 PY = "/usr/bin/python3"
 BLOCKS = 16384  # 64 MiB
