@@ -34,6 +34,8 @@ RT_SRC := \
 	runtime/rt_dirty.c \
 	runtime/rt_map.c \
 	runtime/rt_plan.c \
+	runtime/rt_exclude.c \
+	runtime/rt_here.c \
 	runtime/rt_dedup.c \
 	runtime/rt_frames.c \
 	runtime/rt_packio.c \

@@ -40,6 +40,10 @@ struct cli_opts {
     int compact;           /* run --compact */
     int resume;            /* run --resume (resume.c) */
     int ckpt_signal;       /* --checkpoint-signal SIG (batch_slurm.c), 0 = not given */
+    int check_excl;        /* run --check-exclusions */
+    int no_incremental;    /* run --no-incremental */
+    int no_fork;           /* run --no-fork */
+    int have_mintime; uint64_t mintime_ms; /* run --mintime S */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* "1.2 GiB" */

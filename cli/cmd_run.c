@@ -1,4 +1,5 @@
-/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG] [--] PROGRAM [ARG...] */
+/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG]
+ *             [--mintime S] [--no-incremental] [--no-fork] [--check-exclusions] [--] PROGRAM [ARG...] */
 #include "cli.h"
 #include "store_admin.h"
 #include "util.h"
@@ -15,7 +16,8 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG] [--] PROGRAM [ARG...]\n"
+    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG]\n"
+    "       [--mintime S] [--no-incremental] [--no-fork] [--check-exclusions] [--] PROGRAM [ARG...]\n"
     "Run PROGRAM (an unmodified, dynamically linked program) under Lazarus and stay\n"
     "in the foreground as its supervisor; exit with its status (128+signal if killed).\n\n"
     "  -d DIR      checkpoint store (default ./lazarus.ckpt); refused if it holds an\n"
@@ -57,7 +59,18 @@ static const char help[] =
     "  --checkpoint-signal SIG\n"
     "              this signal to `lazarus` means: checkpoint now, then stop the program\n"
     "              (restartable).  Inside a Slurm job (SLURM_JOB_ID set) USR1 by default,\n"
-    "              and the job is requeued (`scontrol requeue`); see README.md \"Slurm\"\n";
+    "              and the job is requeued (`scontrol requeue`); see README.md \"Slurm\"\n"
+    "  --mintime S lazarus_checkpoint_here() (libckpt's checkpoint_here) takes a checkpoint\n"
+    "              only when S seconds (\"0.5\" allowed) passed since the last (default 0)\n"
+    "  --no-incremental\n"
+    "              every checkpoint stores all the program's memory anew: no dirty\n"
+    "              tracking, no reference to earlier checkpoints' pages (except memory\n"
+    "              the program declared read-only); for comparisons\n"
+    "  --no-fork   the program waits while its checkpoint is written (no writer process)\n"
+    "  --check-exclusions\n"
+    "              a write into memory the program declared read-only (lazarus_exclude,\n"
+    "              exclude_bytes) is named on stderr and its pages stored after all\n"
+    "A .ckptrc in the current directory (libckpt's keywords) is read first; options win.\n";
 
 pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 {
@@ -98,10 +111,25 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     _exit(127);
 }
 
+/* The user-directed settings, for the runtime to read at its start (a
+ * restarted process keeps them in its memory). */
+static int run_user_env(const struct cli_opts *o)
+{
+    char num[32];
+    if (o->check_excl) setenv("LAZARUS_CHECK_EXCLUSIONS", "1", 1);
+    else unsetenv("LAZARUS_CHECK_EXCLUSIONS");
+    if (o->no_incremental) setenv("LAZARUS_NO_INCREMENTAL", "1", 1);
+    else unsetenv("LAZARUS_NO_INCREMENTAL");
+    if (o->no_fork) setenv("LAZARUS_NO_FORK", "1", 1);
+    snprintf(num, sizeof num, "%llu", (unsigned long long)(o->have_mintime ? o->mintime_ms : 0));
+    setenv("LAZARUS_MINTIME_MS", num, 1);
+    return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxcSTCRG", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGENFM", help, &o);
     if (first < 0) return 2;
     if (batch_setup(o.ckpt_signal, "run") < 0) return 1;
     if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
@@ -168,6 +196,7 @@ int cmd_run(int argc, char **argv)
     /* read by the runtime at its start; a restarted process keeps it in its memory */
     if (o.compact) setenv("LAZARUS_COMPACT", "1", 1);
     else unsetenv("LAZARUS_COMPACT");
+    if (run_user_env(&o) < 0) return 2;
     struct supervisor s;
     int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, 1);
     if (child_ctl < 0) return 1;

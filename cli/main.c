@@ -43,7 +43,9 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"durability", required_argument, 0, 'D'}, {"exclude", required_argument, 0, 'x'}, {"force", no_argument, 0, 'f'},
         {"compress", required_argument, 0, 'c'}, {"job-stdio", no_argument, 0, 'S'},
         {"tcp", required_argument, 0, 'T'}, {"compact", no_argument, 0, 'C'},
-        {"resume", no_argument, 0, 'R'}, {"checkpoint-signal", required_argument, 0, 'G'}, {0, 0, 0, 0}};
+        {"resume", no_argument, 0, 'R'}, {"checkpoint-signal", required_argument, 0, 'G'},
+        {"check-exclusions", no_argument, 0, 'E'}, {"no-incremental", no_argument, 0, 'N'}, {"no-fork", no_argument, 0, 'F'},
+        {"mintime", required_argument, 0, 'M'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -97,6 +99,17 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         }
         if (c == 'C') { o->compact = 1; continue; }
         if (c == 'R') { o->resume = 1; continue; }
+        if (c == 'E') { o->check_excl = 1; continue; }
+        if (c == 'N') { o->no_incremental = 1; continue; }
+        if (c == 'F') { o->no_fork = 1; continue; }
+        if (c == 'M') {
+            if (lz_parse_seconds_ms(optarg, &o->mintime_ms) < 0) {
+                lz_err("%s: --mintime needs a number of seconds (as 2 or 0.5), not '%s'", cmd, optarg);
+                return -1;
+            }
+            o->have_mintime = 1;
+            continue;
+        }
         if (c == 'G') {
             if ((o->ckpt_signal = batch_parse_signal(optarg, cmd)) < 0) return -1;
             continue;

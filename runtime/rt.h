@@ -74,6 +74,9 @@ struct rt_state {
     int tracing;           /* LAZARUS_TRACE=1 */
     int nodirty;           /* LAZARUS_NO_DIRTY=1: no dirty tracking, pages compared by digest (tests) */
     int lazyfree;          /* the program called madvise(MADV_FREE) once: clean pages may vanish */
+    int noincr;            /* LAZARUS_NO_INCREMENTAL=1 (run --no-incremental): every page stored anew */
+    uint64_t mintime_ns;   /* LAZARUS_MINTIME_MS (run --mintime): lazarus_checkpoint_here()'s minimum gap */
+    uint64_t last_ckpt_ns; /* CLOCK_MONOTONIC of the last checkpoint's pause (or start, or restart) */
 };
 extern struct rt_state rt;
 

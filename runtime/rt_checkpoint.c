@@ -1,6 +1,7 @@
 /* The checkpoint signal handler: capture, save the resume point, write,
  * commit, report.  A restart comes back out of lz_save_context() here. */
 #include "rt.h"
+#include "rt_exclude.h"
 #include "rt_map.h"
 #include <errno.h>
 #include <linux/kcmp.h>
@@ -52,6 +53,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     ck->arena = arena;
     ck->index = index;
     ck->trigger = trigger;
+    rt.last_ckpt_ns = t0; /* lazarus_checkpoint_here()'s mintime counts from here, whatever the trigger */
     ck->t0 = t0;
     ck->codec = rt.codec;
     ck->level = rt.level;
@@ -89,6 +91,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
         }
         /* last, so that nothing the program wrote before the copy is missed */
         rc = rt_scan_dirty(ck);
+        if (rc == 0) rt_excl_pause(ck);
         trace(t0, "dirty pages");
         /* little changed: copy it rather than fork (C API checkpoints write in the pause anyway) */
         if (rc == 0 && trigger != LZ_TRIG_API && !rt.nofork && rt_plan_copy(ck) < 0) rc = -1;

@@ -255,6 +255,11 @@ __attribute__((constructor)) static void rt_init(void)
     rt.tracing = rt_env("LAZARUS_TRACE") != NULL;
     const char *nd = rt_env("LAZARUS_NO_DIRTY");
     rt.nodirty = nd && *nd == '1';
+    const char *ni = rt_env("LAZARUS_NO_INCREMENTAL"), *mt = rt_env("LAZARUS_MINTIME_MS");
+    rt.noincr = ni && *ni == '1';
+    if (rt.noincr) rt.nodirty = 1; /* no write tracking either: no faults, as libckpt without incremental */
+    rt.mintime_ns = mt ? strtoull(mt, NULL, 10) * 1000000ull : 0;
+    rt.last_ckpt_ns = rt_now_ns(CLOCK_MONOTONIC);
     rt_track_all(); /* what the program maps later is tracked from its first checkpoint on */
     rt_atfork_register();
     rt_install_handler();

@@ -488,6 +488,9 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
         case LZ_SEC_SIGQUEUE:
             if (n % sizeof(struct lz_siginfo_rec)) FAIL("manifest pending signal list is malformed");
             img->sigq = p; img->nsigq = n / sizeof(struct lz_siginfo_rec); break;
+        case LZ_SEC_EXCLUDE:
+            if (n % sizeof(struct lz_exclusion)) FAIL("manifest exclusion list is malformed");
+            img->excl = p; img->nexcl = n / sizeof(struct lz_exclusion); break;
         case LZ_SEC_THREADS:
             if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
             img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;

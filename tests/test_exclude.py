@@ -1,0 +1,69 @@
+"""Memory exclusion (lazarus_exclude/lazarus_include, libckpt's exclude_bytes):
+dead bytes are not stored and come back as zeros (also the dead part of a
+page that is partly dead), read-only bytes are stored once and then referred
+to (a write the directive said would not come is not stored), both seen from
+outside through `lazarus list` and from inside through the restored memory;
+the exclusions hold after a restart; --check-exclusions names a write into a
+read-only range and stores it after all."""
+import re
+
+import pytest
+
+from conftest import INCLUDE, LIBDIR, _compile, kill_program
+
+MIB = 16
+CKPT_RE = re.compile(r"^ckpt (\d) index (\d+) digests ro (\w+) live (\w+) part (\w+)$", re.M)
+AFTER_RE = re.compile(r"^after (\d) index (\d+) dead_zero (\d) part_dead_zero (\d) ro (\w+) live (\w+) part (\w+)$", re.M)
+
+
+@pytest.fixture(scope="module")
+def excl_prog(programs):
+    return _compile("excl_prog", programs.dir, [f"-I{INCLUDE}", f"-L{LIBDIR}", "-llazarus", f"-Wl,-rpath,{LIBDIR}"])
+
+
+def run_excl(runner, excl_prog, *opts):
+    store = runner.base / "store"
+    gofile = runner.base / "go"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", *opts, "--", excl_prog, str(MIB), gofile)
+    proc.wait_for_output(r"^waiting$", timeout=120)
+    ck = {int(m[0]): m for m in CKPT_RE.findall(proc.stdout)}
+    assert sorted(ck) == [1, 2], proc.stdout + proc.stderr
+    entries = {int(e["index"]): e for e in runner.list_json(store)}
+    first, second = entries[int(ck[1][1])], entries[int(ck[2][1])]
+    kill_program(proc, "excl_prog")
+    runner.touch(gofile)
+    r = runner.lz("restart", "-d", store, timeout=120)
+    assert r.rc == 0, str(r)
+    after = AFTER_RE.findall(r.stdout)
+    assert len(after) == 1, str(r)
+    third = {int(e["index"]): e for e in runner.list_json(store)}[int(after[0][1])]
+    return ck, first, second, after[0], third, proc.stderr
+
+
+def test_dead_and_readonly(runner, excl_prog):
+    ck, first, second, after, third, err = run_excl(runner, excl_prog)
+    big, small = MIB << 20, (MIB << 20) // 4
+    # dead: not stored (read-only + live + the rest of the program, not the dead buffer)
+    assert big + small < first["data_bytes"] < big + small + (4 << 20), first
+    assert first["excluded_dead_bytes"] == big + 4900 and first["excluded_readonly_bytes"] == big, first
+    # read-only, its first MiB written against the directive: not stored
+    # again (only LIVE's 64 KiB and a little)
+    assert second["stored_bytes"] < 512 << 10, second
+    assert "read-only" not in err
+    rc, _, dead_zero, part_dead_zero, ro, live, part = after
+    assert rc == "1", after                   # the checkpoint after the restart was taken
+    assert dead_zero == "1" and part_dead_zero == "1", after
+    assert ro == ck[1][2], (ro, ck)           # the stored copy, not what was written after
+    assert live == ck[2][3] and part == ck[2][4], (after, ck)
+    # the exclusions came back with the program
+    assert third["data_bytes"] < big + small + (4 << 20), third
+    assert third["excluded_dead_bytes"] == big + 4900, third
+
+
+def test_check_exclusions_names_the_write(runner, excl_prog):
+    ck, first, second, after, third, err = run_excl(runner, excl_prog, "--check-exclusions")
+    m = re.search(r"wrote into memory it declared read-only: bytes 0x(\w+)-0x(\w+) \((\d+) bytes", err)
+    assert m and int(m[3]) == MIB << 20, err
+    assert second["stored_bytes"] >= 1 << 20, second      # the written pages stored after all
+    assert after[4] == ck[2][2], (after, ck)                # restored as written
+    assert after[2] == "1" and after[3] == "1", after
