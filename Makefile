@@ -123,9 +123,10 @@ CLI_SRC := \
 	files/diff.c \
 	files/log_seal.c \
 	cli/restart_sockpaths.c \
-	cli/restart_inet.c
+	cli/restart_inet.c \
+	common/ckptrc.c
 
-all: $(B)/bin/lazarus $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so
+all: $(B)/bin/lazarus $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so $(B)/lib/libckpt.so $(B)/lib/libckpt.a
 
 $(OBJ)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -163,6 +164,17 @@ $(B)/bin/lazarus: $(patsubst %,$(OBJ)/cli/%.o,$(basename $(CLI_SRC) $(COMMON_SRC
 $(B)/lib/liblazarus.so: $(OBJ)/pic/api/lazarus_api.o
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,liblazarus.so -o $@ $^ -ldl
+
+# libckpt's interface (-lckpt, shared and static): the C API and main(), which
+# finds `lazarus` next to the library, or else where this build put it.
+CKPT_OBJ := $(patsubst %,$(OBJ)/pic/%.o,api/libckpt api/lazarus_api common/ckptrc common/util)
+$(OBJ)/pic/api/libckpt.o: CFLAGS += -DLZ_DEFAULT_BIN='"$(abspath $(B))/bin/lazarus"'
+$(B)/lib/libckpt.so: $(CKPT_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libckpt.so -o $@ $^ -ldl
+$(B)/lib/libckpt.a: $(CKPT_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@; ar rcs $@ $^
 
 # `make check`: the build and the quick tier of the tests (a minute at most;
 # tests/README.md).  `sh scripts/test.sh` runs every test.

@@ -27,6 +27,7 @@ int cmd_gc(int argc, char **argv);
  * -1 after printing a usage error.  `help` is printed for --help (exit 0). */
 struct cli_opts {
     const char *dir;
+    int have_dir;          /* -d given */
     int have_at; uint64_t at;
     int have_interval; uint64_t interval;
     int have_keep; uint64_t keep;

@@ -5,6 +5,7 @@
 #include "util.h"
 #include "resume.h"
 #include "batch.h"
+#include "ckptrc.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -111,6 +112,38 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     _exit(127);
 }
 
+/* A .ckptrc in the current directory (libckpt's settings): what the command
+ * line did not say.  Where Lazarus does better whatever it says (incremental,
+ * fork, maxfiles), it is accepted and said once. */
+static int run_ckptrc(struct cli_opts *o)
+{
+    static char store[4096 + 32];
+    struct lz_ckptrc rc;
+    char why[600];
+    int got = lz_ckptrc_read(".ckptrc", &rc, why, sizeof why);
+    if (got < 0) { lz_err("run: %s", why); return -1; }
+    if (!got) return 0;
+    if (rc.have_dir && !o->have_dir) {
+        snprintf(store, sizeof store, "%s/lazarus.ckpt", rc.dir);
+        o->dir = store;
+    }
+    if (rc.have_maxtime && !o->have_interval) { o->have_interval = 1; o->interval = rc.maxtime_s; }
+    if (rc.have_mintime && !o->have_mintime) { o->have_mintime = 1; o->mintime_ms = rc.mintime_ms; }
+    if (rc.have_checkpointing && !rc.checkpointing) {
+        /* the program runs as without checkpoints: no interval, no checkpoint_here() */
+        o->have_interval = 1; o->interval = 0;
+        o->have_mintime = 1; o->mintime_ms = UINT64_MAX / 2000000;
+        lz_err("run: .ckptrc says checkpointing off: only `lazarus checkpoint` takes one");
+    }
+    if (rc.have_incremental && !rc.incremental)
+        lz_err("run: .ckptrc: incremental off accepted; Lazarus stores only what changed anyway (run --no-incremental to store all)");
+    if (rc.have_fork && !rc.fork)
+        lz_err("run: .ckptrc: fork off accepted; Lazarus lets the program run while it writes anyway (run --no-fork to wait)");
+    if (rc.have_maxfiles)
+        lz_err("run: .ckptrc: maxfiles accepted; Lazarus coalesces old checkpoints' pages itself and keeps the -k newest");
+    return 0;
+}
+
 /* The user-directed settings, for the runtime to read at its start (a
  * restarted process keeps them in its memory). */
 static int run_user_env(const struct cli_opts *o)
@@ -131,6 +164,7 @@ int cmd_run(int argc, char **argv)
     struct cli_opts o;
     int first = parse_opts(argc, argv, "run", "dikDxcSTCRGENFM", help, &o);
     if (first < 0) return 2;
+    if (run_ckptrc(&o) < 0) return 2;
     if (batch_setup(o.ckpt_signal, "run") < 0) return 1;
     if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
     char why[1024];

@@ -128,7 +128,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             return -1;
         }
         switch (c) {
-        case 'd': o->dir = optarg; break;
+        case 'd': o->dir = optarg; o->have_dir = 1; break;
         case 'a': o->have_at = 1; o->at = v; break;
         case 'i': o->have_interval = 1; o->interval = v; break;
         case 'k':

@@ -2,15 +2,14 @@
  * point the program chose, unless one was taken less than `mintime` ago
  * (run --mintime; any checkpoint counts, whatever asked for it). */
 #include "rt.h"
-#include "lazarus.h"
 
 RT_API int lazarus_rt_checkpoint(unsigned long long *index);
 
 RT_API int lazarus_rt_checkpoint_here(unsigned long long *index)
 {
     if (index) *index = 0;
-    if (!rt.active || rt.ctl_fd < 0) return LAZARUS_INACTIVE;
+    if (!rt.active || rt.ctl_fd < 0) return 0; /* LAZARUS_INACTIVE */
     uint64_t now = rt_now_ns(CLOCK_MONOTONIC);
-    if (now - rt.last_ckpt_ns < rt.mintime_ns) return LAZARUS_INACTIVE;
+    if (now - rt.last_ckpt_ns < rt.mintime_ns) return 0;
     return lazarus_rt_checkpoint(index);
 }
