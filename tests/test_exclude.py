@@ -6,6 +6,7 @@ outside through `lazarus list` and from inside through the restored memory;
 the exclusions hold after a restart; --check-exclusions names a write into a
 read-only range and stores it after all."""
 import re
+import time
 
 import pytest
 
@@ -67,3 +68,45 @@ def test_check_exclusions_names_the_write(runner, excl_prog):
     assert second["stored_bytes"] >= 1 << 20, second      # the written pages stored after all
     assert after[4] == ck[2][2], (after, ck)                # restored as written
     assert after[2] == "1" and after[3] == "1", after
+
+
+def test_no_incremental_still_refers_to_readonly(runner, excl_prog):
+    """--no-incremental (libckpt's "user-directed, not incremental" row): the
+    second checkpoint stores all live memory again, but not the read-only
+    buffer, which it refers to."""
+    ck, first, second, after, third, err = run_excl(runner, excl_prog, "--no-incremental")
+    big, small = MIB << 20, (MIB << 20) // 4
+    assert small < second["stored_bytes"] < small + (4 << 20), second
+    assert second["changed_bytes"] >= small, second
+    assert after[4] == ck[1][2] and after[2] == "1", (after, ck)
+
+
+def test_no_fork_writes_in_the_pause(runner, programs):
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--no-fork", "--", programs.heap_mutator, "32", "100000")
+    time.sleep(0.5)
+    for _ in range(2):
+        runner.checkpoint_when_up(store)
+    entries = runner.list_json(store)
+    # the program stood still until its checkpoint was on disk
+    assert entries and all(e["pause_ms"] >= e["durable_ms"] - 1 for e in entries), entries
+    kill_program(proc)
+
+
+def test_from_many_threads(runner, programs):
+    """Four threads exclude and include their buffers without pause while
+    checkpoints are taken: each checkpoint records whole buffers only (the
+    table is never seen half changed), and the program ends normally."""
+    prog = _compile("excl_threads", programs.dir,
+                    [f"-I{INCLUDE}", f"-L{LIBDIR}", "-llazarus", f"-Wl,-rpath,{LIBDIR}", "-pthread"])
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "-k", "20", "--", prog, "4")
+    proc.wait_for_output(r"^ready$", timeout=60)
+    for _ in range(8):
+        runner.checkpoint(store)
+    assert proc.wait(timeout=60) == 0, proc.stderr
+    assert re.search(r"^done \d+$", proc.stdout, re.M), proc.stdout
+    sums = {a * 1000 + b * 5000 + c * 20000 + d * 70000 for a in (0, 1) for b in (0, 1) for c in (0, 1) for d in (0, 1)}
+    entries = runner.list_json(store)
+    assert len(entries) == 8, entries
+    assert all(e["excluded_dead_bytes"] in sums for e in entries), [e["excluded_dead_bytes"] for e in entries]

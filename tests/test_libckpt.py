@@ -89,3 +89,20 @@ def test_killed_at_random_instants(runner, ckpt_prog, rng):
     # the synchronous checkpoints left the dead matrix out (8 MiB)
     api = [e for e in runner.list_json(store) if e["trigger"] == "api"]
     assert all(e["data_bytes"] < 6 << 20 and e["excluded_dead_bytes"] >= 8 << 20 for e in api), api
+
+
+def test_lazarus_run_reads_ckptrc(runner, ckpt_prog):
+    """`lazarus run` takes dir, maxtime and mintime from .ckptrc; fork off and
+    maxfiles are accepted and said once each."""
+    (runner.base / "sub").mkdir()
+    st = runner.base.stat()
+    os.chown(runner.base / "sub", st.st_uid, st.st_gid)  # the user variant's
+    (runner.base / ".ckptrc").write_text("dir sub\nmaxtime 1\nmintime 0.3\nfork off\nmaxfiles 4\n")
+    r = runner.lz("run", "--", ckpt_prog, "600", timeout=300)
+    assert r.rc == 0 and result(r.stdout), str(r)
+    assert r.stderr.count("fork off accepted") == 1 and r.stderr.count("maxfiles accepted") == 1, str(r)
+    entries = runner.list_json(runner.base / "sub" / "lazarus.ckpt")
+    api = [e for e in entries if e["trigger"] == "api"]
+    assert api, entries
+    begun = [e["created_ns"] - e["durable_ms"] * 1e6 for e in api]
+    assert all(b - a >= 0.3e9 - 5e6 for a, b in zip(begun, begun[1:])), begun
