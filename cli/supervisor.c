@@ -228,6 +228,10 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
     } else if (!strncmp(msg, "TERM ", 5)) {
         batch_term_held(st, pid, atol(msg + 5)); /* a SIGTERM it holds (runtime/rt_term.c) */
     } else if (!strncmp(msg, "API", 3)) {
+        st->api_asked = 1;
+        request(st, LZ_TRIG_API, -1);
+    } else if (!strncmp(msg, "HERE", 4)) {
+        st->here_asked = 1; /* lazarus_checkpoint_here(): the program goes on once captured */
         request(st, LZ_TRIG_API, -1);
     } else {
         job_ckpt_message(st, pid, msg, fd);

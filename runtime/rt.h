@@ -59,6 +59,7 @@ struct rt_state {
     struct sigaction prog_urg; /* the program's own SIGURG disposition */
     /* lazarus_checkpoint() from the C API */
     volatile int api_done, api_result, api_waiting;
+    volatile int api_here; /* the C API call waiting is lazarus_checkpoint_here(): forked, returns once taken */
     volatile uint64_t api_index;
     /* descriptors the program inherited from its launcher (its stdin, stdout
      * and stderr, a jobserver pipe): re-attached at restart to the
@@ -307,6 +308,8 @@ int rt_segv_sigaction(const struct sigaction *act, struct sigaction *old);
 int rt_segv_taken(void);
 void rt_redeliver_checkpoint(void);
 void rt_trace(uint64_t t0, const char *who, const char *step); /* LAZARUS_TRACE */
+/* A checkpoint asked through the C API ("API" or "HERE"): its result (lazarus.h). */
+int rt_api_checkpoint(unsigned long long *index, const char *what);
 
 /* Around a call the checkpoint must not interrupt half-way (file calls,
  * madvise): a checkpoint asked for meanwhile runs when it is done. */

@@ -48,3 +48,21 @@ def test_interval_restarts_after_each_checkpoint(runner, here_prog):
 def test_mintime_refused_when_malformed(runner, here_prog):
     r = runner.lz("run", "-d", runner.base / "store", "--mintime", "soon", "--", here_prog, "1", "0")
     assert r.rc == 2 and len(r.stderr.strip().splitlines()) == 1 and "--mintime" in r.stderr, str(r)
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_written_beside_the_program(runner, here_prog, fork):
+    """checkpoint_here() returns once its checkpoint is taken: a forked writer
+    stores the 64 MiB while the program runs (libckpt's fork on); with
+    --no-fork the program waits until it is durable."""
+    store = runner.base / "store"
+    opts = [] if fork else ["--no-fork"]
+    r = runner.lz("run", "-d", store, "-i", "0", "--mintime", "0.5", *opts, "--", here_prog, "1.2", "0", "64",
+                  timeout=120)
+    assert r.rc == 0, str(r)
+    first = runner.list_json(store)[0]
+    assert first["stored_bytes"] > 60 << 20, first
+    if fork:
+        assert first["pause_ms"] < first["durable_ms"] / 2, first
+    else:
+        assert first["pause_ms"] >= first["durable_ms"] - 1, first
