@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import INCLUDE, LIBDIR, _compile, kill_program
+from conftest import INCLUDE, LIBDIR, _compile, kill_program, refuse_edited_manifest
 
 MIB = 16
 CKPT_RE = re.compile(r"^ckpt (\d) index (\d+) digests ro (\w+) live (\w+) part (\w+)$", re.M)
@@ -110,3 +110,27 @@ def test_from_many_threads(runner, programs):
     entries = runner.list_json(store)
     assert len(entries) == 8, entries
     assert all(e["excluded_dead_bytes"] in sums for e in entries), [e["excluded_dead_bytes"] for e in entries]
+
+
+@pytest.mark.parametrize("bad", ["kind", "empty", "overlap"])
+def test_malformed_exclusions_refused(runner, excl_prog, bad):
+    """A sealed manifest whose EXCLUDE records are of an unknown kind, empty
+    or out of order: verify and restart refuse it with one line, nothing runs."""
+    import lzformat
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", excl_prog, str(MIB), runner.base / "go")
+    proc.wait_for_output(r"^waiting$", timeout=120)
+    idx = max(runner.indexes(store))
+    kill_program(proc, "excl_prog")
+
+    def edit(m):
+        recs = m.records(lzformat.SEC_EXCLUDE)
+        assert len(recs) == 3, recs
+        if bad == "kind":
+            m.set(recs[0], "kind", 7)
+        elif bad == "empty":
+            m.set(recs[1], "end", recs[1].start)
+        else:
+            m.set(recs[1], "start", recs[0].start)
+
+    refuse_edited_manifest(runner, store, idx, edit, "exclusion list is malformed", cmds=("verify", "restart"))
