@@ -38,6 +38,8 @@ RT_SRC := \
 	runtime/rt_dirty.c \
 	runtime/rt_map.c \
 	runtime/rt_plan.c \
+	runtime/rt_exclude.c \
+	runtime/rt_here.c \
 	runtime/rt_dedup.c \
 	runtime/rt_frames.c \
 	runtime/rt_packio.c \
@@ -140,9 +142,10 @@ CLI_SRC := \
 	cli/remote_state.c \
 	cli/remote_flush.c \
 	cli/remote_fetch.c \
-	cli/remote_gc.c
+	cli/remote_gc.c \
+	common/ckptrc.c
 
-all: $(B)/bin/lazarus $(B)/bin/lazarus-s3 $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so
+all: $(B)/bin/lazarus $(B)/bin/lazarus-s3 $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so $(B)/lib/libckpt.so $(B)/lib/libckpt.a
 
 $(OBJ)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -185,6 +188,17 @@ $(B)/bin/lazarus-s3: $(patsubst %,$(OBJ)/cli/%.o,$(basename remote/s3_tool.c $(R
 $(B)/lib/liblazarus.so: $(OBJ)/pic/api/lazarus_api.o
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,liblazarus.so -o $@ $^ -ldl
+
+# libckpt's interface (-lckpt, shared and static): the C API and main(), which
+# finds `lazarus` next to the library, or else where this build put it.
+CKPT_OBJ := $(patsubst %,$(OBJ)/pic/%.o,api/libckpt api/lazarus_api common/ckptrc common/util)
+$(OBJ)/pic/api/libckpt.o: CFLAGS += -DLZ_DEFAULT_BIN='"$(abspath $(B))/bin/lazarus"'
+$(B)/lib/libckpt.so: $(CKPT_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libckpt.so -o $@ $^ -ldl
+$(B)/lib/libckpt.a: $(CKPT_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@; ar rcs $@ $^
 
 # `make check`: the build and the quick tier of the tests (a minute at most;
 # tests/README.md).  `sh scripts/test.sh` runs every test.

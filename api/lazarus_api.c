@@ -14,3 +14,43 @@ __attribute__((visibility("default"))) int lazarus_checkpoint(unsigned long long
     if (index) *index = 0;
     return rt ? rt(index) : LAZARUS_INACTIVE;
 }
+
+/* The runtime's entry, looked up once (NULL: no runtime, the call is a no-op). */
+static void *rt_entry(void **slot, int *looked, const char *name)
+{
+    if (!__atomic_load_n(looked, __ATOMIC_ACQUIRE)) {
+        *slot = dlsym(RTLD_DEFAULT, name);
+        __atomic_store_n(looked, 1, __ATOMIC_RELEASE);
+    }
+    return *slot;
+}
+
+typedef int (*exclude_fn)(void *, size_t, int);
+typedef int (*include_fn)(void *, size_t);
+
+__attribute__((visibility("default"))) int lazarus_exclude(void *addr, size_t len, int how)
+{
+    static void *slot;
+    static int looked;
+    exclude_fn f = (exclude_fn)rt_entry(&slot, &looked, "lazarus_rt_exclude");
+    return f ? f(addr, len, how) : 0;
+}
+
+__attribute__((visibility("default"))) int lazarus_include(void *addr, size_t len)
+{
+    static void *slot;
+    static int looked;
+    include_fn f = (include_fn)rt_entry(&slot, &looked, "lazarus_rt_include");
+    return f ? f(addr, len) : 0;
+}
+
+typedef int (*here_fn)(unsigned long long *);
+
+__attribute__((visibility("default"))) int lazarus_checkpoint_here(unsigned long long *index)
+{
+    static void *slot;
+    static int looked;
+    here_fn f = (here_fn)rt_entry(&slot, &looked, "lazarus_rt_checkpoint_here");
+    if (index) *index = 0;
+    return f ? f(index) : LAZARUS_INACTIVE;
+}

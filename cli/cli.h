@@ -27,6 +27,7 @@ int cmd_gc(int argc, char **argv);
  * -1 after printing a usage error.  `help` is printed for --help (exit 0). */
 struct cli_opts {
     const char *dir;
+    int have_dir;          /* -d given */
     int have_at; uint64_t at;
     int have_interval; uint64_t interval;
     int have_keep; uint64_t keep;
@@ -47,6 +48,10 @@ struct cli_opts {
     int files_as_they_are; /* restart -d s3://...: resume without rolling the files back */
     const char *journal_dir; /* run --journal-dir */
     int have_older_than; uint64_t older_than; /* gc -d s3:// --older-than SECONDS */
+    int check_excl;        /* run --check-exclusions */
+    int no_incremental;    /* run --no-incremental */
+    int no_fork;           /* run --no-fork */
+    int have_mintime; uint64_t mintime_ms; /* run --mintime S */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* "1.2 GiB" */

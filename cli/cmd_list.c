@@ -44,6 +44,15 @@ static const char *procs_threads(size_t p, size_t t)
     return buf;
 }
 
+/* Bytes the main program had excluded (lazarus_exclude) of one kind. */
+static uint64_t excluded(const struct lz_image *img, uint32_t kind)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < img->nexcl; i++)
+        if (img->excl[i].kind == kind && img->excl[i].end > img->excl[i].start) n += img->excl[i].end - img->excl[i].start;
+    return n;
+}
+
 int cmd_list(int argc, char **argv)
 {
     struct cli_opts o;
@@ -115,11 +124,13 @@ int cmd_list(int argc, char **argv)
                    "\"memory_bytes\": %" PRIu64 ", \"data_bytes\": %" PRIu64 ", \"changed_bytes\": %" PRIu64
                    ", \"stored_bytes\": %" PRIu64 ", \"codec\": \"%s\", \"pause_ms\": %.3f, \"durable_ms\": %.3f"
                    ", \"parent\": %" PRIu64 ", \"pid\": %d, \"processes\": %zu, \"threads\": %zu, \"files\": %" PRIu64 ", \"undo_bytes\": %" PRIu64
-                   ", \"local\": true, \"remote\": %s}",
+                   ", \"local\": true, \"remote\": %s"
+                   ", \"excluded_dead_bytes\": %" PRIu64 ", \"excluded_readonly_bytes\": %" PRIu64 "}",
                    shown ? "," : "", h->index, when, h->created_ns, lz_trigger_name(h->trigger), h->mem_bytes,
                    h->data_bytes, h->changed_bytes, h->stored_bytes, lz_codec_name((int)h->codec),
                    (double)h->pause_ns / 1e6, (double)h->durable_ns / 1e6, h->parent, img.proc->pid, nprocs, nthreads, files, undo,
-                   rs_is_published(&rs, h->index) ? "true" : "false");
+                   rs_is_published(&rs, h->index) ? "true" : "false",
+                   excluded(&img, LZ_EXCL_DEAD), excluded(&img, LZ_EXCL_READONLY));
         } else {
             human_bytes(mem, sizeof mem, h->mem_bytes);
             human_bytes(changed, sizeof changed, h->changed_bytes);

@@ -1,11 +1,13 @@
 /* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume]
- * [--checkpoint-signal SIG] [--remote s3://BUCKET/PREFIX [--keep-remote N] ...] [--] PROGRAM [ARG...] */
+ * [--checkpoint-signal SIG] [--remote s3://BUCKET/PREFIX [--keep-remote N] ...] [--mintime S] [--no-incremental] [--no-fork]
+ * [--check-exclusions] [--] PROGRAM [ARG...] */
 #include "cli.h"
 #include "store_admin.h"
 #include "remote_store.h"
 #include "util.h"
 #include "resume.h"
 #include "batch.h"
+#include "ckptrc.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -20,7 +22,7 @@
 static const char help[] =
     "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume]\n"
     "                   [--checkpoint-signal SIG] [--remote s3://BUCKET/PREFIX [--keep-remote N] [--endpoint URL] [--ca-file FILE] [--insecure]]\n"
-    "                   [--] PROGRAM [ARG...]\n"
+    "                   [--mintime S] [--no-incremental] [--no-fork] [--check-exclusions] [--] PROGRAM [ARG...]\n"
     "Run PROGRAM (an unmodified, dynamically linked program) under Lazarus and stay\n"
     "in the foreground as its supervisor; exit with its status (128+signal if killed).\n\n"
     "  -d DIR      checkpoint store (default ./lazarus.ckpt); refused if it holds an\n"
@@ -80,7 +82,18 @@ static const char help[] =
     "  --ca-file FILE   trust this CA for an https:// endpoint (default the system's)\n"
     "  --insecure       do not verify the endpoint's certificate\n"
     "  --addressing path|virtual  bucket in the path, or in the host name (default:\n"
-    "              path for an endpoint given, virtual for AWS)\n";
+    "              path for an endpoint given, virtual for AWS)\n"
+    "  --mintime S lazarus_checkpoint_here() (libckpt's checkpoint_here) takes a checkpoint\n"
+    "              only when S seconds (\"0.5\" allowed) passed since the last (default 0)\n"
+    "  --no-incremental\n"
+    "              every checkpoint stores all the program's memory anew: no dirty\n"
+    "              tracking, no reference to earlier checkpoints' pages (except memory\n"
+    "              the program declared read-only); for comparisons\n"
+    "  --no-fork   the program waits while its checkpoint is written (no writer process)\n"
+    "  --check-exclusions\n"
+    "              a write into memory the program declared read-only (lazarus_exclude,\n"
+    "              exclude_bytes) is named on stderr and its pages stored after all\n"
+    "A .ckptrc in the current directory (libckpt's keywords) is read first; options win.\n";
 
 pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
 {
@@ -123,11 +136,59 @@ pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv)
     _exit(127);
 }
 
+/* A .ckptrc in the current directory (libckpt's settings): what the command
+ * line did not say.  Where Lazarus does better whatever it says (incremental,
+ * fork, maxfiles), it is accepted and said once. */
+static int run_ckptrc(struct cli_opts *o)
+{
+    static char store[4096 + 32];
+    struct lz_ckptrc rc;
+    char why[600];
+    int got = lz_ckptrc_read(".ckptrc", &rc, why, sizeof why);
+    if (got < 0) { lz_err("run: %s", why); return -1; }
+    if (!got) return 0;
+    if (rc.have_dir && !o->have_dir) {
+        snprintf(store, sizeof store, "%s/lazarus.ckpt", rc.dir);
+        o->dir = store;
+    }
+    if (rc.have_maxtime && !o->have_interval) { o->have_interval = 1; o->interval = rc.maxtime_s; }
+    if (rc.have_mintime && !o->have_mintime) { o->have_mintime = 1; o->mintime_ms = rc.mintime_ms; }
+    if (rc.have_checkpointing && !rc.checkpointing) {
+        /* the program runs as without checkpoints: no interval, no checkpoint_here() */
+        o->have_interval = 1; o->interval = 0;
+        o->have_mintime = 1; o->mintime_ms = UINT64_MAX / 2000000;
+        lz_err("run: .ckptrc says checkpointing off: only `lazarus checkpoint` takes one");
+    }
+    if (rc.have_incremental && !rc.incremental)
+        lz_err("run: .ckptrc: incremental off accepted; Lazarus stores only what changed anyway (run --no-incremental to store all)");
+    if (rc.have_fork && !rc.fork)
+        lz_err("run: .ckptrc: fork off accepted; Lazarus lets the program run while it writes anyway (run --no-fork to wait)");
+    if (rc.have_maxfiles)
+        lz_err("run: .ckptrc: maxfiles accepted; Lazarus coalesces old checkpoints' pages itself and keeps the -k newest");
+    return 0;
+}
+
+/* The user-directed settings, for the runtime to read at its start (a
+ * restarted process keeps them in its memory). */
+static int run_user_env(const struct cli_opts *o)
+{
+    char num[32];
+    if (o->check_excl) setenv("LAZARUS_CHECK_EXCLUSIONS", "1", 1);
+    else unsetenv("LAZARUS_CHECK_EXCLUSIONS");
+    if (o->no_incremental) setenv("LAZARUS_NO_INCREMENTAL", "1", 1);
+    else unsetenv("LAZARUS_NO_INCREMENTAL");
+    if (o->no_fork) setenv("LAZARUS_NO_FORK", "1", 1);
+    snprintf(num, sizeof num, "%llu", (unsigned long long)(o->have_mintime ? o->mintime_ms : 0));
+    setenv("LAZARUS_MINTIME_MS", num, 1);
+    return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGMKEAIPJ", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGMKEAIPJUNWX", help, &o);
     if (first < 0) return 2;
+    if (run_ckptrc(&o) < 0) return 2;
     if (batch_setup(o.ckpt_signal, "run") < 0) return 1;
     char why[1024];
     if (s3_is_url(o.dir)) {
@@ -247,6 +308,7 @@ int cmd_run(int argc, char **argv)
     /* read by the runtime at its start; a restarted process keeps it in its memory */
     if (o.compact) setenv("LAZARUS_COMPACT", "1", 1);
     else unsetenv("LAZARUS_COMPACT");
+    if (run_user_env(&o) < 0) return 2;
     struct supervisor s;
     int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, 1);
     if (child_ctl < 0) return 1;

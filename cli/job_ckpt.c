@@ -120,6 +120,8 @@ int job_ckpt_start(struct sv_state *st, uint32_t trigger, char *why, size_t whyl
     st->nparts = 0;
     st->index = s->next_index;
     st->trigger = trigger;
+    st->early_resume = trigger == LZ_TRIG_API && st->here_asked && !st->api_asked;
+    if (trigger == LZ_TRIG_API) st->here_asked = st->api_asked = 0;
     struct part *m = jc_add_part(st, prog);
     if (!m) { snprintf(why, whylen, "out of memory"); return -1; }
     jc_add_descendants(st, prog);
@@ -346,7 +348,7 @@ void job_ckpt_tick(struct sv_state *st)
             if (jc_check_peers(st) < 0) return;
             jc_trace("tree read");
         }
-        if (st->trigger != LZ_TRIG_API) {
+        if (st->trigger != LZ_TRIG_API || st->early_resume) {
             for (size_t i = 0; i < st->nparts; i++)
                 if (!st->parts[i].zombie) sv_tell(st, st->parts[i].pid, "RESUME %" PRIu64 " 0", st->index);
             st->resumed = 1;

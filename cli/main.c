@@ -16,7 +16,8 @@ static const char usage[] =
     "Checkpoint and restart a Linux program.\n\n"
     "  run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--durability process|machine] [--exclude DIR]...\n"
     "      [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG]\n"
-    "      [--remote s3://BUCKET/PREFIX [--keep-remote N]] [--] PROGRAM [ARG...]\n"
+    "      [--remote s3://BUCKET/PREFIX [--keep-remote N]] [--mintime S] [--no-incremental] [--no-fork]\n"
+    "      [--check-exclusions] [--] PROGRAM [ARG...]\n"
     "                           run PROGRAM under Lazarus (--resume: or go on from DIR's newest checkpoint)\n"
     "  checkpoint [-d DIR]      checkpoint the running job now; prints its index once durable\n"
     "  restart [-d DIR|s3://BUCKET/PREFIX] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG]\n"
@@ -49,7 +50,9 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"endpoint", required_argument, 0, 'E'}, {"ca-file", required_argument, 0, 'A'},
         {"insecure", no_argument, 0, 'I'}, {"addressing", required_argument, 0, 'P'},
         {"cache", required_argument, 0, 'Z'}, {"files-as-they-are", no_argument, 0, 'F'},
-        {"journal-dir", required_argument, 0, 'J'}, {"older-than", required_argument, 0, 'O'}, {0, 0, 0, 0}};
+        {"journal-dir", required_argument, 0, 'J'}, {"older-than", required_argument, 0, 'O'},
+        {"check-exclusions", no_argument, 0, 'X'}, {"no-incremental", no_argument, 0, 'N'}, {"no-fork", no_argument, 0, 'W'},
+        {"mintime", required_argument, 0, 'U'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -103,6 +106,17 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         }
         if (c == 'C') { o->compact = 1; continue; }
         if (c == 'R') { o->resume = 1; continue; }
+        if (c == 'X') { o->check_excl = 1; continue; }
+        if (c == 'N') { o->no_incremental = 1; continue; }
+        if (c == 'W') { o->no_fork = 1; continue; }
+        if (c == 'U') {
+            if (lz_parse_seconds_ms(optarg, &o->mintime_ms) < 0) {
+                lz_err("%s: --mintime needs a number of seconds (as 2 or 0.5), not '%s'", cmd, optarg);
+                return -1;
+            }
+            o->have_mintime = 1;
+            continue;
+        }
         if (c == 'G') {
             if ((o->ckpt_signal = batch_parse_signal(optarg, cmd)) < 0) return -1;
             continue;
@@ -133,7 +147,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             return -1;
         }
         switch (c) {
-        case 'd': o->dir = optarg; break;
+        case 'd': o->dir = optarg; o->have_dir = 1; break;
         case 'a': o->have_at = 1; o->at = v; break;
         case 'i': o->have_interval = 1; o->interval = v; break;
         case 'k':

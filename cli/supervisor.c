@@ -229,6 +229,10 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
     } else if (!strncmp(msg, "TERM ", 5)) {
         batch_term_held(st, pid, atol(msg + 5)); /* a SIGTERM it holds (runtime/rt_term.c) */
     } else if (!strncmp(msg, "API", 3)) {
+        st->api_asked = 1;
+        request(st, LZ_TRIG_API, -1);
+    } else if (!strncmp(msg, "HERE", 4)) {
+        st->here_asked = 1; /* lazarus_checkpoint_here(): the program goes on once captured */
         request(st, LZ_TRIG_API, -1);
     } else {
         job_ckpt_message(st, pid, msg, fd);
@@ -307,7 +311,7 @@ int supervise(struct supervisor *s)
         struct itimerspec its = {{(time_t)s->interval, 0}, {(time_t)s->interval, 0}};
         timerfd_settime(tfd, 0, &its, NULL);
     }
-    int program_done = 0, code = 0;
+    int program_done = 0, code = 0, busy = 0;
     /* if we die with the job, `restart` knows from the lock file's time
      * since when changes to its files are someone else's (sv_life.c) */
     sv_beat_start(s->lock_fd);
@@ -414,6 +418,13 @@ int supervise(struct supervisor *s)
             st.api_queued = 0;
             request(&st, LZ_TRIG_API, -1);
         }
+        /* the interval (libckpt's maxtime) starts again after every
+         * checkpoint, whatever asked for it */
+        if (tfd >= 0 && busy && !st.in_progress) {
+            struct itimerspec its = {{(time_t)s->interval, 0}, {(time_t)s->interval, 0}};
+            timerfd_settime(tfd, 0, &its, NULL);
+        }
+        busy = st.in_progress;
         if (st.child_gone && (st.have_status || s->status_fd < 0)) {
             /* drain what the runtime said last (a checkpoint may have committed) */
             for (size_t k = st.nmembers; k-- > 0;) drain_member(&st, k);

@@ -71,6 +71,10 @@ struct sv_state {
     int pending[MAX_CLIENTS]; /* connected, request not read yet */
     int npending;
     int api_queued;
+    /* lazarus_checkpoint_here() asked (HERE) and no lazarus_checkpoint() (API)
+     * since the last C API checkpoint began: its processes go on once
+     * captured, not after the commit (early_resume, of the one under way) */
+    int here_asked, api_asked, early_resume;
     int deferred; /* a checkpoint was asked for while the restart was restoring (2: through the C API) */
     int have_status, status;
     int child_gone, child_status;

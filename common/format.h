@@ -80,6 +80,9 @@ enum lz_section_type {
     LZ_SEC_SIGQUEUE = 18, /* struct lz_siginfo_rec[]: pending signals past lz_proc.pending's LZ_MAX_PENDING, in
                            * the order taken (added in version 5 without a bump: an older build would skip it,
                            * so a manifest has it only when lz_proc.pending is full) */
+    LZ_SEC_EXCLUDE = 19,  /* struct lz_exclusion[]: the memory the program excluded (lazarus_exclude, libckpt's
+                           * exclude_bytes), sorted by address (added in version 5 without a bump: an older
+                           * build skips it; a manifest has it only when the program excluded something) */
 };
 
 struct lz_header {
@@ -630,6 +633,17 @@ struct lz_resume {
 };
 #define LZ_RESUME_MAGIC 0x454d555345525a4cull /* "LZRESUME" */
 
+/* A byte range the program excluded from its checkpoints (LZ_SEC_EXCLUDE).
+ * The runtime's own copy (in its memory, restored with it) is what the next
+ * checkpoint obeys; the manifest's is the record for `lazarus list`. */
+enum { LZ_EXCL_DEAD = 1, LZ_EXCL_READONLY = 2 };
+struct lz_exclusion {
+    uint64_t start, end; /* bytes [start, end): any alignment */
+    uint32_t kind;       /* LZ_EXCL_* */
+    uint32_t pad;
+    uint64_t stored_at;  /* read-only: the checkpoint that stores it (later ones reference that copy); 0 = the next */
+};
+
 #define LZ_STATIC_ASSERT(c, m) _Static_assert(c, m)
 LZ_STATIC_ASSERT(sizeof(struct lz_header) == 128, "lz_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_region) == 104, "lz_region size");
@@ -648,5 +662,6 @@ LZ_STATIC_ASSERT(sizeof(struct lz_ipc) == 88, "lz_ipc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_header) == 48, "lz_tree_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_proc) == 72, "lz_tree_proc size");
 LZ_STATIC_ASSERT(sizeof(struct lz_tree_shared) == 16, "lz_tree_shared size");
+LZ_STATIC_ASSERT(sizeof(struct lz_exclusion) == 32, "lz_exclusion size");
 
 #endif

@@ -134,3 +134,22 @@ int lz_parse_u64(const char *s, uint64_t *out)
     *out = v;
     return 0;
 }
+
+int lz_parse_seconds_ms(const char *s, uint64_t *ms)
+{
+    /* "S" or "S.FFF": whole digits, at most three after the point */
+    uint64_t v = 0, frac = 0;
+    int digits = 0, fdigits = 0;
+    const char *p = s;
+    for (; p && *p >= '0' && *p <= '9'; p++, digits++) {
+        if (v > (UINT64_MAX / 1000 - 9) / 10) return -1;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (p && *p == '.')
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            if (fdigits < 3) { frac = frac * 10 + (uint64_t)(*p - '0'); fdigits++; }
+    if (!p || *p || (!digits && !fdigits)) return -1;
+    while (fdigits++ < 3) frac *= 10;
+    *ms = v * 1000 + frac;
+    return 0;
+}

@@ -32,4 +32,6 @@ int lz_fsync_dir(const char *path);
 void lz_remove_tree(int dirfd, const char *name);
 uint64_t lz_now_ns(int clock);
 int lz_parse_u64(const char *s, uint64_t *out);
+/* Seconds as "2" or "0.25" into milliseconds: 0, or -1 if malformed. */
+int lz_parse_seconds_ms(const char *s, uint64_t *ms);
 #endif

@@ -2,6 +2,7 @@
  * the program runs without Lazarus. */
 #ifndef LAZARUS_H
 #define LAZARUS_H
+#include <stddef.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -17,6 +18,24 @@ enum {
  * or, after `lazarus restart` from that checkpoint, returns again
  * LAZARUS_RESTARTED.  *index (if not NULL) gets the checkpoint's index. */
 int lazarus_checkpoint(unsigned long long *index);
+
+/* A checkpoint here (libckpt's checkpoint_here), as lazarus_checkpoint(),
+ * unless less than `lazarus run --mintime S` seconds passed since the last
+ * checkpoint of any kind (or the start): then LAZARUS_INACTIVE at once. */
+int lazarus_checkpoint_here(unsigned long long *index);
+
+/* Memory exclusion (libckpt's exclude_bytes/include_bytes): any byte range.
+ * LAZARUS_DEAD: the bytes will not be read before they are next written;
+ * they are left out of the next checkpoints until included again, and come
+ * back as zeros after a restart.  LAZARUS_READONLY: they will not be written
+ * until included again; the next checkpoint stores them and later ones refer
+ * to that copy.  lazarus_include() undoes either for any range (calls need
+ * not match: the latest call wins for each byte).  Exclusions survive a
+ * restart.  Safe from any thread.  0, or -1 with errno (EINVAL: a bad `how`
+ * or a range that wraps; ENOMEM: too many ranges). */
+enum { LAZARUS_DEAD = 1, LAZARUS_READONLY = 2 };
+int lazarus_exclude(void *addr, size_t len, int how);
+int lazarus_include(void *addr, size_t len);
 
 #ifdef __cplusplus
 }

@@ -60,6 +60,7 @@ struct rt_state {
     struct sigaction prog_urg; /* the program's own SIGURG disposition */
     /* lazarus_checkpoint() from the C API */
     volatile int api_done, api_result, api_waiting;
+    volatile int api_here; /* the C API call waiting is lazarus_checkpoint_here(): forked, returns once taken */
     volatile uint64_t api_index;
     /* descriptors the program inherited from its launcher (its stdin, stdout
      * and stderr, a jobserver pipe): re-attached at restart to the
@@ -75,6 +76,9 @@ struct rt_state {
     int tracing;           /* LAZARUS_TRACE=1 */
     int nodirty;           /* LAZARUS_NO_DIRTY=1: no dirty tracking, pages compared by digest (tests) */
     int lazyfree;          /* the program called madvise(MADV_FREE) once: clean pages may vanish */
+    int noincr;            /* LAZARUS_NO_INCREMENTAL=1 (run --no-incremental): every page stored anew */
+    uint64_t mintime_ns;   /* LAZARUS_MINTIME_MS (run --mintime): lazarus_checkpoint_here()'s minimum gap */
+    uint64_t last_ckpt_ns; /* CLOCK_MONOTONIC of the last checkpoint's pause (or start, or restart) */
 };
 extern struct rt_state rt;
 
@@ -305,6 +309,8 @@ int rt_segv_sigaction(const struct sigaction *act, struct sigaction *old);
 int rt_segv_taken(void);
 void rt_redeliver_checkpoint(void);
 void rt_trace(uint64_t t0, const char *who, const char *step); /* LAZARUS_TRACE */
+/* A checkpoint asked through the C API ("API" or "HERE"): its result (lazarus.h). */
+int rt_api_checkpoint(unsigned long long *index, const char *what);
 
 /* Around a call the checkpoint must not interrupt half-way (file calls,
  * madvise): a checkpoint asked for meanwhile runs when it is done. */

@@ -1,6 +1,7 @@
 /* The checkpoint signal handler: capture, save the resume point, write,
  * commit, report.  A restart comes back out of lz_save_context() here. */
 #include "rt.h"
+#include "rt_exclude.h"
 #include "rt_map.h"
 #include <errno.h>
 #include <linux/kcmp.h>
@@ -52,6 +53,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     ck->arena = arena;
     ck->index = index;
     ck->trigger = trigger;
+    rt.last_ckpt_ns = t0; /* lazarus_checkpoint_here()'s mintime counts from here, whatever the trigger */
     ck->t0 = t0;
     ck->codec = rt.codec;
     ck->level = rt.level;
@@ -81,6 +83,10 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     if (rc == 0 && !aborted) rc = rt_begin_checkpoint(ck);
     trace(t0, "directory and file journal");
     int forked = 0;
+    /* the C API's caller waits for the result anyway: written in the pause;
+     * lazarus_checkpoint_here()'s goes on once taken (rt_here.c) */
+    int here = trigger == LZ_TRIG_API && rt.api_waiting && rt.api_here;
+    int may_fork = trigger != LZ_TRIG_API || here;
     if (rc == 0 && !aborted) {
         if (lz_save_context(&ck->ckpt_thread->ctx) != 0) {
             /* We are the restored program: `ck` and the arena are gone. */
@@ -89,15 +95,16 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
         }
         /* last, so that nothing the program wrote before the copy is missed */
         rc = rt_scan_dirty(ck);
+        if (rc == 0) rt_excl_pause(ck);
         trace(t0, "dirty pages");
         /* little changed: copy it rather than fork (C API checkpoints write in the pause anyway) */
-        if (rc == 0 && trigger != LZ_TRIG_API && !rt.nofork && rt_plan_copy(ck) < 0) rc = -1;
+        if (rc == 0 && may_fork && !rt.nofork && rt_plan_copy(ck) < 0) rc = -1;
         if (ck->planned) trace(t0, "changed pages copied");
         if (rc != 0) rt_map_untrack();
         if (rc == 0) {
             rt_map_started(index);
-            /* the C API's caller waits for the result anyway: no child */
-            forked = trigger != LZ_TRIG_API && rt_fork_writer(ck);
+            /* a C API checkpoint is written in the pause (but lazarus_checkpoint_here's) */
+            forked = may_fork && rt_fork_writer(ck);
             rt_track_late(ck, forked && !ck->planned);
             if (!forked) rc = rt_finish_checkpoint(ck);
         }
@@ -117,7 +124,7 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     trace(t0, forked ? "forked" : aborted ? "aborted" : "written");
     if (trigger == LZ_TRIG_API) {
         rt.api_index = index;
-        rt.api_result = rc == 0 && !aborted && committed ? 1 : -1;
+        rt.api_result = rc == 0 && !aborted && (committed || here) ? 1 : -1; /* HERE: taken, being written */
         rt.api_done = 1;
     }
     if (forked && ck->planned) rt_map_keep_arena(ck->arena.base, ck->arena.cap);

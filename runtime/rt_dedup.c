@@ -96,6 +96,7 @@ static const struct rt_dedup_ent *dedup_find(uint64_t d0, uint64_t d1)
 /* A previous frame holding this content: its index there, or -1. */
 static long dedup_prev(const struct writer *w, uint64_t d0, uint64_t d1, uint32_t *skip)
 {
+    if (rt.noincr) return -1; /* run --no-incremental: nothing referred to in earlier checkpoints */
     const struct rt_dedup_ent *e = dedup_find(d0, d1);
     if (!e || e->pack == (uint32_t)w->ck->index) return -1;
     long f = find_prev_frame(w, e->pack, e->offset);

@@ -3,6 +3,7 @@
  * coalescing, sparse frames of the previous checkpoint stored again
  * (rt_pages.h). */
 #include "rt_pages.h"
+#include "rt_exclude.h"
 #include "rt_packio.h"
 #include "codec.h"
 #include "hash.h"
@@ -307,6 +308,7 @@ int rt_store_pages(struct rt_ckpt *ck)
             if (region_stored(&ck->regions[i]) && !(ck->regions[i].prot & PROT_READ))
                 lz_sc3(SYS_mprotect, ck->regions[i].start, ck->regions[i].end - ck->regions[i].start, ck->regions[i].prot | PROT_READ);
         rc = rt_plan_all(ck);
+        if (rc == 0) rc = rt_excl_zero(ck); /* partly dead pages: their dead bytes as zeros */
     }
     /* what the new checkpoint references of each previous frame: clean runs,
      * and changed pages whose content a previous frame holds (dedup) */

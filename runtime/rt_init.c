@@ -266,6 +266,11 @@ __attribute__((constructor)) static void rt_init(void)
     rt.tracing = rt_env("LAZARUS_TRACE") != NULL;
     const char *nd = rt_env("LAZARUS_NO_DIRTY");
     rt.nodirty = nd && *nd == '1';
+    const char *ni = rt_env("LAZARUS_NO_INCREMENTAL"), *mt = rt_env("LAZARUS_MINTIME_MS");
+    rt.noincr = ni && *ni == '1';
+    if (rt.noincr) rt.nodirty = 1; /* no write tracking either: no faults, as libckpt without incremental */
+    rt.mintime_ns = mt ? strtoull(mt, NULL, 10) * 1000000ull : 0;
+    rt.last_ckpt_ns = rt_now_ns(CLOCK_MONOTONIC);
     rt_track_all(); /* what the program maps later is tracked from its first checkpoint on */
     rt_atfork_register();
     rt_install_handler();
@@ -278,18 +283,27 @@ __attribute__((constructor)) static void rt_init(void)
  * supervisor for a checkpoint and waits until the handler has run. */
 RT_API int lazarus_rt_checkpoint(unsigned long long *index)
 {
+    return rt_api_checkpoint(index, "API");
+}
+
+/* Asks the supervisor (`what`: API, or HERE for lazarus_checkpoint_here) and
+ * waits until the handler has run. */
+int rt_api_checkpoint(unsigned long long *index, const char *what)
+{
     if (!rt.active || rt.ctl_fd < 0) return 0;
     uint64_t ksetblock = 1ull << (LZ_SIGCKPT - 1), kold;
     lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &ksetblock, &kold, LZ_KSIGSET_SIZE);
     rt.api_done = 0;
     rt.api_waiting = 1;
-    rt_notify("API");
+    rt.api_here = what[0] == 'H';
+    rt_notify("%s", what);
     uint64_t waitmask = kold & ~ksetblock;
     while (!rt.api_done) {
         if (fcntl(rt.ctl_fd, F_GETFD) < 0) { rt.api_result = -1; break; }
         lz_sc2(SYS_rt_sigsuspend, &waitmask, LZ_KSIGSET_SIZE);
     }
     rt.api_waiting = 0;
+    rt.api_here = 0;
     lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &kold, NULL, LZ_KSIGSET_SIZE);
     if (index) *index = rt.api_index;
     return rt.api_result;

@@ -3,6 +3,7 @@
  * pages clean, zero or new (rt_pages.h). */
 #include "rt_pages.h"
 #include "rt_dirty.h"
+#include "rt_exclude.h"
 #include "track.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -178,17 +179,26 @@ struct planner {
     size_t pe; /* cursor in pm->extents */
 };
 
-static int push(struct planner *pl, uint64_t addr, uint64_t len, int kind, uint32_t pframe, uint32_t skip, int file, int64_t delta)
+static int push_run(void *plv, uint64_t addr, uint64_t len, int kind, uint32_t pframe, uint32_t skip, int file, int64_t delta,
+                    int flags)
 {
+    struct planner *pl = plv;
     struct rt_ckpt *ck = pl->ck;
     while (len) { /* runs of any size, items of at most LZ_EXTENT_MAX (their length is 32 bits) */
         uint64_t n = len < LZ_EXTENT_MAX ? len : LZ_EXTENT_MAX;
         if (ck->nitems == ITEMS_CAP) return rt_fail(ck, "the program's memory is too fragmented to checkpoint", 0);
-        ck->items[ck->nitems++] = (struct rt_item){addr, addr + (uint64_t)delta, (uint32_t)n, (uint8_t)kind, (uint8_t)file, 0, pframe, skip};
+        ck->items[ck->nitems++] = (struct rt_item){addr, addr + (uint64_t)delta, (uint32_t)n, (uint8_t)kind, (uint8_t)file, (uint16_t)flags, pframe, skip};
         addr += n; len -= n;
         if (kind == IT_REF) skip += (uint32_t)n;
     }
     return 0;
+}
+
+/* Every run goes through the program's exclusions, if it made any (rt_exclude.c). */
+static int push(struct planner *pl, uint64_t addr, uint64_t len, int kind, uint32_t pframe, uint32_t skip, int file, int64_t delta)
+{
+    if (rt_excl_used()) return rt_excl_split(pl, push_run, pl->pm, addr, len, kind, pframe, skip, file, delta);
+    return push_run(pl, addr, len, kind, pframe, skip, file, delta, 0);
 }
 
 /* A clean run [a,b): what the previous map says it holds. */
@@ -347,7 +357,7 @@ int rt_plan_all(struct rt_ckpt *ck)
 int rt_plan_copy(struct rt_ckpt *ck)
 {
     const struct rt_map *pm = rt_map_current();
-    if (!pm->index || !pm->tracked || !ck->tracking) return 0;
+    if (!pm->index || !pm->tracked || !ck->tracking || rt_excl_used()) return 0;
     uint64_t budget = 0;
     for (size_t i = 0; i < ck->nregions; i++) {
         const struct lz_region *r = &ck->regions[i];

@@ -50,6 +50,7 @@ void rt_resume(struct rt_ckpt *unused)
     rt_regions_forget();
     rt_pages_forget();
     rt_map_seed(rt.dir, r->index, rt_track_all());
+    rt.last_ckpt_ns = rt_now_ns(CLOCK_MONOTONIC); /* another boot's clock, maybe */
     char err[256];
     if (fj_restarted(rt.jdir, r->index, rt_is_main(), err, sizeof err) < 0) {
         char msg[320];

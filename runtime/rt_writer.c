@@ -7,6 +7,7 @@
  * that fails leaves tmp.N.<pid> for the supervisor, which keeps its journal
  * as jrnl.N (store.h). */
 #include "rt.h"
+#include "rt_exclude.h"
 #include "rt_map.h"
 #include "journal.h"
 #include "track.h"
@@ -269,6 +270,8 @@ static int finish(struct rt_ckpt *ck)
     if (rt_store_chans(ck) < 0 || rt_store_usocks(ck) < 0 || rt_store_inet(ck) < 0) return -1;
     if (hash_ghosts(ck) < 0) return -1;
 
+    const struct lz_exclusion *excl;
+    size_t nexcl = rt_excl_table(&excl);
     size_t size = sizeof(struct lz_header) + (RT_NSECTIONS + 1) * (sizeof(struct lz_section) + 8) + sizeof(struct lz_proc) +
                   ck->proc->ngroups * sizeof(uint32_t) +
                   ck->nchans * sizeof(struct lz_chan) + ck->nevents * sizeof(struct lz_event) +
@@ -281,7 +284,8 @@ static int finish(struct rt_ckpt *ck)
                   ck->nthreads * sizeof(struct lz_thread) + rt_sigq_extra(ck) * sizeof(struct lz_siginfo_rec) +
                   ck->nregions * sizeof(struct lz_region) + nm->nextents * sizeof(struct lz_extent) +
                   nm->nframes * sizeof(struct lz_frame) + ck->nfds * sizeof(struct lz_fd) +
-                  nm->npacks * sizeof(struct lz_pack) + ck->strings.len + ck->auxv_len + sizeof(struct lz_trailer);
+                  nm->npacks * sizeof(struct lz_pack) + ck->strings.len + ck->auxv_len + sizeof(struct lz_trailer) +
+                  sizeof(struct lz_section) + nexcl * sizeof *excl;
     char *m = arena_alloc(&ck->arena, size);
     if (!m) { rt_fmt(ck->err, sizeof ck->err, "out of checkpoint scratch memory"); return -1; }
     struct lz_header *h = (struct lz_header *)m;
@@ -295,7 +299,7 @@ static int finish(struct rt_ckpt *ck)
     h->parent = rt.parent;
     h->created_ns = rt_now_ns(CLOCK_REALTIME);
     h->trigger = ck->trigger;
-    h->nsections = RT_NSECTIONS;
+    h->nsections = RT_NSECTIONS + (nexcl > 0);
     h->mem_bytes = ck->mem_bytes;
     h->data_bytes = ck->data_bytes;
     h->stored_bytes = ck->stored_bytes;
@@ -320,6 +324,7 @@ static int finish(struct rt_ckpt *ck)
     p = put_section(p, LZ_SEC_TIMERS, ck->timers, ck->ntimers * sizeof *ck->timers);
     p = put_ipc(p, ck);
     p = put_section(p, LZ_SEC_SIGQUEUE, ck->sigq + LZ_MAX_PENDING, rt_sigq_extra(ck) * sizeof *ck->sigq);
+    if (nexcl) p = put_section(p, LZ_SEC_EXCLUDE, excl, nexcl * sizeof *excl); /* only then: older builds read the rest */
     h->pause_ns = rt_pause_ns(ck);
     h->durable_ns = rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* the pack is on disk, the manifest follows */
     ck->durable_ns = h->durable_ns;

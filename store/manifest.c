@@ -488,6 +488,16 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
         case LZ_SEC_SIGQUEUE:
             if (n % sizeof(struct lz_siginfo_rec)) FAIL("manifest pending signal list is malformed");
             img->sigq = p; img->nsigq = n / sizeof(struct lz_siginfo_rec); break;
+        case LZ_SEC_EXCLUDE:
+            if (n % sizeof(struct lz_exclusion)) FAIL("manifest exclusion list is malformed");
+            img->excl = p; img->nexcl = n / sizeof(struct lz_exclusion);
+            for (size_t i = 0; i < img->nexcl; i++) { /* sorted, disjoint, of a known kind */
+                const struct lz_exclusion *e = &img->excl[i];
+                if (e->start >= e->end || (e->kind != LZ_EXCL_DEAD && e->kind != LZ_EXCL_READONLY) ||
+                    (i && e->start < img->excl[i - 1].end))
+                    FAIL("manifest exclusion list is malformed (record %zu)", i);
+            }
+            break;
         case LZ_SEC_THREADS:
             if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
             img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;

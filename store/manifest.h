@@ -26,6 +26,7 @@ struct lz_image {
     const struct lz_ipc *ipc;        size_t nipc;     /* System V objects, message queues */
     const char *ipc_bytes;           size_t ipc_len;  /* their bytes (lz_ipc.data, .length) */
     const struct lz_siginfo_rec *sigq; size_t nsigq; /* pending signals past proc->pending's */
+    const struct lz_exclusion *excl; size_t nexcl; /* memory the program excluded (none in older manifests) */
     const char *strings;             size_t strings_len;
     const void *auxv;                size_t auxv_len;
     const uint32_t *groups;          /* the supplementary groups, proc->ngroups of them */

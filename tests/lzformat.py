@@ -62,12 +62,13 @@ SEC_USOCKS, SEC_INET, SEC_PTYS = 13, 14, 15
 SEC_TIMERS = 17
 SEC_IPC = 16
 SEC_SIGQUEUE = 18  # struct lz_siginfo_rec[] (136 B): pending signals past the process record's 64
+SEC_EXCLUDE = 19  # struct lz_exclusion[] (32 B): memory the program excluded (lazarus_exclude)
 SECTION_NAMES = {SEC_PROC: "proc", SEC_REGIONS: "regions", SEC_EXTENTS: "extents", SEC_FDS: "fds",
                  SEC_STRINGS: "strings", SEC_PACKS: "packs", SEC_AUXV: "auxv", SEC_FRAMES: "frames",
                  SEC_THREADS: "threads", SEC_CHANS: "chans", SEC_GROUPS: "groups",
                  SEC_EVENTS: "events", SEC_USOCKS: "usocks", SEC_INET: "inet", SEC_PTYS: "ptys",
                  SEC_TIMERS: "timers", SEC_IPC: "ipc",
-                 SEC_SIGQUEUE: "sigqueue"}
+                 SEC_SIGQUEUE: "sigqueue", SEC_EXCLUDE: "exclude"}
 
 FRAME_ZERO = 0xFFFFFFFF
 CODEC_NONE, CODEC_ZERO, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3
@@ -188,6 +189,7 @@ PROC = _L("lz_proc", 11320,
           "I euid, I suid, I egid, I sgid, I ngroups, I pad2, Q groups_xxh3, "
           "Q cap_eff, Q cap_prm, Q cap_inh, Q reserved")
 SIGINFO_REC = _L("lz_siginfo_rec", 136, "i signo, i tid, 128s info")
+EXCLUSION = _L("lz_exclusion", 32, "Q start, Q end, I kind, I pad, Q stored_at")
 REGION = _L("lz_region", 104,
             "Q start, Q end, I prot, I kind, I flags, I path, Q file_offset, Q file_size, "
             "Q file_ino, Q file_dev, q file_mtime_ns, Q file_hash, I first_extent, I nextents, 16s reserved")
@@ -243,14 +245,14 @@ FJ_STRINGS = {FJ_INODE, FJ_NAME, FJ_MOVED, FJ_DIRTIME}
 
 # every layout, for the offsetof() check of test_format_unit.py ("job0"/"job1"
 # stand for C's job[0]/job[1])
-LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT, PTY, USOCK, INET, TIMER, IPC,
+LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, EXCLUSION, REGION, EXTENT, FRAME, PACK, FD, THREAD, CHAN, EVENT, PTY, USOCK, INET, TIMER, IPC,
            TREE_HEADER, TREE_PROC, TREE_SHARED,
            FJ_REC, FJ_INODE_L, FJ_DATA_L, FJ_NAME_L, FJ_MOVED_L, FJ_DIRTIME_L, FJ_BEGIN_L, FJ_END_L]
 
 # the arrays of records a section holds
 SECTION_LAYOUT = {SEC_REGIONS: REGION, SEC_EXTENTS: EXTENT, SEC_FDS: FD, SEC_PACKS: PACK,
                   SEC_FRAMES: FRAME, SEC_THREADS: THREAD, SEC_CHANS: CHAN, SEC_EVENTS: EVENT,
-                  SEC_USOCKS: USOCK, SEC_INET: INET, SEC_TIMERS: TIMER}
+                  SEC_USOCKS: USOCK, SEC_INET: INET, SEC_TIMERS: TIMER, SEC_EXCLUDE: EXCLUSION}
 
 
 def _pad8(n: int) -> int:
