@@ -43,7 +43,8 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"durability", required_argument, 0, 'D'}, {"exclude", required_argument, 0, 'x'}, {"force", no_argument, 0, 'f'},
         {"compress", required_argument, 0, 'c'}, {"job-stdio", no_argument, 0, 'S'},
         {"tcp", required_argument, 0, 'T'}, {"compact", no_argument, 0, 'C'},
-        {"resume", no_argument, 0, 'R'}, {"checkpoint-signal", required_argument, 0, 'G'}, {0, 0, 0, 0}};
+        {"resume", no_argument, 0, 'R'}, {"checkpoint-signal", required_argument, 0, 'G'},
+        {"lazy", no_argument, 0, 'L'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -96,6 +97,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             continue;
         }
         if (c == 'C') { o->compact = 1; continue; }
+        if (c == 'L') { o->lazy = 1; continue; }
         if (c == 'R') { o->resume = 1; continue; }
         if (c == 'G') {
             if ((o->ckpt_signal = batch_parse_signal(optarg, cmd)) < 0) return -1;
@@ -185,6 +187,7 @@ int main(int argc, char **argv)
     if (!strcmp(c, "verify")) return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(c, "diff")) return cmd_diff(argc - 1, argv + 1);
     if (!strcmp(c, "gc")) return cmd_gc(argc - 1, argv + 1);
+    if (!strcmp(c, "__lazy-serve")) return cmd_lazy_serve(argc - 1, argv + 1); /* restart --lazy's fault server */
     lz_err("unknown command '%s' (commands: run, checkpoint, restart, list, verify, diff, gc; see `lazarus --help`)", c);
     return 2;
 }
