@@ -758,7 +758,7 @@ def wait_new_checkpoint(runner: Runner, store: Path, above: int, proc: Proc,
 def run_until_done(runner: Runner, store: Path, program_argv, rng: random.Random, *,
                    kills: int = 10, interval: int = 1, comm: str | None = None,
                    max_delay: float | None = None, timeout: float = 600,
-                   done_re: str | None = None, run_opts=()) -> KilledRun:
+                   done_re: str | None = None, run_opts=(), restart_opts=()) -> KilledRun:
     """`lazarus run -i INTERVAL PROGRAM`, then SIGKILL the program at random
     instants (each time at a uniform random delay in [0, max_delay] after a
     new checkpoint appeared in `list`, so every segment makes progress and
@@ -766,7 +766,8 @@ def run_until_done(runner: Runner, store: Path, program_argv, rng: random.Random
     after each kill, until the program completes.  Every killed segment must
     end with status 137 and the final one with 0; done_re (a regex for the
     program's last line) tells a program that finished just before a kill
-    from a supervisor that reports a kill as success."""
+    from a supervisor that reports a kill as success; restart_opts go to
+    every `restart` (`--lazy`)."""
     if max_delay is None:
         max_delay = float(interval)
     start = time.monotonic()
@@ -798,7 +799,7 @@ def run_until_done(runner: Runner, store: Path, program_argv, rng: random.Random
             idx = runner.indexes(store)
             assert idx, f"no checkpoint to restart from\n{KilledRun(segs, done_kills).describe()}"
             last_idx = max(idx)
-            proc = runner.start_lz("restart", "-d", store)
+            proc = runner.start_lz("restart", "-d", store, *restart_opts)
             kind = "restart"
             continue
         kr = KilledRun(segs, done_kills)

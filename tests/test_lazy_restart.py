@@ -1,0 +1,225 @@
+"""`lazarus restart --lazy` (issue 20): the program runs again before its
+memory is read; a fault server (cli/lazy_server.c) places each page when
+first touched, checked frame by frame, and the rest behind it.  End to end:
+the same results as an eager restart and an uninterrupted run; a pack
+damaged after the restart began stops the job with one line (never zeros);
+a SIGKILL of the server or of the supervisor during the fill kills the job
+and a second restart works; a checkpoint asked for during the fill waits
+for it; what is not supported yet is refused with one line."""
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import (_compile, children, descendants, kill_job, kill_program, plain_output, run_until_done,
+                      snapshot, tmp_entries, wait_gone)
+from test_restart_at import parse_steps, run_api_job
+
+PAUSE = "LAZARUS_TEST_LAZY_PAUSE_MS"  # the server serves faults only, for this long
+MIB = "96"
+
+
+def need_root(runner):
+    if runner.mode != "root":
+        pytest.skip("lazy restart needs a full userfaultfd (root here); the user variant is test_user_refused")
+
+
+def server_of(proc, timeout=20.0):
+    """The fault server under the `lazarus restart` proc (its pid)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid, _ in descendants(proc.pid):
+            try:
+                if b"__lazy-serve" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return pid
+            except OSError:
+                pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.01)
+    raise AssertionError(f"no fault server under the restart\n{proc.stderr[-2000:]}")
+
+
+def stopped_job(runner, programs, mib=MIB, rounds="400"):
+    """heap_mutator run to a checkpoint and killed: (store, argv, expected last line)."""
+    argv = [programs.heap_mutator, mib, rounds]
+    expected = plain_output(argv).splitlines()[-1]
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", *argv)
+    proc.wait_for_output(r"^start ", timeout=120)
+    runner.checkpoint(store)
+    kill_program(proc, "heap_mutator")
+    return store, argv, expected
+
+
+@pytest.mark.parametrize("how", ["eager", "lazy"])
+def test_heap_restarts_same(how, runner, programs):
+    """A restart, eager or lazy, of a 96 MiB heap ends with the checksum of an
+    uninterrupted run; a lazy one leaves the program nothing of Lazarus: no
+    userfaultfd open, no server left."""
+    need_root(runner)
+    store, _, expected = stopped_job(runner, programs)
+    opts = ["--lazy"] if how == "lazy" else []
+    proc = runner.start_lz("restart", "-d", store, *opts)
+    if how == "lazy":
+        server = server_of(proc)
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{server}").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    else:
+        time.sleep(1)
+    prog = [p for p, _ in descendants(proc.pid) if b"heap_mutator" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert prog, proc.stderr
+    for p in prog:  # the program holds no userfaultfd of the fill: only the runtime's own (dirty tracking)
+        fds = [os.readlink(f) for f in Path(f"/proc/{p}/fd").iterdir() if Path(f).exists()]
+        assert len([f for f in fds if "userfaultfd" in f]) <= 1, fds
+    assert proc.wait(timeout=300) == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == expected, proc.stdout
+
+
+@pytest.mark.parametrize("how", ["eager", "lazy"])
+def test_restart_at_every_checkpoint(how, runner, programs):
+    """api_prog's chain of checkpoints (incremental), each restarted with
+    `--at N`, eager or lazy: the step's memory and the rest of the run."""
+    need_root(runner)
+    store = runner.base / "store"
+    parsed, gofile = run_api_job(runner, programs, store, 4, mib=32)
+    runner.touch(gofile)
+    by_index = {s[2]: s for s in parsed}
+    opts = ["--lazy"] if how == "lazy" else []
+    for n in runner.indexes(store):
+        step, _, _, pid, digest = by_index[n]
+        copy = runner.base / f"store-at-{n}"
+        os.system(f"cp -a {store} {copy}")
+        r = runner.lz("restart", "-d", copy, "--at", str(n), *opts, timeout=120)
+        assert r.rc == 0, str(r)
+        got = parse_steps(r.stdout)
+        assert got and got[0] == (step, "restarted", n, pid, digest), f"--at {n}\n{r}"
+        assert [(s, d) for s, _, _, _, d in got[1:]] == [(s[0], s[4]) for s in parsed[step:]], str(r)
+
+
+def test_threads_killed_at_random_instants_lazy(runner, rng):
+    """OpenMP phases over 32 MiB on 4 threads, killed at 3 random instants,
+    every restart lazy: the uninterrupted run's output."""
+    need_root(runner)
+    omp = _compile("omp_phases", runner.base, ["-fopenmp"])
+    argv = [omp, "32", "12", "52", "result.txt"]
+    runner.env["OMP_NUM_THREADS"] = "4"
+    expected = plain_output(["env", "OMP_NUM_THREADS=4", *argv[:-1], "/dev/null"]).splitlines()[-1]
+    store = runner.base / "store"
+    kr = run_until_done(runner, store, argv, rng, kills=3, comm="omp_phases", done_re="^done ", max_delay=0.5,
+                        timeout=240, restart_opts=("--lazy",))
+    assert [s.rc for s in kr.segments] == [137] * 3 + [0], kr.describe()
+    assert kr.segments[-1].stdout.splitlines()[-1] == expected, kr.describe()
+
+
+def test_heap_killed_at_random_instants_lazy(runner, programs, rng):
+    """The 256 MiB heap program SIGKILLed at 5 random instants (kills land
+    inside the fill too), each restart lazy: the same final checksum."""
+    need_root(runner)
+    argv = [programs.heap_mutator, "256", "120"]
+    expected = plain_output(argv).splitlines()[-1]
+    store = runner.base / "store"
+    kr = run_until_done(runner, store, argv, rng, kills=5, comm="heap_mutator", done_re="^checksum ",
+                        max_delay=0.6, timeout=400, restart_opts=("--lazy",))
+    assert kr.segments[-1].stdout.splitlines()[-1] == expected, kr.describe()
+    assert tmp_entries(store) == []
+
+
+def test_pack_truncated_after_restart_began(runner, programs):
+    """The packs cut in half while the lazy restart fills: the job is stopped
+    with one line naming the checkpoint and the frame; the program never ran
+    on with what it could not have (no checksum printed)."""
+    need_root(runner)
+    store, _, _ = stopped_job(runner, programs)
+    idx = max(runner.indexes(store))
+    runner.env[PAUSE] = "60000"
+    proc = runner.start_lz("restart", "-d", store, "--lazy")
+    server_of(proc)
+    time.sleep(0.5)  # the program runs, its faults served
+    for p in (store / "packs").iterdir():
+        os.truncate(p, p.stat().st_size // 2)
+    rc = proc.wait(timeout=60)
+    assert rc != 0, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert re.search(rf"checkpoint {idx} is damaged: frame \d+ \(.*pack\.\d+, offset \d+\) cannot be read", lines[0]), lines
+    assert "checksum" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("victim", ["server", "supervisor"])
+def test_killed_during_fill_then_restart(victim, runner, programs, rng):
+    """SIGKILL of the fault server (or of `lazarus restart`, the supervisor)
+    at a random instant of the fill: the job dies with it, never runs on
+    zeros; the store is intact and a second restart finishes the run."""
+    need_root(runner)
+    store, _, expected = stopped_job(runner, programs)
+    before = snapshot(store)
+    runner.env[PAUSE] = "3000"
+    proc = runner.start_lz("restart", "-d", store, "--lazy")
+    server = server_of(proc)
+    time.sleep(rng.uniform(0.05, 1.5))
+    progs = [p for p, _ in descendants(proc.pid) if p != server]
+    os.kill(server if victim == "server" else proc.pid, signal.SIGKILL)
+    rc = proc.wait(timeout=60)
+    assert rc != 0 and "checksum" not in proc.stdout, proc.stdout + proc.stderr
+    if victim == "server":
+        assert "fault server was killed" in proc.stderr, proc.stderr
+    wait_gone(progs + [server])
+    assert snapshot(store) == before, "the store changed"
+    del runner.env[PAUSE]
+    r = runner.lz("restart", "-d", store, "--lazy", timeout=300)
+    assert r.rc == 0, str(r)
+    assert r.stdout.splitlines()[-1] == expected, str(r)
+
+
+def test_checkpoint_during_fill(runner, programs):
+    """`lazarus checkpoint` while the lazy fill runs waits for it, then
+    checkpoints; that checkpoint restarts to the uninterrupted result."""
+    need_root(runner)
+    store, _, expected = stopped_job(runner, programs, rounds="600")
+    runner.env[PAUSE] = "2000"
+    proc = runner.start_lz("restart", "-d", store, "--lazy")
+    server = server_of(proc)
+    t0 = time.monotonic()
+    n = runner.checkpoint_when_up(store)
+    assert not Path(f"/proc/{server}").exists() or Path(f"/proc/{server}/status").read_text().find("zombie") >= 0, \
+        "the checkpoint did not wait for the fill"
+    assert time.monotonic() - t0 > 0.5, "the checkpoint did not wait for the fill"
+    kill_program(proc, "heap_mutator")
+    del runner.env[PAUSE]
+    r = runner.lz("restart", "-d", store, "--at", str(n), timeout=300)
+    assert r.rc == 0 and r.stdout.splitlines()[-1] == expected, str(r)
+
+
+def test_user_refused(runner, programs):
+    """An ordinary user (only a user-mode-only userfaultfd here): --lazy is
+    refused with one line, nothing changed; the eager restart works."""
+    if runner.mode != "user" or not Path("/proc/sys/vm/unprivileged_userfaultfd").exists() or \
+            Path("/proc/sys/vm/unprivileged_userfaultfd").read_text().strip() != "0":
+        pytest.skip("the user variant, where ordinary users get only user-mode-only userfaultfds")
+    store, _, expected = stopped_job(runner, programs, mib="16")
+    before, had = snapshot(store), set(children(os.getpid()))
+    r = runner.lz("restart", "-d", store, "--lazy", timeout=60)
+    assert r.rc != 0 and r.stdout == "", str(r)
+    assert len(r.stderr_lines()) == 1 and "--lazy" in r.stderr and "nothing was changed" in r.stderr, str(r)
+    assert snapshot(store) == before and not set(children(os.getpid())) - had
+    r = runner.lz("restart", "-d", store, timeout=300)
+    assert r.rc == 0 and r.stdout.splitlines()[-1] == expected, str(r)
+
+
+def test_tree_refused(runner):
+    """A checkpoint of several processes: --lazy refused with one line (part 2)."""
+    need_root(runner)
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", "sh", "-c", "sleep 1000 & sleep 1000; wait")
+    time.sleep(0.5)
+    runner.checkpoint_when_up(store)
+    kill_job(proc)
+    before = snapshot(store)
+    r = runner.lz("restart", "-d", store, "--lazy", timeout=60)
+    assert r.rc != 0 and len(r.stderr_lines()) == 1 and "several processes" in r.stderr, str(r)
+    assert snapshot(store) == before
