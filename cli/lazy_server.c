@@ -82,20 +82,22 @@ static struct {
     pid_t victim;
     int pause_ms;
     _Atomic int failing;
+    _Atomic int finished; /* every frame in and no fault waiting: the workers end */
 } S;
 
 static _Noreturn void stop_job(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static _Noreturn void stop_job(const char *fmt, ...)
 {
     if (atomic_exchange(&S.failing, 1)) for (;;) pause(); /* another thread says it */
-    /* the program first: it must not run on (nor get zeros) once we are gone */
-    if (S.victim > 0) kill(S.victim, SIGKILL);
     char buf[900];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    lz_err("%s", buf);
+    lz_err("%s", buf); /* first: the supervisor ends us once the job is gone */
+    /* the job must not run on without us (the supervisor's copy of the
+     * userfaultfd keeps its missing pages waiting meanwhile, never zeros) */
+    if (S.victim > 0) kill(S.victim, SIGKILL);
     _exit(1);
 }
 
@@ -337,9 +339,15 @@ static long next_frame(void)
     }
 }
 
+static const char *hold; /* tests: nothing is served until this file exists */
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
+    while (hold && access(hold, F_OK) < 0) {
+        struct timespec t = {0, 2000000};
+        nanosleep(&t, NULL);
+    }
     int prefetching = S.pause_ms <= 0;
     uint64_t t0 = lz_now_ns(CLOCK_MONOTONIC);
     for (;;) {
@@ -357,7 +365,7 @@ static void *worker_main(void *arg)
         if (!prefetching) prefetching = lz_now_ns(CLOCK_MONOTONIC) - t0 >= (uint64_t)S.pause_ms * 1000000ull;
         long f = prefetching ? next_frame() : -1;
         if (f >= 0) { place_frame(w, (uint32_t)f); continue; }
-        if (prefetching && atomic_load(&S.placed) >= S.img.nframes && atomic_load(&S.pending) == 0) return NULL;
+        if (atomic_load(&S.finished)) return NULL; /* the event thread decides: a fault may come in still */
         if (!served) {
             struct timespec t = {0, 100000};
             nanosleep(&t, NULL);
@@ -479,6 +487,7 @@ int cmd_lazy_serve(int argc, char **argv)
     fcntl(hup, F_SETFD, FD_CLOEXEC);
     const char *p = getenv("LAZARUS_TEST_LAZY_PAUSE_MS"); /* tests: faults only, for this long */
     S.pause_ms = p ? atoi(p) : 0;
+    hold = getenv("LAZARUS_TEST_LAZY_HOLD");
     uint64_t t0 = lz_now_ns(CLOCK_MONOTONIC);
     setup(argv[1]);
     pthread_rwlock_init(&S.lock, NULL);
@@ -508,6 +517,9 @@ int cmd_lazy_serve(int argc, char **argv)
         if (S.mms[0].dead) break; /* the program is gone */
         if (atomic_load(&S.placed) >= S.img.nframes && atomic_load(&S.pending) == 0) { done = 1; break; }
     }
+    /* faults read from here on (pages that hold zeros) are answered by the
+     * kernel once the supervisor closes its copy: zero-filled, as they must */
+    atomic_store(&S.finished, 1);
     if (done) for (int i = 0; i < NWORKERS; i++) pthread_join(th[i], NULL);
     if (getenv("LAZARUS_TRACE"))
         fprintf(stderr, "lazarus: lazy fill of checkpoint %llu: %zu frames in %.3f ms\n", (unsigned long long)S.index, S.nused,
@@ -529,6 +541,11 @@ pid_t lazy_spawn(struct supervisor *s, int uffd, int *hup_keep)
     char *args[] = {(char *)bin, "__lazy-serve", ckpt, idx, fdarg, hfd, victim, NULL};
     pid_t p = fork();
     if (p == 0) {
+        /* nothing of the supervisor's but what the server needs */
+        int lo = uffd < hup[0] ? uffd : hup[0], hi = uffd < hup[0] ? hup[0] : uffd;
+        if (lo > 3) close_range(3, (unsigned)lo - 1, 0);
+        if (hi > lo + 1) close_range((unsigned)lo + 1, (unsigned)hi - 1, 0);
+        close_range((unsigned)hi + 1, ~0u, 0);
         fcntl(uffd, F_SETFD, 0);
         fcntl(hup[0], F_SETFD, 0);
         sigset_t none;

@@ -466,6 +466,11 @@ int supervise(struct supervisor *s)
         }
     }
     free(pf);
+    if (s->lazy_pid > 0) { /* the fault server, ended with the job: what it said counts */
+        int status;
+        if (waitpid(s->lazy_pid, &status, 0) == s->lazy_pid) lazy_ended(&st, status);
+    }
+    if (s->lazy_fd >= 0) { close(s->lazy_fd); s->lazy_fd = -1; }
     /* a checkpoint being written when the program ended still commits or not */
     job_ckpt_end(&st);
     /* the job's other processes go on outside it, or end with it */
@@ -495,7 +500,7 @@ int supervise(struct supervisor *s)
         /* the restorer failed (it said why) or was killed: nothing changed */
         code = st.have_status && WIFEXITED(st.status) && WEXITSTATUS(st.status) ? WEXITSTATUS(st.status) : 1;
         if (st.restore_failed) code = 1;
-        else if (!st.have_status || !WIFEXITED(st.status))
+        else if ((!st.have_status || !WIFEXITED(st.status)) && !st.lazy_failed) /* the server said why */
             lz_err("restart of checkpoint %" PRIu64 " did not complete%s", s->restore_index,
                    s->files_rolled ? "" : "; nothing was changed");
         /* refused in phase 1 (the restorer found damage before the rollback):

@@ -129,24 +129,53 @@ def test_heap_killed_at_random_instants_lazy(runner, programs, rng):
     assert tmp_entries(store) == []
 
 
-def test_pack_truncated_after_restart_began(runner, programs):
-    """The packs cut in half while the lazy restart fills: the job is stopped
-    with one line naming the checkpoint and the frame; the program never ran
-    on with what it could not have (no checksum printed)."""
+def blocked_in_fault(proc, timeout=30.0):
+    """Wait until a thread of the restarted program waits on a missing page."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid, _ in descendants(proc.pid):
+            for t in Path(f"/proc/{pid}/task").glob("*"):
+                try:
+                    if "userfault" in (t / "wchan").read_text():
+                        return
+                except OSError:
+                    pass
+        time.sleep(0.01)
+    raise AssertionError(f"the program never waited for a page\n{proc.stderr[-2000:]}")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_pack_damaged_after_restart_began(damage, runner, programs):
+    """The packs cut in half (or a byte of each frame flipped) once the lazy
+    restart began, while a page is awaited: the job is stopped with one line
+    naming the checkpoint and the frame; the program never ran on with what
+    it could not have (no zeros: no checksum printed)."""
     need_root(runner)
     store, _, _ = stopped_job(runner, programs)
     idx = max(runner.indexes(store))
-    runner.env[PAUSE] = "60000"
+    go = runner.base / "go"
+    runner.env["LAZARUS_TEST_LAZY_HOLD"] = str(go)
     proc = runner.start_lz("restart", "-d", store, "--lazy")
     server_of(proc)
-    time.sleep(0.5)  # the program runs, its faults served
+    blocked_in_fault(proc)
     for p in (store / "packs").iterdir():
-        os.truncate(p, p.stat().st_size // 2)
+        size = p.stat().st_size
+        if damage == "truncated":
+            os.truncate(p, size // 2)
+        else:
+            with open(p, "r+b") as f:
+                for off in range(4096, size, 1 << 20):  # every frame's first page (1 MiB frames, raw)
+                    f.seek(off)
+                    b = f.read(1)
+                    f.seek(off)
+                    f.write(bytes([b[0] ^ 0xFF]))
+    go.touch()
     rc = proc.wait(timeout=60)
     assert rc != 0, proc.stderr
     lines = [l for l in proc.stderr.splitlines() if l.strip()]
     assert len(lines) == 1, proc.stderr
-    assert re.search(rf"checkpoint {idx} is damaged: frame \d+ \(.*pack\.\d+, offset \d+\) cannot be read", lines[0]), lines
+    what = "cannot be read" if damage == "truncated" else "(fails its checksum|does not decompress)"
+    assert re.search(rf"checkpoint {idx} is damaged: frame \d+ \(.*pack\.\d+, offset \d+\) {what}", lines[0]), lines
     assert "checksum" not in proc.stdout, proc.stdout
 
 
@@ -157,11 +186,16 @@ def test_killed_during_fill_then_restart(victim, runner, programs, rng):
     zeros; the store is intact and a second restart finishes the run."""
     need_root(runner)
     store, _, expected = stopped_job(runner, programs)
-    before = snapshot(store)
-    runner.env[PAUSE] = "3000"
+    data = lambda: {k: v for k, v in snapshot(store).items() if k.startswith(("ckpt.", "packs"))}
+    before = data()
+    go = runner.base / "go"
+    runner.env["LAZARUS_TEST_LAZY_HOLD"] = str(go)  # nothing served until go exists
     proc = runner.start_lz("restart", "-d", store, "--lazy")
     server = server_of(proc)
-    time.sleep(rng.uniform(0.05, 1.5))
+    blocked_in_fault(proc)
+    if rng.random() < 0.5:  # or while it serves the first faults
+        go.touch()
+    time.sleep(rng.uniform(0.0, 0.2))
     progs = [p for p, _ in descendants(proc.pid) if p != server]
     os.kill(server if victim == "server" else proc.pid, signal.SIGKILL)
     rc = proc.wait(timeout=60)
@@ -169,28 +203,32 @@ def test_killed_during_fill_then_restart(victim, runner, programs, rng):
     if victim == "server":
         assert "fault server was killed" in proc.stderr, proc.stderr
     wait_gone(progs + [server])
-    assert snapshot(store) == before, "the store changed"
-    del runner.env[PAUSE]
+    assert data() == before, "the checkpoints changed"
+    del runner.env["LAZARUS_TEST_LAZY_HOLD"]
     r = runner.lz("restart", "-d", store, "--lazy", timeout=300)
     assert r.rc == 0, str(r)
     assert r.stdout.splitlines()[-1] == expected, str(r)
 
 
 def test_checkpoint_during_fill(runner, programs):
-    """`lazarus checkpoint` while the lazy fill runs waits for it, then
-    checkpoints; that checkpoint restarts to the uninterrupted result."""
+    """`lazarus checkpoint` while the lazy fill runs waits for it (here the
+    server is held: the program waits for a page), then checkpoints; that
+    checkpoint restarts to the uninterrupted result."""
     need_root(runner)
     store, _, expected = stopped_job(runner, programs, rounds="600")
-    runner.env[PAUSE] = "2000"
+    go = runner.base / "go"
+    runner.env["LAZARUS_TEST_LAZY_HOLD"] = str(go)
     proc = runner.start_lz("restart", "-d", store, "--lazy")
-    server = server_of(proc)
-    t0 = time.monotonic()
-    n = runner.checkpoint_when_up(store)
-    assert not Path(f"/proc/{server}").exists() or Path(f"/proc/{server}/status").read_text().find("zombie") >= 0, \
-        "the checkpoint did not wait for the fill"
-    assert time.monotonic() - t0 > 0.5, "the checkpoint did not wait for the fill"
+    server_of(proc)
+    blocked_in_fault(proc)
+    ck = runner.start_lz("checkpoint", "-d", store)
+    time.sleep(1.0)
+    assert ck.poll() is None, f"the checkpoint did not wait for the fill\n{ck.stdout}{ck.stderr}"
+    go.touch()
+    assert ck.wait(timeout=120) == 0, ck.stderr
+    n = int(ck.stdout)
     kill_program(proc, "heap_mutator")
-    del runner.env[PAUSE]
+    del runner.env["LAZARUS_TEST_LAZY_HOLD"]
     r = runner.lz("restart", "-d", store, "--at", str(n), timeout=300)
     assert r.rc == 0 and r.stdout.splitlines()[-1] == expected, str(r)
 
