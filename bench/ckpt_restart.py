@@ -254,7 +254,7 @@ def one_rep(args, rep, bigheap):
         drop_caches()
         fig["cat_cold"], _ = timed(["cat"] + files, stdout=subprocess.DEVNULL)
         drop_caches()
-        fig["restart_cold"] = restart()
+        fig["restart_cold"], _, _ = restart()
     if not args.keep:
         shutil.rmtree(store, ignore_errors=True)
     return fig

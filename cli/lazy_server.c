@@ -36,11 +36,14 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -63,6 +66,7 @@ static struct {
     struct lz_image img;
     uint64_t index;
     int *packfds;
+    const char **packmaps;  /* each pack mapped read-only (NULL: not) */
     struct lrange *ranges;
     size_t nranges;
     uint64_t npages;
@@ -177,6 +181,9 @@ static int copy_into(struct mm *m, uint64_t orig, const char *src, uint64_t len)
         if (e == EAGAIN) return AGAIN; /* an event is unread: the event thread reads it first */
         if (e == ESRCH) { m->dead = 1; return GONE; } /* the process is gone */
         if (e == EEXIST || e == ENOENT || e == EINVAL) { if (c.copy <= 0) off += PAGE; continue; } /* there, or not ours any more */
+        if (e == EFAULT) /* the mapped pack was cut short after its frame was checked */
+            stop_job("lazy restart of checkpoint %llu failed: checkpoint %llu is damaged: a pack was truncated while it was "
+                     "read; the job was stopped", (unsigned long long)S.index, (unsigned long long)S.index);
         stop_job("lazy restart of checkpoint %llu: cannot place the memory at 0x%llx: %s; the job was stopped",
                  (unsigned long long)S.index, (unsigned long long)cur, strerror(e));
     }
@@ -198,9 +205,33 @@ static void place_extent(const struct lz_extent *x, const char *raw, int only)
     }
 }
 
-struct worker { char *raw, *in, *work; long cached; };
+struct worker { char *raw, *in, *work, *buf; long cached; };
 
-/* Frame f read, expanded and checked in w->raw; stops the job if it cannot be. */
+/* A pack cut short while it is mapped: the read of the frame raises SIGBUS,
+ * which returns to the frame's load (as a short read would). */
+static __thread sigjmp_buf *bus_jmp;
+static void on_sigbus(int sig)
+{
+    (void)sig;
+    if (bus_jmp) siglongjmp(*bus_jmp, 1);
+    signal(SIGBUS, SIG_DFL);
+    raise(SIGBUS);
+}
+
+/* XXH3 of n bytes of a pack's mapping: 0, or -1 if the pack is shorter now. */
+static int hash_mapped(const char *p, size_t n, uint64_t *h)
+{
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 1) != 0) { bus_jmp = NULL; return -1; }
+    bus_jmp = &jb;
+    *h = lz_hash_fast(p, n);
+    bus_jmp = NULL;
+    return 0;
+}
+
+/* Frame f read, expanded and checked in w->raw; stops the job if it cannot be.
+ * A frame stored raw is hashed and copied straight from the pack's mapping
+ * (the page cache): no copy through a buffer. */
 static void load_frame(struct worker *w, uint32_t f)
 {
     if (w->cached == (long)f) return;
@@ -208,6 +239,20 @@ static void load_frame(struct worker *w, uint32_t f)
     const struct lz_frame *fr = &S.img.frames[f];
     const char *pack = lz_str(&S.img, S.img.packs[fr->pack].path);
     const char *what = NULL;
+    const char *map = S.packmaps ? S.packmaps[fr->pack] : NULL;
+    if (fr->codec == LZ_CODEC_NONE && map && fr->offset + fr->raw <= S.img.packs[fr->pack].size) {
+        w->raw = (char *)map + fr->offset;
+        uint64_t h;
+        if (hash_mapped(w->raw, fr->raw, &h) < 0) what = "cannot be read: the pack is truncated";
+        else if (h != fr->xxh3) what = "fails its checksum";
+        if (what)
+            stop_job("lazy restart of checkpoint %llu failed: checkpoint %llu is damaged: frame %u (%s, offset %llu) %s; "
+                     "the job was stopped, nothing of that frame was placed",
+                     (unsigned long long)S.index, (unsigned long long)S.index, f, pack, (unsigned long long)fr->offset, what);
+        w->cached = (long)f;
+        return;
+    }
+    w->raw = w->buf;
     char *stored = fr->codec == LZ_CODEC_NONE ? w->raw : w->in;
     if (lz_pread_all(S.packfds[fr->pack], stored, fr->codec == LZ_CODEC_NONE ? fr->raw : fr->stored, (off_t)fr->offset) < 0)
         what = errno == ENODATA ? "cannot be read: the pack is truncated" : "cannot be read";
@@ -439,6 +484,20 @@ static void setup(const char *ckpt_dir)
         if ((S.packfds[i] = open(path, O_RDONLY | O_CLOEXEC)) < 0)
             stop_job("lazy restart of checkpoint %llu failed: cannot open %s: %s", (unsigned long long)S.index, path, strerror(errno));
     }
+    /* raw frames are read through mappings of the packs (a pack of the
+     * wrong size: by pread, which says what is wrong) */
+    if ((S.packmaps = calloc(img->npacks + 1, sizeof *S.packmaps)))
+        for (size_t i = 0; i < img->npacks; i++) {
+            struct stat st;
+            if (fstat(S.packfds[i], &st) < 0 || (uint64_t)st.st_size != img->packs[i].size || !st.st_size) continue;
+            void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, S.packfds[i], 0);
+            if (m != MAP_FAILED) { S.packmaps[i] = m; madvise(m, (size_t)st.st_size, MADV_SEQUENTIAL); }
+        }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigbus;
+    sa.sa_flags = SA_NODEFER;
+    sigaction(SIGBUS, &sa, NULL);
     if (!(S.ranges = calloc(img->nregions + 1, sizeof *S.ranges))) stop_job("lazy restart: out of memory");
     size_t nf = img->nframes;
     S.fx_at = calloc(nf + 2, sizeof *S.fx_at);
@@ -498,8 +557,8 @@ int cmd_lazy_serve(int argc, char **argv)
     struct worker w[NWORKERS];
     pthread_t th[NWORKERS];
     for (int i = 0; i < NWORKERS; i++) {
-        w[i] = (struct worker){malloc(LZ_FRAME_MAX), malloc(LZ_FRAME_MAX), malloc(lz_dctx_size()), -1};
-        if (!w[i].raw || !w[i].in || !w[i].work || pthread_create(&th[i], NULL, worker_main, &w[i]) != 0)
+        w[i] = (struct worker){NULL, malloc(LZ_FRAME_MAX), malloc(lz_dctx_size()), malloc(LZ_FRAME_MAX), -1};
+        if (!w[i].buf || !w[i].in || !w[i].work || pthread_create(&th[i], NULL, worker_main, &w[i]) != 0)
             stop_job("lazy restart: cannot start the fill: out of memory");
     }
     /* the event thread: until the workers are done (every frame in, no fault waiting) */
