@@ -120,7 +120,7 @@ def test_heap_killed_at_random_instants_lazy(runner, programs, rng):
     """The 256 MiB heap program SIGKILLed at 5 random instants (kills land
     inside the fill too), each restart lazy: the same final checksum."""
     need_root(runner)
-    argv = [programs.heap_mutator, "256", "120"]
+    argv = [programs.heap_mutator, "256", "200"]
     expected = plain_output(argv).splitlines()[-1]
     store = runner.base / "store"
     kr = run_until_done(runner, store, argv, rng, kills=5, comm="heap_mutator", done_re="^checksum ",
