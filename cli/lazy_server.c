@@ -549,7 +549,17 @@ int cmd_lazy_serve(int argc, char **argv)
     hold = getenv("LAZARUS_TEST_LAZY_HOLD");
     uint64_t t0 = lz_now_ns(CLOCK_MONOTONIC);
     setup(argv[1]);
-    pthread_rwlock_init(&S.lock, NULL);
+    /* the event thread must not wait behind the workers' copies (it reads
+     * the faults they are to serve) */
+    pthread_rwlockattr_t la;
+    pthread_rwlockattr_init(&la);
+    pthread_rwlockattr_setkind_np(&la, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&S.lock, &la);
+    pthread_rwlockattr_destroy(&la);
+    /* the signals a terminal or a batch system sends the whole job are the
+     * program's and the supervisor's business: the server ends with the job */
+    static const int quiet[] = {SIGINT, SIGQUIT, SIGHUP, SIGTERM, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2, SIGPIPE};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) signal(quiet[i], SIG_IGN);
     pthread_mutex_init(&S.qlock, NULL);
     S.mms[0].fd = uffd;
     if (!(S.mms[0].removed = calloc(S.npages / 8 + 1, 1))) stop_job("lazy restart: out of memory");
