@@ -140,11 +140,15 @@ static uint64_t xlate(const struct mm *m, uint64_t a, uint64_t *run)
     return a;
 }
 
+/* Where address a of mm m was in the image; ~0 (no range) for a place a
+ * move emptied (the kernel reports the source of a move as unmapped after
+ * the move: that must not touch the pages that moved away). */
 static uint64_t unxlate(const struct mm *m, uint64_t a)
 {
     for (size_t i = m->nmoves; i-- > 0;) {
         const struct move *v = &m->moves[i];
         if (a >= v->to && a < v->to + v->len) a = a - v->to + v->from;
+        else if (a >= v->from && a < v->from + v->len) return ~0ull;
     }
     return a;
 }

@@ -9,6 +9,7 @@ for it; what is not supported yet is refused with one line."""
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -231,6 +232,33 @@ def test_checkpoint_during_fill(runner, programs):
     del runner.env["LAZARUS_TEST_LAZY_HOLD"]
     r = runner.lz("restart", "-d", store, "--at", str(n), timeout=300)
     assert r.rc == 0 and r.stdout.splitlines()[-1] == expected, str(r)
+
+
+def test_moved_and_discarded_during_fill(runner):
+    """A program that moves its memory (mremap: REMAP, and the source's
+    UNMAP) and discards a piece of it (MADV_DONTNEED: REMOVE) every round,
+    restarted lazily with the prefetch held back (its faults served only):
+    every digest after the restart is the uninterrupted run's."""
+    need_root(runner)
+    prog = _compile("lazy_moves", runner.base)
+    p = subprocess.Popen([prog, "64"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        plain = p.stdout.readline().split()[1]
+    finally:
+        p.kill()
+        p.wait()
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", prog, "64")
+    proc.wait_for_output(r"^3 ", timeout=60)
+    runner.checkpoint(store)
+    kill_program(proc, "lazy_moves")
+    runner.env[PAUSE] = "1500"
+    proc = runner.start_lz("restart", "-d", store, "--lazy")
+    proc.wait_for_output(r"^\d+ [0-9a-f]+\n(.*\n){3}", timeout=60)
+    kill_program(proc, "lazy_moves")
+    lines = [l for l in proc.stdout.splitlines() if l.strip()]
+    assert lines and all(l.split()[1] == plain for l in lines), (plain, proc.stdout, proc.stderr)
 
 
 def test_user_refused(runner, programs):
