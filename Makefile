@@ -77,6 +77,7 @@ RESTORE_SRC := \
 	restorer/restore_main.c \
 	restorer/restore_memory.c \
 	restorer/restore_fill.c \
+	restorer/restore_lazy.c \
 	restorer/restore_inherit.c \
 	restorer/restore_fds.c \
 	restorer/restore_pipes.c \
@@ -107,6 +108,7 @@ CLI_SRC := \
 	cli/main.c \
 	cli/cmd_run.c \
 	cli/cmd_restart.c \
+	cli/lazy_server.c \
 	cli/resume.c \
 	cli/batch_slurm.c \
 	cli/supervisor.c \

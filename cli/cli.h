@@ -52,6 +52,7 @@ struct cli_opts {
     int no_incremental;    /* run --no-incremental */
     int no_fork;           /* run --no-fork */
     int have_mintime; uint64_t mintime_ms; /* run --mintime S */
+    int lazy;              /* restart --lazy */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* "1.2 GiB" */
@@ -97,12 +98,23 @@ struct supervisor {
     uint64_t job_id[2];  /* DIR/job `id`: written into every tree, passed to the runtime */
     char jhome[4096];    /* where the file journals live: dir, or the job's --journal-dir (store.h) */
     struct flusher *flusher; /* run --remote: copies each committed checkpoint off the machine (NULL: none) */
+    /* restart --lazy (lazy_server.c): the fault server, our copy of the
+     * program's userfaultfd (kept until the server is done, so that the
+     * program never reads zeros if the server dies), the pipe whose end
+     * tells the server we are gone */
+    int lazy;
+    pid_t lazy_pid;
+    int lazy_fd, lazy_hup;
 };
 /* Fills `s` for the job in `dir` (shown to the user as `shown`), opens the
  * control sockets and makes us a subreaper; returns the program's end of the
  * runtime socket, or -1 after saying why. */
 int supervisor_prepare(struct supervisor *s, const char *dir, const char *shown, int lock, const struct lz_job *job,
                        uint64_t next_index);
+/* restart --lazy: starts the fault server with the program's userfaultfd
+ * (lazy_server.c); its pid, and in *hup_keep the pipe end to hold. */
+pid_t lazy_spawn(struct supervisor *s, int uffd, int *hup_keep);
+int cmd_lazy_serve(int argc, char **argv);
 /* Runs until the program ends; returns what `lazarus` exits with. */
 int supervise(struct supervisor *s);
 

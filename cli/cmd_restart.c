@@ -1,4 +1,4 @@
-/* lazarus restart [-d DIR] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG] */
+/* lazarus restart [-d DIR] [--at N] [--force] [--lazy] [--compress SPEC] [--checkpoint-signal SIG] */
 #include "cli.h"
 #include "tree.h"
 #include "store_admin.h"
@@ -8,6 +8,7 @@
 #include "frames_check.h"
 #include "batch.h"
 #include "remote_store.h"
+#include "lazy.h"
 #include <sys/stat.h>
 #include <dirent.h>
 #include <errno.h>
@@ -21,7 +22,7 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus restart [-d DIR|s3://BUCKET/PREFIX] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG]\n"
+    "usage: lazarus restart [-d DIR|s3://BUCKET/PREFIX] [--at N] [--force] [--lazy] [--compress SPEC] [--checkpoint-signal SIG]\n"
     "Resume the job in DIR from checkpoint N (default: the newest) and stay in the\n"
     "foreground as its supervisor, with the settings it was started with.  First\n"
     "every change the job made to files since N is undone (`lazarus diff` shows\n"
@@ -32,6 +33,10 @@ static const char help[] =
     "  --force   roll back files even if something outside the job changed them\n"
     "            after it stopped (refused otherwise, naming them); restart a job\n"
     "            that finished (refused otherwise: it would undo its results)\n"
+    "  --lazy    the program runs again before its memory is read: each page is\n"
+    "            read (and checked) when first touched, the rest behind it (one\n"
+    "            process; needs a userfaultfd that handles the kernel's accesses:\n"
+    "            root, access to /dev/userfaultfd, or vm.unprivileged_userfaultfd=1)\n"
     "  --compress SPEC\n"
     "            compression of the checkpoints from now on: none, lz4, zstd or\n"
     "            zstd:LEVEL (default: what the job had)\n"
@@ -193,13 +198,32 @@ static uint64_t newest_pack(const char *dir)
     return max;
 }
 
+/* restart --lazy where it cannot be done: one line, nothing changed. */
+static int lazy_refused(int several, uint64_t index)
+{
+    if (several) {
+        lz_err("cannot restart checkpoint %" PRIu64 " with --lazy: it holds several processes, which a lazy restart does "
+               "not handle yet; restart without --lazy; nothing was changed", index);
+        return -1;
+    }
+    int fd = lz_lazy_uffd();
+    if (fd < 0) {
+        lz_err("cannot restart with --lazy: this user can only have a user-mode-only userfaultfd, with which a system call "
+               "reading into a page not yet in (read() into a buffer) would fail with EFAULT; it needs root, access to "
+               "/dev/userfaultfd or vm.unprivileged_userfaultfd=1; restart without --lazy; nothing was changed");
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
 /* A restart proves everything before it changes anything (phase 1), then
  * rolls the files back and restores (phase 2).  A refusal in phase 1 leaves
  * the store and the user's files as they were. */
 int cmd_restart(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "restart", "dafcGEAIPZF", help, &o);
+    int first = parse_opts(argc, argv, "restart", "dafcGEAIPZFL", help, &o);
     if (first < 0) return 2;
     if (batch_setup(o.ckpt_signal, "restart") < 0) return 1;
     if (first < argc) { lz_err("restart: unexpected argument '%s'", argv[first]); return 2; }
@@ -259,6 +283,7 @@ int cmd_restart(int argc, char **argv)
     }
     int several = rt.tree.nprocs > 1;
     trace("job file, manifest and tree read");
+    if (o.lazy && lazy_refused(several, index) < 0) return 1;
     if (several) {
         /* every part is checked before any file is rolled back */
         if (restart_tree_load(&rt, ckpt, index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
@@ -328,6 +353,7 @@ int cmd_restart(int argc, char **argv)
     s.flusher = fl;
     s.restoring = 1;
     s.restore_index = index;
+    s.lazy = o.lazy;
     s.files_rolled = several;
     int ids_free;
     if (!several) {

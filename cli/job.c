@@ -63,6 +63,7 @@ int supervisor_prepare(struct supervisor *s, const char *dir, const char *shown,
     s->status_fd = -1;
     s->plan_fd = s->go_fd = -1;
     s->rolled_fd = s->rolled_read = -1;
+    s->lazy_fd = s->lazy_hup = -1;
     s->interval = job->interval;
     s->keep = job->keep ? job->keep : 3;
     s->durability = job->durability;

@@ -70,12 +70,13 @@ static _Noreturn void exec_restorer(struct supervisor *s, int ctl, const char *c
     char rolled[48];
     snprintf(rolled, sizeof rolled, LZ_ROLLED_ENV "=%d", s->rolled_read);
     char inherit[64];
-    char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", cz, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    char *env[] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", cz, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     int ne = 2;
     if (s->plan_fd >= 0) env[ne++] = plan; /* a job of several processes: the restorers follow the plan */
     if (s->rolled_read >= 0) { fcntl(s->rolled_read, F_SETFD, 0); env[ne++] = rolled; } /* one: it waits for the rollback */
     if (in_userns && keep_sys_admin() == 0) env[ne++] = "LAZARUS_DROP_CAPS=1";
     if (getenv("LAZARUS_TRACE")) env[ne++] = "LAZARUS_TRACE=1";
+    if (s->lazy) env[ne++] = "LAZARUS_LAZY=1"; /* restart --lazy (restorer/restore_lazy.c) */
     if (getenv("LAZARUS_TEST_NO_TIMER_IDS")) env[ne++] = "LAZARUS_TEST_NO_TIMER_IDS=1"; /* tests (restore_timers.c) */
     const char *im = getenv("LAZARUS_INHERIT_MIN_KIB"); /* tests, measurements (restorer/restore_inherit.c) */
     if (im && strlen(im) < 32) {

@@ -5,6 +5,7 @@
  * checkpoint is durable, forwards signals, and exits as the program did. */
 #include "sv.h"
 #include "remote_store.h"
+#include "lazy.h"
 #include <sys/stat.h>
 #include <stdarg.h>
 #include "util.h"
@@ -112,7 +113,8 @@ static void request(struct sv_state *st, uint32_t trigger, int client)
         if (trigger == LZ_TRIG_API) st->api_queued = 1;
         return;
     }
-    if (s->restoring && !st->child_gone) {
+    if ((s->restoring || s->lazy_pid > 0) && !st->child_gone) {
+        /* (restart --lazy: taken once every page is in, lazy_ended) */
         if (trigger == LZ_TRIG_INTERVAL) return; /* the next tick will do */
         /* taken as soon as the restored program is back */
         if (client >= 0 && st->nclients < MAX_CLIENTS) st->clients[st->nclients++] = client;
@@ -142,6 +144,35 @@ static void request(struct sv_state *st, uint32_t trigger, int client)
         return;
     }
     if (client >= 0) st->clients[st->nclients++] = client;
+}
+
+/* restart --lazy: the fault server ended.  Done (0): every page is in, our
+ * copy of the userfaultfd goes, and a checkpoint asked for meanwhile is
+ * taken.  Otherwise it failed (it said why) or was killed: the job cannot
+ * run on without its memory, and is killed before our copy goes (so that no
+ * page it misses ever reads as zeros; the store was only read). */
+static void lazy_ended(struct sv_state *st, int status)
+{
+    struct supervisor *s = st->s;
+    s->lazy_pid = 0;
+    if (s->lazy_hup >= 0) { close(s->lazy_hup); s->lazy_hup = -1; }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        if (s->lazy_fd >= 0) { close(s->lazy_fd); s->lazy_fd = -1; }
+        if (st->deferred && !s->restoring) {
+            uint32_t trigger = st->deferred == 2 ? LZ_TRIG_API : LZ_TRIG_REQUEST;
+            st->deferred = 0;
+            request(st, trigger, -1);
+        }
+        return;
+    }
+    if (!st->child_gone) {
+        if (!WIFEXITED(status))
+            lz_err("the lazy restart's fault server was killed (signal %d) before every page of checkpoint %" PRIu64
+                   " was in; the job was stopped", WTERMSIG(status), s->restore_index);
+        kill(s->child, SIGKILL);
+    }
+    st->lazy_failed = 1;
+    /* our copy of the userfaultfd stays until the job is gone */
 }
 
 /* One message from process `pid` of the job; `fd` came with it (or -1). */
@@ -226,6 +257,18 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
             if (s->go_fd >= 0) { close(s->go_fd); s->go_fd = -1; }
             if (s->rolled_fd >= 0) { close(s->rolled_fd); s->rolled_fd = -1; }
         }
+    } else if (!strncmp(msg, LZ_LAZY_MSG, sizeof LZ_LAZY_MSG - 1) && fd >= 0 && s->lazy && s->lazy_fd < 0 && main_prog) {
+        /* restart --lazy: the program's userfaultfd; the server fills it,
+         * we keep a copy until it is done (lazy_server.c) */
+        s->lazy_pid = lazy_spawn(s, fd, &s->lazy_hup);
+        if (s->lazy_pid < 0) {
+            lz_err("cannot start the lazy restart's fault server: %s", strerror(errno));
+            st->restore_failed = 1;
+            if (!st->child_gone) kill(s->child, SIGKILL);
+            s->lazy_pid = 0;
+        }
+        s->lazy_fd = fd;
+        fd = -1;
     } else if (!strncmp(msg, "TERM ", 5)) {
         batch_term_held(st, pid, atol(msg + 5)); /* a SIGTERM it holds (runtime/rt_term.c) */
     } else if (!strncmp(msg, "API", 3)) {
@@ -369,6 +412,7 @@ int supervise(struct supervisor *s)
                 st.child_gone = 1;
                 st.child_status = status;
             }
+            if (w == s->lazy_pid) lazy_ended(&st, status);
         }
         /* In a PID namespace the init reports the program's status, then exits;
          * read the pipe once the init is gone so the report is never missed. */
@@ -425,6 +469,8 @@ int supervise(struct supervisor *s)
             timerfd_settime(tfd, 0, &its, NULL);
         }
         busy = st.in_progress;
+        if (st.child_gone && s->lazy_pid > 0) kill(s->lazy_pid, SIGKILL); /* nothing left to fill */
+        if (st.child_gone && s->lazy_fd >= 0) { close(s->lazy_fd); s->lazy_fd = -1; }
         if (st.child_gone && (st.have_status || s->status_fd < 0)) {
             /* drain what the runtime said last (a checkpoint may have committed) */
             for (size_t k = st.nmembers; k-- > 0;) drain_member(&st, k);
@@ -432,6 +478,11 @@ int supervise(struct supervisor *s)
         }
     }
     free(pf);
+    if (s->lazy_pid > 0) { /* the fault server, ended with the job: what it said counts */
+        int status;
+        if (waitpid(s->lazy_pid, &status, 0) == s->lazy_pid) lazy_ended(&st, status);
+    }
+    if (s->lazy_fd >= 0) { close(s->lazy_fd); s->lazy_fd = -1; }
     /* a checkpoint being written when the program ended still commits or not */
     job_ckpt_end(&st);
     /* and the last one committed reaches the remote store before we exit */
@@ -463,7 +514,7 @@ int supervise(struct supervisor *s)
         /* the restorer failed (it said why) or was killed: nothing changed */
         code = st.have_status && WIFEXITED(st.status) && WEXITSTATUS(st.status) ? WEXITSTATUS(st.status) : 1;
         if (st.restore_failed) code = 1;
-        else if (!st.have_status || !WIFEXITED(st.status))
+        else if ((!st.have_status || !WIFEXITED(st.status)) && !st.lazy_failed) /* the server said why */
             lz_err("restart of checkpoint %" PRIu64 " did not complete%s", s->restore_index,
                    s->files_rolled ? "" : "; nothing was changed");
         /* refused in phase 1 (the restorer found damage before the rollback):

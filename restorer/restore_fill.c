@@ -312,6 +312,7 @@ void restore_fill_memory(struct restore_ctx *rc, int stage)
     for (size_t i = 0; i < img->nregions; i++) {
         const struct lz_region *r = &img->regions[i];
         uint32_t w = restore_region_stage(r) != stage ? (stage == RESTORE_ANON ? CHECK_ONLY : SKIP_EXTENT)
+                   : rc->lazy && rc->lazy[i] ? SKIP_EXTENT /* the lazy fill's server places it */
                    : rc->inherited && rc->inherited[i] ? COMPARE : 0;
         for (uint32_t e = r->first_extent; e < r->first_extent + r->nextents; e++) {
             what[e] = w;

@@ -7,6 +7,7 @@
 #include "lzsys.h"
 #include "util.h"
 #include "codec.h"
+#include "lazy.h"
 #include <errno.h>
 #include <malloc.h>
 #include <signal.h>
@@ -31,6 +32,7 @@ static int inheriting;
 static int tracing;
 static int compress_codec = -1, compress_level; /* read before the initial stack (environment) goes */
 static int drop_caps;
+static int lazy; /* LZ_LAZY_ENV: `restart --lazy` */
 static int rolled_fd = -1; /* LZ_ROLLED_ENV */
 static uint64_t trace_t0;
 
@@ -112,6 +114,7 @@ static _Noreturn void restore_on_own_stack(void *unused)
     restore_tree_objects(); /* what the processes of a job share: before the memory (shared memory's memfds) */
     restore_tree_children(rc->ckpt_dir, 0); /* those that would share little of this memory */
     restore_map_regions(rc, RESTORE_ANON);
+    if (lazy && !restore_in_tree()) restore_lazy_register(rc); /* `restart --lazy`: one process */
     restore_fill_memory(rc, RESTORE_ANON);
     restore_trace("anonymous memory filled and verified, every frame checked");
     /* the others only now, so that they share this memory copy-on-write as
@@ -205,6 +208,7 @@ int main(int argc, char **argv)
     }
     tracing = getenv("LAZARUS_TRACE") != NULL;
     drop_caps = getenv("LAZARUS_DROP_CAPS") != NULL;
+    lazy = getenv(LZ_LAZY_ENV) != NULL;
     restore_timer_ids_off = getenv("LAZARUS_TEST_NO_TIMER_IDS") != NULL; /* tests: a kernel before 6.17 */
     restore_inherit_init();
     const char *cz = getenv("LAZARUS_COMPRESS");
@@ -245,11 +249,12 @@ int main(int argc, char **argv)
         snprintf(plan, sizeof plan, "LAZARUS_PLAN_FD=%s", getenv("LAZARUS_PLAN_FD") ? getenv("LAZARUS_PLAN_FD") : "");
         char rolled[48];
         snprintf(rolled, sizeof rolled, LZ_ROLLED_ENV "=%d", rolled_fd);
-        char *env[11] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, cz};
+        char *env[12] = {"GLIBC_TUNABLES=glibc.pthread.rseq=0", next, cz};
         int ne = 3;
         if (rolled_fd >= 0) env[ne++] = rolled;
         if (restore_in_tree()) env[ne++] = plan;
         if (drop_caps) env[ne++] = "LAZARUS_DROP_CAPS=1";
+        if (lazy) env[ne++] = LZ_LAZY_ENV "=1";
         if (restore_timer_ids_off) env[ne++] = "LAZARUS_TEST_NO_TIMER_IDS=1";
         char inherit[64];
         const char *im = getenv("LAZARUS_INHERIT_MIN_KIB");

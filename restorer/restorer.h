@@ -22,6 +22,7 @@ struct restore_ctx {
     int launcher_ref[LZ_LAUNCHER_FDS]; /* restore_descriptors: for lz_resume */
     uint64_t *mapped_lo;     /* per region: where restore_map_regions mapped it from (0: not yet) */
     uint8_t *inherited;      /* per region: kept from the parent restorer's memory (restore_inherit.c) */
+    uint8_t *lazy;           /* per region: left to the lazy fill's server (restore_lazy.c), NULL: none */
 };
 
 void restore_trace(const char *step);
@@ -64,6 +65,9 @@ void restore_advise(const struct lz_region *r);
 void restore_sysv_attach(struct restore_ctx *rc, const struct lz_region *r);
 /* restore_exe.c: the restorer's own file mappings made anonymous copies (0, or -1) */
 int restore_leave_exe(void);
+/* restore_lazy.c: the private anonymous regions registered with a
+ * userfaultfd, which goes to the supervisor's fault server (`restart --lazy`) */
+void restore_lazy_register(struct restore_ctx *rc);
 /* restore_fill.c */
 void restore_fill_memory(struct restore_ctx *rc, int stage);
 void restore_finish_protections(struct restore_ctx *rc);

@@ -530,7 +530,9 @@ TIERS = {
              "test_busy_machine.py",
              "test_calls.py::test_every_call_goes_on", "test_calls.py::test_remaining_timeout",
              "test_slurm.py", "test_s3_flush.py", "test_s3_journals.py",
-             "test_libckpt.py::test_killed_at_random_instants"],
+             "test_libckpt.py::test_killed_at_random_instants",
+             "test_lazy_restart.py::test_heap_killed_at_random_instants_lazy",
+             "test_lazy_restart.py::test_threads_killed_at_random_instants_lazy"],
     "integrity": ["test_store_integrity.py", "test_corrupt_image.py", "test_frame_check.py"],
 }
 
@@ -763,7 +765,7 @@ def wait_new_checkpoint(runner: Runner, store: Path, above: int, proc: Proc,
 def run_until_done(runner: Runner, store: Path, program_argv, rng: random.Random, *,
                    kills: int = 10, interval: int = 1, comm: str | None = None,
                    max_delay: float | None = None, timeout: float = 600,
-                   done_re: str | None = None, run_opts=()) -> KilledRun:
+                   done_re: str | None = None, run_opts=(), restart_opts=()) -> KilledRun:
     """`lazarus run -i INTERVAL PROGRAM`, then SIGKILL the program at random
     instants (each time at a uniform random delay in [0, max_delay] after a
     new checkpoint appeared in `list`, so every segment makes progress and
@@ -771,7 +773,8 @@ def run_until_done(runner: Runner, store: Path, program_argv, rng: random.Random
     after each kill, until the program completes.  Every killed segment must
     end with status 137 and the final one with 0; done_re (a regex for the
     program's last line) tells a program that finished just before a kill
-    from a supervisor that reports a kill as success."""
+    from a supervisor that reports a kill as success; restart_opts go to
+    every `restart` (`--lazy`)."""
     if max_delay is None:
         max_delay = float(interval)
     start = time.monotonic()
@@ -803,7 +806,7 @@ def run_until_done(runner: Runner, store: Path, program_argv, rng: random.Random
             idx = runner.indexes(store)
             assert idx, f"no checkpoint to restart from\n{KilledRun(segs, done_kills).describe()}"
             last_idx = max(idx)
-            proc = runner.start_lz("restart", "-d", store)
+            proc = runner.start_lz("restart", "-d", store, *restart_opts)
             kind = "restart"
             continue
         kr = KilledRun(segs, done_kills)
