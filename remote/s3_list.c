@@ -84,6 +84,25 @@ static int grow(void **v, size_t *cap, size_t n, size_t size)
     return 0;
 }
 
+/* One page of a listing: the request performed and its answer parsed, its
+ * root element the one expected (NULL and why otherwise; the caller frees r). */
+static xmlDocPtr fetch_listing(const struct s3_conf *c, struct s3_req *r, const char *root_name, const char *what, char *why,
+                               size_t whylen)
+{
+    if (s3_perform1(c, r) < 0) {
+        snprintf(why, whylen, "%s", r->err);
+        return NULL;
+    }
+    xmlDocPtr d = parse(r->resp, r->resp_len);
+    xmlNodePtr root = d ? xmlDocGetRootElement(d) : NULL;
+    if (!root || !is(root, root_name)) {
+        snprintf(why, whylen, "GET s3://%s?%s: the answer is not a listing", c->bucket, what);
+        if (d) xmlFreeDoc(d);
+        return NULL;
+    }
+    return d;
+}
+
 ssize_t s3_list(const struct s3_conf *c, const char *prefix, struct s3_object **out, char *why, size_t whylen)
 {
     struct s3_object *v = NULL;
@@ -98,21 +117,13 @@ ssize_t s3_list(const struct s3_conf *c, const char *prefix, struct s3_object **
         /* sorted by name: SigV4 signs the query as it is sent */
         snprintf(r.query, sizeof r.query, "%s%s%slist-type=2&prefix=%s", *token ? "continuation-token=" : "", et,
                  *token ? "&" : "", ep);
-        if (s3_perform1(c, &r) < 0) {
-            snprintf(why, whylen, "%s", r.err);
+        xmlDocPtr d = fetch_listing(c, &r, "ListBucketResult", "list-type=2", why, whylen);
+        if (!d) {
             s3_req_free(&r);
             free(v);
             return -1;
         }
-        xmlDocPtr d = parse(r.resp, r.resp_len);
-        xmlNodePtr root = d ? xmlDocGetRootElement(d) : NULL;
-        if (!root || !is(root, "ListBucketResult")) {
-            snprintf(why, whylen, "GET s3://%s?list-type=2: the answer is not a listing", c->bucket);
-            if (d) xmlFreeDoc(d);
-            s3_req_free(&r);
-            free(v);
-            return -1;
-        }
+        xmlNodePtr root = xmlDocGetRootElement(d);
         int more = 0;
         token[0] = 0;
         for (xmlNodePtr e = root->children; e; e = e->next) {
@@ -160,21 +171,13 @@ ssize_t s3_list_uploads(const struct s3_conf *c, const char *prefix, struct s3_u
         s3_encode(eu, sizeof eu, um, 0);
         if (*km) snprintf(r.query, sizeof r.query, "key-marker=%s&prefix=%s&upload-id-marker=%s&uploads=", ek, ep, eu);
         else snprintf(r.query, sizeof r.query, "prefix=%s&uploads=", ep);
-        if (s3_perform1(c, &r) < 0) {
-            snprintf(why, whylen, "%s", r.err);
+        xmlDocPtr d = fetch_listing(c, &r, "ListMultipartUploadsResult", "uploads", why, whylen);
+        if (!d) {
             s3_req_free(&r);
             free(v);
             return -1;
         }
-        xmlDocPtr d = parse(r.resp, r.resp_len);
-        xmlNodePtr root = d ? xmlDocGetRootElement(d) : NULL;
-        if (!root || !is(root, "ListMultipartUploadsResult")) {
-            snprintf(why, whylen, "GET s3://%s?uploads: the answer is not a listing", c->bucket);
-            if (d) xmlFreeDoc(d);
-            s3_req_free(&r);
-            free(v);
-            return -1;
-        }
+        xmlNodePtr root = xmlDocGetRootElement(d);
         int more = 0;
         km[0] = um[0] = 0;
         for (xmlNodePtr e = root->children; e; e = e->next) {
