@@ -99,6 +99,7 @@ struct curl_slist;
 struct curl_slist *s3_sign_headers(const struct s3_conf *c, struct s3_req *r);
 void s3_md5_hex(const void *buf, size_t len, char out[33]);
 void s3_md5_raw(const void *buf, size_t len, unsigned char out[16]);
+void s3_hex(const unsigned char *in, size_t n, char *out); /* n bytes as 2n lower-case hex digits and a NUL */
 
 /* s3_list.c (libxml2) */
 struct s3_object { char key[1024]; uint64_t size; char etag[80]; int64_t mtime; /* LastModified, s since the epoch */ };

@@ -47,9 +47,7 @@ int s3_get_file(const struct s3_conf *c, const char *key, uint64_t size, int fd,
         unsigned char m[16];
         unsigned int ml = 0;
         EVP_DigestFinal_ex(md, m, &ml);
-        static const char hx[] = "0123456789abcdef";
-        for (int b = 0; b < 16; b++) { md5_hex[2 * b] = hx[m[b] >> 4]; md5_hex[2 * b + 1] = hx[m[b] & 15]; }
-        md5_hex[32] = 0;
+        s3_hex(m, 16, md5_hex);
     }
     for (size_t k = 0; bufs && k < par; k++) free(bufs[k]);
     free(bufs);

@@ -93,9 +93,7 @@ static int put_parts(const struct s3_conf *c, const char *key, const char *eid, 
     if (rc < 0) snprintf(why, whylen, "%s", s3_first_error(rq, count));
     for (size_t k = 0; k < count && rc == 0; k++) {
         char want[33];
-        static const char h[] = "0123456789abcdef";
-        for (int b = 0; b < 16; b++) { want[2 * b] = h[md5s[first + k][b] >> 4]; want[2 * b + 1] = h[md5s[first + k][b] & 15]; }
-        want[32] = 0;
+        s3_hex(md5s[first + k], 16, want);
         if (etag_is_md5(rq[k].etag) && strcasecmp(rq[k].etag, want)) {
             char obj[1300];
             s3_show(obj, sizeof obj, c, key);
@@ -158,9 +156,7 @@ int s3_put_file(const struct s3_conf *c, const char *key, int fd, uint64_t size,
         size_t o = (size_t)snprintf(xml, xl, "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
         for (size_t i = 0; i < nparts; i++) {
             char h[33];
-            static const char hx[] = "0123456789abcdef";
-            for (int b = 0; b < 16; b++) { h[2 * b] = hx[md5s[i][b] >> 4]; h[2 * b + 1] = hx[md5s[i][b] & 15]; }
-            h[32] = 0;
+            s3_hex(md5s[i], 16, h);
             o += (size_t)snprintf(xml + o, xl - o, "<Part><PartNumber>%zu</PartNumber><ETag>\"%s\"</ETag></Part>", i + 1, h);
         }
         snprintf(xml + o, xl - o, "</CompleteMultipartUpload>");
@@ -182,8 +178,7 @@ int s3_put_file(const struct s3_conf *c, const char *key, int fd, uint64_t size,
         unsigned char mm[16];
         char want[48];
         s3_md5_raw(md5s, nparts * 16, mm);
-        static const char hx[] = "0123456789abcdef";
-        for (int b = 0; b < 16; b++) { want[2 * b] = hx[mm[b] >> 4]; want[2 * b + 1] = hx[mm[b] & 15]; }
+        s3_hex(mm, 16, want);
         snprintf(want + 32, sizeof want - 32, "-%zu", nparts);
         char *e = etag;
         while (*e == '"') e++;
@@ -199,9 +194,7 @@ int s3_put_file(const struct s3_conf *c, const char *key, int fd, uint64_t size,
         unsigned char m[16];
         unsigned int ml = 0;
         EVP_DigestFinal_ex(whole, m, &ml);
-        static const char hx[] = "0123456789abcdef";
-        for (int b = 0; b < 16; b++) { md5_hex[2 * b] = hx[m[b] >> 4]; md5_hex[2 * b + 1] = hx[m[b] & 15]; }
-        md5_hex[32] = 0;
+        s3_hex(m, 16, md5_hex);
     }
     EVP_MD_CTX_free(whole);
     free(md5s);

@@ -16,7 +16,7 @@ static void digest(const EVP_MD *md, const void *buf, size_t len, unsigned char 
     EVP_Digest(buf, len, out, &n, md, NULL);
 }
 
-static void hex(const unsigned char *in, size_t n, char *out)
+void s3_hex(const unsigned char *in, size_t n, char *out)
 {
     static const char h[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) { out[2 * i] = h[in[i] >> 4]; out[2 * i + 1] = h[in[i] & 15]; }
@@ -29,7 +29,7 @@ void s3_md5_hex(const void *buf, size_t len, char out[33])
 {
     unsigned char m[16];
     s3_md5_raw(buf, len, m);
-    hex(m, 16, out);
+    s3_hex(m, 16, out);
 }
 
 static struct curl_slist *add(struct curl_slist *l, const char *fmt, const char *v)
@@ -47,7 +47,7 @@ struct curl_slist *s3_sign_headers(const struct s3_conf *c, struct s3_req *r)
     char sha_hex[65] = "UNSIGNED-PAYLOAD";
     if (!r->unsigned_payload) {
         digest(EVP_sha256(), r->body ? r->body : "", r->body_len, sha);
-        hex(sha, 32, sha_hex);
+        s3_hex(sha, 32, sha_hex);
     }
     struct curl_slist *l = add(NULL, "x-amz-content-sha256: %s", sha_hex);
     int has_body = !strcmp(r->method, "PUT") || !strcmp(r->method, "POST");
