@@ -79,16 +79,6 @@ exec {LAZARUS} run --resume -d {work}/{name}.ckpt -i {interval} -k 100 -- {work}
     return cluster.sbatch(script, *opts)
 
 
-def wait_done(cluster, jobid: int, timeout: float) -> dict:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        j = cluster.job(jobid)
-        if j.get("JobState") in DONE_STATES:
-            return j
-        time.sleep(1)
-    raise AssertionError(f"job {jobid} not done in {timeout}s: {cluster.job(jobid)}\n{cluster.logs()}")
-
-
 def wait_state(cluster, jobid: int, states, timeout: float) -> dict:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -96,7 +86,11 @@ def wait_state(cluster, jobid: int, states, timeout: float) -> dict:
         if j.get("JobState") in states:
             return j
         time.sleep(0.5)
-    raise AssertionError(f"job {jobid} never {states} in {timeout}s: {cluster.job(jobid)}")
+    raise AssertionError(f"job {jobid} never {states} in {timeout}s: {cluster.job(jobid)}\n{cluster.logs()}")
+
+
+def wait_done(cluster, jobid: int, timeout: float) -> dict:
+    return wait_state(cluster, jobid, DONE_STATES, timeout)
 
 
 def wait_checkpoints(work: Path, name: str, count: int, timeout: float) -> None:
