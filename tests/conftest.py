@@ -120,6 +120,12 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def stray_children() -> list[int]:
+    """This session's children other than the servers it keeps for the whole
+    session (`persistent`: the S3 servers): what a test may not leave."""
+    return [c for c in children(os.getpid()) if c not in persistent]
+
+
 def descendants(pid: int) -> list[tuple[int, int]]:
     """(pid, depth) for every descendant of pid, depth 1 = child."""
     out: list[tuple[int, int]] = []
@@ -483,11 +489,9 @@ def _no_leftovers():
     no command it ran printed a sanitizer report."""
     reports = len(sanitizer_reports)
     yield
-    me = os.getpid()
     pids = []
-    for c in children(me):
-        if c not in persistent:
-            pids.extend(kill_tree(c))
+    for c in stray_children():
+        pids.extend(kill_tree(c))
     for p in list(_tracked):
         try:
             os.waitpid(p, 0)
@@ -955,7 +959,7 @@ def assert_refused(runner: Runner, store: Path, expect: str | None = None, *, cm
     with `--at AT`, is refused: exit non-zero, exactly one line on stderr
     (matching the regex expect), nothing run (a restart prints nothing and
     leaves no process), the store byte for byte as it was."""
-    before, had = snapshot(store), set(children(os.getpid()))
+    before, had = snapshot(store), set(stray_children())
     runs = [(c, []) for c in cmds] + ([(c, ["--at", str(at)]) for c in cmds] if at is not None else [])
     for cmd, extra in runs:
         r = runner.lz(cmd, "-d", store, *extra, timeout=120)
@@ -967,10 +971,10 @@ def assert_refused(runner: Runner, store: Path, expect: str | None = None, *, cm
         if cmd == "restart":
             assert r.stdout == "", f"{what}: the program must not have run\n{r}"
             deadline = time.monotonic() + 3
-            while set(children(os.getpid())) - had and time.monotonic() < deadline:
+            while set(stray_children()) - had and time.monotonic() < deadline:
                 reap_orphans()
                 time.sleep(0.05)
-            assert not set(children(os.getpid())) - had, f"{what}: restart left processes behind"
+            assert not set(stray_children()) - had, f"{what}: restart left processes behind"
         assert snapshot(store) == before, f"{what}: `{cmd}` changed DIR"
 
 

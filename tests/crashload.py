@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 import conftest
-from conftest import children, reap_orphans, wait_gone, wait_new_checkpoint
+from conftest import children, reap_orphans, stray_children, wait_gone, wait_new_checkpoint
 
 ORDERS = ("all", "sup-first", "procs-first")
 LATER = (0.005, 0.5)  # the second half of a split kill comes this many seconds later
@@ -88,7 +88,7 @@ _stop_and_kill = conftest.stop_and_kill  # the "all" order, and what each other 
 def _orphans(exclude: set[int]) -> list[int]:
     """Children of this session it did not start (the job's processes
     reparented here after their supervisor and parents died)."""
-    return [c for c in children(os.getpid())
+    return [c for c in stray_children()
             if c not in conftest._tracked and c not in exclude and conftest.is_alive(c)]
 
 

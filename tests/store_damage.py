@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conftest import IS_ROOT, Proc, Runner, children, find_program, reap_orphans, wait_gone
+from conftest import IS_ROOT, Proc, Runner, stray_children, find_program, reap_orphans, wait_gone
 
 READY_RE = r"^ready {step} pid (\d+) token (\S+) digest ([0-9a-f]{{16}})$"
 PONG_RE = re.compile(r"^pong (\d+) pid (\d+) token (\S+) digest ([0-9a-f]{16})$", re.M)
@@ -494,7 +494,7 @@ def _no_children(timeout: float = 5) -> list:
     deadline = time.monotonic() + timeout
     while True:
         reap_orphans()
-        left = children(os.getpid())
+        left = stray_children()
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.05)

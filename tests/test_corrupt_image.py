@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import (IS_ROOT, Runner, _user_base, children, ckpt_path, copy_store, kill_program,
+from conftest import (IS_ROOT, Runner, _user_base, stray_children, ckpt_path, copy_store, kill_program,
                       reap_orphans, snapshot)
 
 
@@ -151,10 +151,10 @@ def test_corrupt_image_refused(kind, runner, pristine):
         if cmd == "restart":
             assert r.stdout == "", f"{kind}: the program must not have run\n{r}"
             deadline = time.monotonic() + 3
-            while children(os.getpid()) and time.monotonic() < deadline:
+            while stray_children() and time.monotonic() < deadline:
                 reap_orphans()
                 time.sleep(0.05)
-            assert children(os.getpid()) == [], f"{kind}: restart left processes behind"
+            assert stray_children() == [], f"{kind}: restart left processes behind"
         assert snapshot(store) == before, f"{kind}: `{cmd}` changed DIR"
 
     # the older checkpoint is still intact on its own

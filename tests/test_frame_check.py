@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import lzformat
-from conftest import ckpt_path, children, find_program, kill_program, reap_orphans, snapshot
+from conftest import ckpt_path, stray_children, find_program, kill_program, reap_orphans, snapshot
 
 # A program that keeps changing a file and its memory: what a rollback undoes.
 PROGRAM = r'''
@@ -102,10 +102,10 @@ def test_damaged_frame_refused_before_rollback(kind, runner):
     assert f"pack.{b:06d}" in lines[0], f"{kind}: the line must name the pack\n{r}"
     print(lines[0])
     deadline = time.monotonic() + 3
-    while children(os.getpid()) and time.monotonic() < deadline:
+    while stray_children() and time.monotonic() < deadline:
         reap_orphans()
         time.sleep(0.05)
-    assert children(os.getpid()) == [], f"{kind}: restart left processes behind"
+    assert stray_children() == [], f"{kind}: restart left processes behind"
     assert snapshot(work) == files_before, f"{kind}: the user's files were changed (rolled back)\n{r}"
     assert snapshot(store) == store_before, f"{kind}: `restart` changed DIR\n{r}"
 
@@ -212,7 +212,7 @@ def test_damaged_frame_of_a_file_mapping_refused_before_rollback(runner):
     lines = r.stderr_lines()
     assert len(lines) == 1 and pack.name in lines[0] and "nothing was changed" in lines[0], str(r)
     deadline = time.monotonic() + 3
-    while children(os.getpid()) and time.monotonic() < deadline:
+    while stray_children() and time.monotonic() < deadline:
         reap_orphans()
         time.sleep(0.05)
     assert snapshot(work) == files_before, f"the user's files were changed (rolled back)\n{r}"
