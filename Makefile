@@ -101,7 +101,8 @@ REMOTE_SRC := \
 	remote/s3_request.c \
 	remote/s3_list.c \
 	remote/s3_multipart.c \
-	remote/s3_get.c
+	remote/s3_get.c \
+	remote/s3_crypt.c
 
 CLI_SRC := \
 	cli/restart_ipc.c \
@@ -145,6 +146,7 @@ CLI_SRC := \
 	cli/remote_flush.c \
 	cli/remote_fetch.c \
 	cli/remote_gc.c \
+	cli/remote_key.c \
 	common/ckptrc.c
 
 all: $(B)/bin/lazarus $(B)/bin/lazarus-s3 $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so $(B)/lib/libckpt.so $(B)/lib/libckpt.a

@@ -43,6 +43,7 @@ struct cli_opts {
     int ckpt_signal;       /* --checkpoint-signal SIG (batch_slurm.c), 0 = not given */
     /* the remote store (run --remote, -d s3://...) */
     const char *remote, *endpoint, *ca_file, *addressing, *cache;
+    const char *encrypt_key; /* --encrypt-key FILE (the key itself: remote_key.c) */
     int insecure;
     int have_keep_remote; uint64_t keep_remote;
     int files_as_they_are; /* restart -d s3://...: resume without rolling the files back */

@@ -56,7 +56,7 @@ static uint64_t excluded(const struct lz_image *img, uint32_t kind)
 int cmd_list(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "list", "djEAIP", help, &o);
+    int first = parse_opts(argc, argv, "list", "djEAIPY", help, &o);
     if (first < 0) return 2;
     if (first < argc) { lz_err("list: unexpected argument '%s'", argv[first]); return 2; }
     if (s3_is_url(o.dir)) {

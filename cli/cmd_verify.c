@@ -94,7 +94,7 @@ static int verify_remote(struct cli_opts *o)
 int cmd_verify(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "verify", "dajEAIP", help, &o);
+    int first = parse_opts(argc, argv, "verify", "dajEAIPY", help, &o);
     if (first < 0) return 2;
     if (first < argc) { lz_err("verify: unexpected argument '%s'", argv[first]); return 2; }
     return s3_is_url(o.dir) ? verify_remote(&o) : verify_dir(&o);

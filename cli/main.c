@@ -2,6 +2,7 @@
 #include "codec.h"
 #include "util.h"
 #include "batch.h"
+#include "remote_key.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -16,7 +17,7 @@ static const char usage[] =
     "Checkpoint and restart a Linux program.\n\n"
     "  run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--durability process|machine] [--exclude DIR]...\n"
     "      [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG]\n"
-    "      [--remote s3://BUCKET/PREFIX [--keep-remote N]] [--mintime S] [--no-incremental] [--no-fork]\n"
+    "      [--remote s3://BUCKET/PREFIX [--keep-remote N] [--encrypt-key FILE]] [--mintime S] [--no-incremental] [--no-fork]\n"
     "      [--check-exclusions] [--] PROGRAM [ARG...]\n"
     "                           run PROGRAM under Lazarus (--resume: or go on from DIR's newest checkpoint)\n"
     "  checkpoint [-d DIR]      checkpoint the running job now; prints its index once durable\n"
@@ -52,7 +53,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"cache", required_argument, 0, 'Z'}, {"files-as-they-are", no_argument, 0, 'F'},
         {"journal-dir", required_argument, 0, 'J'}, {"older-than", required_argument, 0, 'O'},
         {"check-exclusions", no_argument, 0, 'X'}, {"no-incremental", no_argument, 0, 'N'}, {"no-fork", no_argument, 0, 'W'},
-        {"mintime", required_argument, 0, 'U'},
+        {"mintime", required_argument, 0, 'U'}, {"encrypt-key", required_argument, 0, 'Y'},
         {"lazy", no_argument, 0, 'L'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
@@ -124,6 +125,12 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             continue;
         }
         if (c == 'M') { o->remote = optarg; continue; }
+        if (c == 'Y') {
+            /* read now, kept in this process only (remote_key.c) */
+            if (remote_key_load(optarg, cmd) < 0) return -1;
+            o->encrypt_key = optarg;
+            continue;
+        }
         if (c == 'E') { o->endpoint = optarg; continue; }
         if (c == 'A') { o->ca_file = optarg; continue; }
         if (c == 'I') { o->insecure = 1; continue; }

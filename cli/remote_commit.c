@@ -44,6 +44,7 @@ char *rc_commit_text(const struct rc_commit *c, size_t *len)
     lz_job_id_text(id, c->job);
     n += (size_t)snprintf(buf + n, cap - n, RC_MAGIC "\njob %s\nindex %" PRIu64 "\nwriter %s\ncreated_ns %" PRIu64
                           "\n", id, c->index, c->writer, c->created_ns);
+    if (*c->keyfp) n += (size_t)snprintf(buf + n, cap - n, "key %s\n", c->keyfp);
     for (size_t i = 0; i < c->nobjs; i++)
         n += (size_t)snprintf(buf + n, cap - n, "object %" PRIu64 " %s %s %s\n", c->objs[i].size, c->objs[i].md5,
                               c->objs[i].path, c->objs[i].key);
@@ -84,6 +85,7 @@ int rc_commit_parse(const char *buf, size_t len, struct rc_commit *c, char *why,
         else if (sscanf(line, "index %" SCNu64, &c->index) == 1) have |= 2;
         else if (sscanf(line, "writer %16s", c->writer) == 1) have |= 4;
         else if (sscanf(line, "created_ns %" SCNu64, &c->created_ns) == 1) continue;
+        else if (sscanf(line, "key %16[0-9a-f]", c->keyfp) == 1 && strlen(c->keyfp) == 16) continue;
         else if (sscanf(line, "object %" SCNu64 " %32s %511s %1023s", &o.size, o.md5, b, a) == 4 && strlen(o.md5) == 32 && path_ok(b)) {
             snprintf(o.path, sizeof o.path, "%.511s", b);
             snprintf(o.key, sizeof o.key, "%.1023s", a);

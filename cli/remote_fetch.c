@@ -15,6 +15,7 @@
  * log and the files stay as they are. */
 #include "cli.h"
 #include "remote_store.h"
+#include "remote_key.h"
 #include "store_admin.h"
 #include "journal_layout.h"
 #include "rollback.h"
@@ -79,12 +80,17 @@ static int fetch_one(const struct s3_conf *c, const char *cache, const struct rc
     if (h > 0) snprintf(why, whylen, "remote object s3://%s/%s is gone", c->bucket, o->key);
     else if (h == 0 && size != o->size)
         snprintf(why, whylen, "remote object s3://%s/%s holds %" PRIu64 " bytes, its commit says %" PRIu64, c->bucket, o->key, size, o->size);
-    int rc = h == 0 && size == o->size ? s3_get_file(c, o->key, size, fd, md5, why, whylen) : -1;
+    /* an encrypted remote: each chunk authenticated as it comes (the commit's MD5 is the sealed object's) */
+    const struct s3_key *k = remote_key();
+    uint64_t len = size;
+    int rc = h != 0 || size != o->size ? -1
+             : k ? s3_crypt_get_file(c, k, o->key, size, fd, md5, &len, why, whylen)
+                 : s3_get_file(c, o->key, size, fd, md5, why, whylen);
     if (rc == 0 && strcmp(md5, o->md5)) {
         snprintf(why, whylen, "remote object s3://%s/%s fails its checksum (MD5 %s, its commit says %s)", c->bucket, o->key, md5, o->md5);
         rc = -1;
     }
-    if (rc == 0 && (ftruncate(fd, (off_t)size) < 0 || fsync(fd) < 0)) { snprintf(why, whylen, "cannot write %.3000s: %s", p, strerror(errno)); rc = -1; }
+    if (rc == 0 && (ftruncate(fd, (off_t)len) < 0 || fsync(fd) < 0)) { snprintf(why, whylen, "cannot write %.3000s: %s", p, strerror(errno)); rc = -1; }
     close(fd);
     return rc;
 }
@@ -170,6 +176,12 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
     const struct rc_ref *newest = &refs[n - 1];
     struct rc_commit cm;
     if (rc_fetch_commit(&c, &refs[pick], &cm, why, sizeof why) < 0) { lz_err("cannot %s: %s; nothing was changed", verb, why); free(refs); return -1; }
+    if (remote_key_fits(cm.keyfp, shown_url(&c), why, sizeof why) < 0) {
+        lz_err("cannot %s: %s; nothing was changed", verb, why);
+        rc_commit_free(&cm);
+        free(refs);
+        return -1;
+    }
     /* the job file first: where the journals of the job's changes to its files are */
     const struct rc_object *jobobj = NULL;
     for (size_t i = 0; i < cm.nobjs; i++) if (!strcmp(cm.objs[i].path, LZ_JOBFILE)) jobobj = &cm.objs[i];
@@ -183,6 +195,13 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
             snprintf(why, sizeof why, "remote object s3://%s/%s fails its checksum (MD5 %s, its commit says %s)", c.bucket, jobobj->key, md5, jobobj->md5);
             g = -1;
         }
+    }
+    if (g == 0 && remote_key()) {
+        char name[2400], *plain;
+        size_t plen;
+        snprintf(name, sizeof name, "remote object s3://%s/%s", c.bucket, jobobj->key);
+        g = s3_crypt_open_buf(remote_key(), jobbuf, joblen, name, &plain, &plen, why, sizeof why);
+        if (g == 0) { free(jobbuf); jobbuf = plain; joblen = plen; }
     }
     if (g != 0) { lz_err("cannot %s: %s; nothing was changed", verb, why); free(jobbuf); rc_commit_free(&cm); free(refs); return -1; }
     const char *jl = memmem(jobbuf, joblen, "\njournal_dir=", 13);
@@ -342,6 +361,12 @@ int remote_list(const char *url, const struct remote_opts *ro, int json)
             bad = 1;
             continue;
         }
+        if (remote_key() && remote_key_fits(cm.keyfp, shown_url(&c), why, sizeof why) < 0) {
+            lz_err("%s", why);
+            rc_commit_free(&cm);
+            bad = 1;
+            break;
+        }
         uint64_t bytes = 0;
         for (size_t k = 0; k < cm.nobjs; k++) bytes += cm.objs[k].size;
         char when[32], id[33];
@@ -349,8 +374,8 @@ int remote_list(const char *url, const struct remote_opts *ro, int json)
         lz_job_id_text(id, cm.job);
         if (json)
             printf("%s\n  {\"index\": %" PRIu64 ", \"time\": \"%s\", \"created_ns\": %" PRIu64 ", \"bytes\": %" PRIu64
-                   ", \"objects\": %zu, \"job\": \"%s\", \"writer\": \"%s\", \"local\": false, \"remote\": true}",
-                   i ? "," : "", cm.index, when, cm.created_ns, bytes, cm.nobjs, id, cm.writer);
+                   ", \"objects\": %zu, \"job\": \"%s\", \"writer\": \"%s\", \"key\": \"%s\", \"local\": false, \"remote\": true}",
+                   i ? "," : "", cm.index, when, cm.created_ns, bytes, cm.nobjs, id, cm.writer, cm.keyfp);
         else
             printf("%6" PRIu64 "  %-20s  %12" PRIu64 "  %7zu  remote\n", cm.index, when, bytes, cm.nobjs);
         rc_commit_free(&cm);

@@ -9,6 +9,7 @@
  * dropped locally (flusher_protected).  A failure is one line on stderr;
  * the next checkpoint tries again. */
 #include "remote_store.h"
+#include "remote_key.h"
 #include "tree.h"
 #include "util.h"
 #include "jobid.h"
@@ -33,6 +34,7 @@ struct flusher {
     char writer[17];
     char jp[700];            /* PREFIX/JOB/ */
     uint64_t keep_remote;
+    const struct s3_key *key; /* --encrypt-key: every object sealed (s3_crypt.c), NULL = plain */
     pthread_t thr;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -70,7 +72,8 @@ static int put_one(struct flusher *f, struct rs_state *st, struct rc_commit *cm,
     snprintf(o.path, sizeof o.path, "%s", path);
     snprintf(o.key, sizeof o.key, "%s", key);
     o.size = size_limit && size_limit < (uint64_t)sb.st_size ? size_limit : (uint64_t)sb.st_size;
-    int rc = s3_put_file(&f->conf, key, fd, o.size, o.md5, why, whylen);
+    int rc = f->key ? s3_crypt_put_file(&f->conf, f->key, key, fd, o.size, o.md5, &o.size, why, whylen)
+                    : s3_put_file(&f->conf, key, fd, o.size, o.md5, why, whylen);
     close(fd);
     if (rc < 0) return -1;
     /* read after write: the object is there, whole */
@@ -234,6 +237,7 @@ static int flush_one(struct flusher *f, uint64_t index, char *why, size_t whylen
     cm.job[1] = f->job[1];
     cm.index = index;
     snprintf(cm.writer, sizeof cm.writer, "%s", f->writer);
+    if (f->key) snprintf(cm.keyfp, sizeof cm.keyfp, "%s", f->key->fp);
     cm.created_ns = lz_now_ns(CLOCK_REALTIME);
     snprintf(rel, sizeof rel, LZ_CKPT_PREFIX "%06" PRIu64, index);
     snprintf(krel, sizeof krel, "%s/%s", f->writer, rel);
@@ -295,7 +299,11 @@ struct flusher *flusher_start(const char *dir, const struct lz_job *job, char *w
 {
     why[0] = 0;
     if (!*job->remote) return NULL;
+    char where[600];
+    snprintf(where, sizeof where, "the job in %s", dir);
+    if (remote_key_fits(job->encrypt_fp, where, why, whylen) < 0) return NULL;
     struct flusher *f = lz_xcalloc(1, sizeof *f);
+    f->key = *job->encrypt_fp ? remote_key() : NULL;
     if (rc_conf_of_job(&f->conf, job, why, whylen) < 0) { free(f); return NULL; }
     /* reachable, and the bucket there, before the job starts: one line now rather than at each checkpoint */
     struct s3_object *v;

@@ -11,6 +11,8 @@
  *   JOB/W/pack.M           a pack
  *   JOB/commit/N.W         checkpoint N's commit object, written last, never overwritten:
  *                          every object it needs, with its local path, size and MD5
+ *                          (with --encrypt-key: of the encrypted object; the commit,
+ *                          plain, names the key's fingerprint)
  */
 #ifndef LZ_REMOTE_STORE_H
 #define LZ_REMOTE_STORE_H
@@ -32,6 +34,7 @@ struct rc_commit {
     uint64_t index;
     char writer[17];
     uint64_t created_ns;
+    char keyfp[17];   /* "key FP": its objects are encrypted with that key (remote_key.h), "" = plain */
     struct rc_object *objs;
     size_t nobjs, cap;
 };

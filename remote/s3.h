@@ -118,6 +118,12 @@ void s3_xml_value(const char *body, size_t len, const char *name, char *out, siz
  * MD5; the ETag it answers is checked against ours.  md5_hex (33 bytes)
  * gets the object's MD5, or NULL.  0, or -1 with why. */
 int s3_put_file(const struct s3_conf *c, const char *key, int fd, uint64_t size, char *md5_hex, char *why, size_t whylen);
+/* The same from any source of bytes: read(ctx, buf, len, off) fills buf
+ * with the object's bytes [off, off + len), asked in ascending order; 0, or
+ * -1 with errno (s3_crypt.c seals a file's chunks as they are asked for). */
+struct s3_source { int (*read)(void *ctx, void *buf, size_t len, uint64_t off); void *ctx; };
+int s3_put_source(const struct s3_conf *c, const char *key, const struct s3_source *src, uint64_t size, char *md5_hex,
+                  char *why, size_t whylen);
 int s3_put_buf(const struct s3_conf *c, const char *key, const void *buf, size_t len, int no_overwrite, char *why, size_t whylen);
 int s3_abort_upload(const struct s3_conf *c, const char *key, const char *upload_id, char *why, size_t whylen);
 /* The part size of multipart uploads (LAZARUS_S3_PART_MIB, default 16 MiB, at least 5). */

@@ -64,7 +64,7 @@ int s3_abort_upload(const struct s3_conf *c, const char *key, const char *upload
 }
 
 /* The parts of one round, read from fd, sent together. */
-static int put_parts(const struct s3_conf *c, const char *key, const char *eid, int fd, uint64_t size, size_t part,
+static int put_parts(const struct s3_conf *c, const char *key, const char *eid, const struct s3_source *src, uint64_t size, size_t part,
                      size_t first, size_t count, char **bufs, unsigned char (*md5s)[16], EVP_MD_CTX *whole, char *why,
                      size_t whylen)
 {
@@ -74,7 +74,7 @@ static int put_parts(const struct s3_conf *c, const char *key, const char *eid, 
         size_t i = first + k;
         uint64_t off = (uint64_t)i * part;
         size_t len = size - off < part ? (size_t)(size - off) : part;
-        if (lz_pread_all(fd, bufs[k], len, (off_t)off) < 0) {
+        if (src->read(src->ctx, bufs[k], len, off) < 0) {
             snprintf(why, whylen, "cannot read the bytes to upload: %s", errno ? strerror(errno) : "the file is shorter");
             free(rq);
             return -1;
@@ -106,7 +106,19 @@ static int put_parts(const struct s3_conf *c, const char *key, const char *eid, 
     return rc;
 }
 
+static int pread_source(void *ctx, void *buf, size_t len, uint64_t off)
+{
+    return lz_pread_all(*(int *)ctx, buf, len, (off_t)off) < 0 ? -1 : 0;
+}
+
 int s3_put_file(const struct s3_conf *c, const char *key, int fd, uint64_t size, char *md5_hex, char *why, size_t whylen)
+{
+    struct s3_source src = {pread_source, &fd};
+    return s3_put_source(c, key, &src, size, md5_hex, why, whylen);
+}
+
+int s3_put_source(const struct s3_conf *c, const char *key, const struct s3_source *src, uint64_t size, char *md5_hex,
+                  char *why, size_t whylen)
 {
     size_t part = s3_part_size();
     char obj[1300];
@@ -114,7 +126,7 @@ int s3_put_file(const struct s3_conf *c, const char *key, int fd, uint64_t size,
     if (size <= part) {
         char *buf = malloc(size ? size : 1);
         if (!buf) { snprintf(why, whylen, "out of memory"); return -1; }
-        if (lz_pread_all(fd, buf, (size_t)size, 0) < 0) {
+        if (src->read(src->ctx, buf, (size_t)size, 0) < 0) {
             snprintf(why, whylen, "cannot read the bytes of %s to upload: %s", obj, errno ? strerror(errno) : "the file is shorter");
             free(buf);
             return -1;
@@ -145,7 +157,7 @@ int s3_put_file(const struct s3_conf *c, const char *key, int fd, uint64_t size,
     for (size_t k = 0; k < par && rc == 0; k++)
         if (!(bufs[k] = malloc(part))) { snprintf(why, whylen, "out of memory"); rc = -1; }
     for (size_t i = 0; i < nparts && rc == 0; i += par)
-        rc = put_parts(c, key, eid, fd, size, part, i, nparts - i < par ? nparts - i : par, bufs, md5s, whole, why, whylen);
+        rc = put_parts(c, key, eid, src, size, part, i, nparts - i < par ? nparts - i : par, bufs, md5s, whole, why, whylen);
     for (size_t k = 0; bufs && k < par; k++) free(bufs[k]);
     free(bufs);
     /* complete: the parts in order, each with the ETag (our MD5) the server checked */
