@@ -26,7 +26,8 @@ static const char help[] =
     "  --json    a JSON array of objects instead of a table\n"
     "A job run with --remote has a column WHERE: local, or local+remote once the\n"
     "checkpoint was flushed.  -d s3://BUCKET/PREFIX lists the checkpoints published\n"
-    "there (options --endpoint, --ca-file, --insecure, --addressing as for run).\n";
+    "there (options --endpoint, --ca-file, --insecure, --addressing as for run;\n"
+    "--encrypt-key FILE is not needed, and refused if the checkpoints have another key).\n";
 
 static void utc(char *buf, size_t len, uint64_t ns)
 {

@@ -51,7 +51,9 @@ static const char help[] =
     "(on the file system of its files); a job run without one is refused unless\n"
     "--files-as-they-are.  Options then: --endpoint URL, --ca-file FILE, --insecure,\n"
     "--addressing path|virtual (see `lazarus run --help`), --cache DIR,\n"
-    "  --files-as-they-are  resume without rolling the job's files back\n";
+    "  --files-as-they-are  resume without rolling the job's files back\n"
+    "  --encrypt-key FILE  the key of a job run with it (-d s3://... or -d DIR: only\n"
+    "            its fingerprint is recorded, the key is given again)\n";
 
 /* LAZARUS_TRACE=1: the time of each step of phase 1 on stderr (the
  * restorer traces its own). */

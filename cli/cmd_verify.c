@@ -27,7 +27,8 @@ static const char help[] =
     "  --json    a JSON array, one object per piece: {\"index\", \"piece\", \"intact\", \"error\"}\n"
     "-d s3://BUCKET/PREFIX: checkpoint N (default the newest) of that remote store, fetched\n"
     "into a scratch directory in $TMPDIR (removed after), each object checked against its\n"
-    "commit, then all of the above (options --endpoint, --ca-file, --insecure, --addressing)\n";
+    "commit, then all of the above (options --endpoint, --ca-file, --insecure, --addressing;\n"
+    "--encrypt-key FILE for a job run with it: each object is authenticated as it comes)\n";
 
 static int json_first = 1;
 

@@ -7,7 +7,7 @@ FILE`, AES-256-GCM; ARCHITECTURE.md "Remote store") against versitygw
   into its file journal) — a plain flush of the same program does, which
   shows the search finds it; the key (its hex) is nowhere in the bucket, the
   store or any message; the job file and the commit name only its
-  fingerprint; after the machine is lost, `restart -d s3://... --encrypt-key`
+  fingerprint; `verify -d s3:// --encrypt-key` finds it intact; after the machine is lost, `restart -d s3://... --encrypt-key`
   elsewhere rolls the files back and ends byte-identical to an uninterrupted
   run (programs/secret_files.py);
 - refusals, each one line, non-zero, nothing changed (no cache, the bucket
@@ -40,7 +40,7 @@ from s3server import s3server  # noqa: F401  (the fixture)
 S3TOOL = BUILD / "bin" / "lazarus-s3"
 PY = "/usr/bin/python3"  # every user can run it
 STEPS = "300"
-ROUNDS = "300"
+ROUNDS = "150"
 
 
 def key_file(runner, name: str, data: bytes) -> Path:
@@ -142,6 +142,8 @@ def test_encrypted_flush_and_restart_elsewhere(runner, s3server, tmp_path):
     assert key.hex() not in job.stderr
     r = runner.lz("list", "-d", url, "--json")
     assert r.rc == 0 and json.loads(r.stdout)[-1]["key"] == m.group(1), str(r)
+    r = runner.lz("verify", "-d", url, "--encrypt-key", kf, timeout=120)
+    assert r.rc == 0 and f"checkpoint {idx}: memory intact" in r.stdout, str(r)
 
     # the machine is lost; elsewhere, with the key
     shutil.rmtree(machine)
