@@ -263,8 +263,17 @@ int cmd_restart(int argc, char **argv)
     if (jr == LZ_JOB_DAMAGED) { lz_err("cannot restart: the store's job file is damaged (%s/%s); nothing was changed", o.dir, LZ_JOBFILE); return 1; }
     if (jr < 0) { lz_err("cannot restart: cannot read %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
     /* a job that encrypts what it flushes goes on only with its key (given again: it is recorded nowhere) */
-    if (*job.remote && remote_key_fits(job.encrypt_fp, o.dir, why, sizeof why) < 0) { lz_err("cannot restart: %s; nothing was changed", why); return 1; }
-    if (!*job.remote && remote_key()) { lz_err("cannot restart: --encrypt-key is for a job that flushes to a remote store, and the job in %s does not; nothing was changed", o.dir); return 1; }
+    if (*job.remote && remote_key_fits(job.encrypt_fp, o.dir, why, sizeof why) < 0) {
+        lz_err("cannot restart: %s; nothing was changed", why);
+        free(dir);
+        return 1;
+    }
+    if (!*job.remote && remote_key()) {
+        lz_err("cannot restart: --encrypt-key is for a job that flushes to a remote store, and the job in %s does not; "
+               "nothing was changed", o.dir);
+        free(dir);
+        return 1;
+    }
     uint64_t index;
     if (lz_store_pick(dir, o.have_at, o.at, &index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
     /* a finished job's files are its results: a restart would undo them */
