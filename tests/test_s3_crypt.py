@@ -15,7 +15,8 @@ FILE`, AES-256-GCM; ARCHITECTURE.md "Remote store") against versitygw
   given for a plain remote, key files that are no key (31 bytes, 64
   non-hex characters), a flipped byte of an encrypted pack ("fails its
   authentication", verify and restart); `restart -d DIR` of the encrypted
-  job without its key, and with it the job goes on to its result;
+  job without its key, and with it the job goes on (a later checkpoint
+  published, encrypted) to its result;
 - the format through `lazarus-s3 --encrypt-key` (chunks of 5 MiB): a file
   of three chunks comes back whole; chunks swapped, the last chunk dropped,
   the middle one dropped, the header's chunk size changed, a plain object,
@@ -209,8 +210,14 @@ def test_refusals(runner, programs, s3server):
     refused(["restart", "-d", store], 1, "encrypted", "--encrypt-key", "nothing was changed")
     refused(["restart", "-d", store, "--encrypt-key", other], 1, "another key", "nothing was changed")
     assert {p.name: p.stat().st_mtime_ns for p in store.iterdir()} == local
-    r = runner.lz("restart", "-d", store, "--encrypt-key", kf, timeout=300)
-    assert r.rc == 0 and r.stdout.splitlines()[-1] == plain_output([hm, "64", ROUNDS]).splitlines()[-1], str(r)
+    # with it the job goes on, and flushes encrypted again
+    proc = runner.start_lz("restart", "-d", store, "--encrypt-key", kf)
+    nxt = runner.checkpoint_when_up(store)
+    wait_published(runner, store, nxt, proc)
+    assert proc.wait(300) == 0 and proc.stdout.splitlines()[-1] == plain_output([hm, "64", ROUNDS]).splitlines()[-1], proc.stderr
+    fp = re.search(r"^encrypt_key=(\w+)$", (store / "job").read_text(), re.M).group(1)
+    commit = [p for k, p in s3server.objects(b).items() if k.startswith("enc/") and f"/commit/{nxt:012d}." in k]
+    assert commit and f"key {fp}" in commit[0].read_text()
 
 
 def test_chunks_cannot_be_moved(runner, s3server):
