@@ -53,7 +53,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"journal-dir", required_argument, 0, 'J'}, {"older-than", required_argument, 0, 'O'},
         {"check-exclusions", no_argument, 0, 'X'}, {"no-incremental", no_argument, 0, 'N'}, {"no-fork", no_argument, 0, 'W'},
         {"mintime", required_argument, 0, 'U'},
-        {"lazy", no_argument, 0, 'L'}, {0, 0, 0, 0}};
+        {"lazy", no_argument, 0, 'L'}, {"fallback", required_argument, 0, 'B'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -130,6 +130,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         if (c == 'Z') { o->cache = optarg; continue; }
         if (c == 'F') { o->files_as_they_are = 1; continue; }
         if (c == 'J') { o->journal_dir = optarg; continue; }
+        if (c == 'B') { o->fallback = optarg; continue; }
         if (c == 'P') {
             if (strcmp(optarg, "path") && strcmp(optarg, "virtual")) { lz_err("%s: --addressing is 'path' or 'virtual', not '%s'", cmd, optarg); return -1; }
             o->addressing = optarg;

@@ -74,9 +74,28 @@ struct flusher;
 struct flusher *flusher_start(const char *dir, const struct lz_job *job, char *why, size_t whylen);
 void flusher_enqueue(struct flusher *f, uint64_t index);
 /* The checkpoints retention must keep: being flushed or queued (count, into out[2]). */
-size_t flusher_protected(struct flusher *f, uint64_t out[2]);
+size_t flusher_protected(struct flusher *f, uint64_t out[3]);
+/* A spool (run -d s3://): every checkpoint of it not published yet, in
+ * order, now, in this thread: 0, or -1 with why. */
+int flusher_publish_now(struct flusher *f, char *why, size_t whylen);
 /* Waits until the queue is flushed, then ends the thread. */
 void flusher_stop(struct flusher *f);
+
+/* remote_spool.c: the spool of `run -d s3://URL` (job->stream).  Its
+ * directory: --fallback DIR, else $TMPDIR/lazarus-spool-<XXH3 of the URL>. */
+void spool_path(char *out, size_t len, const char *url, const char *fallback);
+/* Can the remote be listed: 0 yes, 1 not now (no answer, 5xx, throttled:
+ * checkpoints stay in the fallback), -1 never (refused: why). */
+int spool_probe(const struct s3_conf *c, const char *prefix, char *why, size_t whylen);
+/* After checkpoint `published` was published (commit cm): what the spool drops. */
+void spool_trim(const char *dir, uint64_t published, const struct rc_commit *cm);
+/* The checkpoints of a spool newer than its newest published one (ascending, malloc'ed). */
+int spool_unpublished(const char *dir, uint64_t **out);
+/* restart -d s3://URL on the machine whose spool holds checkpoints not
+ * published yet: they are published first.  0, or -1 having said why. */
+int spool_publish_before_restart(const char *spool, const char *url);
+/* `list -d s3://URL`: the rows of what is only in this machine's spool. */
+void spool_list(const char *url, const char *fallback);
 
 /* remote_fetch.c: a local store made from the remote checkpoint (--at N or
  * the newest) of the job under URL, in cache (made; refused if it holds

@@ -38,6 +38,8 @@ struct lz_job {
     char remote_addressing[16]; /* "path", "virtual", "" = by the endpoint */
     int remote_insecure;     /* --insecure */
     uint64_t keep_remote;    /* --keep-remote N, 0 = all */
+    int stream;              /* run -d s3://: this store is the job's spool (fallback): what is
+                              * published leaves it (cli/remote_spool.c) */
     /* run --journal-dir: where the file journals live (the JOB subdirectory of it), so that
      * they survive the machine when it is on the file system of the job's files; "" = in DIR */
     char journal_dir[512];
