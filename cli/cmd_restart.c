@@ -238,7 +238,7 @@ int cmd_restart(int argc, char **argv)
          * and it is the local store of the job from here on (`checkpoint -d URL` finds it) */
         char spool[LZ_PATH_MAX];
         spool_path(spool, sizeof spool, o.dir, o.fallback);
-        if (!o.have_at && spool_publish_before_restart(spool, o.dir) < 0) return 1;
+        if (spool_publish_before_restart(spool, o.dir) < 0) return 1;
         if (!ro.cache) ro.cache = spool;
         if (remote_fetch_store(o.dir, &ro, o.have_at, o.at, cache, sizeof cache, &at) < 0) return 1;
         o.dir = cache;
@@ -251,6 +251,13 @@ int cmd_restart(int argc, char **argv)
     char *dir = abs_dir(o.dir);
     trace_t0 = lz_now_ns(CLOCK_MONOTONIC);
     if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
+    struct lz_job sj;
+    if (o.dir != cache && lz_job_read(dir, &sj) == 0 && sj.stream) {
+        /* a spool has let its published packs go: the remote store is the whole of it */
+        lz_err("cannot restart: %s is the spool of a job streamed to %s; restart it with `lazarus restart -d %s` "
+               "(which publishes what only the spool holds first); nothing was changed", o.dir, sj.remote, sj.remote);
+        return 1;
+    }
     /* root restarting an ordinary user's job is that user from here on */
     if (privilege_become_store_owner(dir, o.have_at, o.at, why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return 1; }
     int lock = lz_store_lock(dir);

@@ -1,4 +1,4 @@
-/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume]
+/* lazarus run [-d DIR|s3://BUCKET/PREFIX [--fallback DIR]] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume]
  * [--checkpoint-signal SIG] [--remote s3://BUCKET/PREFIX [--keep-remote N] ...] [--mintime S] [--no-incremental] [--no-fork]
  * [--check-exclusions] [--] PROGRAM [ARG...] */
 #include "cli.h"
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume]\n"
+    "usage: lazarus run [-d DIR|s3://BUCKET/PREFIX [--fallback DIR]] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume]\n"
     "                   [--checkpoint-signal SIG] [--remote s3://BUCKET/PREFIX [--keep-remote N] [--endpoint URL] [--ca-file FILE] [--insecure]]\n"
     "                   [--mintime S] [--no-incremental] [--no-fork] [--check-exclusions] [--] PROGRAM [ARG...]\n"
     "Run PROGRAM (an unmodified, dynamically linked program) under Lazarus and stay\n"
@@ -270,7 +270,8 @@ int cmd_run(int argc, char **argv)
     }
     if (n > 0 && (!have_job || strcmp(job.state, "finished") != 0)) {
         lz_err("%s holds an unfinished job (newest checkpoint %" PRIu64 "): resume it with `lazarus restart -d %s`, "
-               "or start anew with another directory (-d DIR)", o.dir, v[n - 1], o.dir);
+               "or start anew with another directory (%s)", o.dir, v[n - 1], stream ? o.remote : o.dir,
+               stream ? "--fallback DIR, or another URL" : "-d DIR");
         return 1;
     }
     /* a finished job's checkpoints, packs and journals are of no further use:

@@ -115,9 +115,16 @@ int spool_publish_before_restart(const char *spool, const char *url)
                "nothing was changed", spool, url);
         return -1;
     }
-    char why[4096];
-    struct flusher *f = flusher_start(spool, &j, why, sizeof why);
-    int rc = f ? flusher_publish_now(f, why, sizeof why) : -1;
+    char why[4096], jp[700];
+    struct s3_conf c;
+    struct flusher *f = NULL;
+    int rc = rc_conf_of_job(&c, &j, why, sizeof why);
+    if (rc == 0) {
+        rc_job_prefix(jp, sizeof jp, &c, j.id);
+        rc = spool_probe(&c, jp, why, sizeof why) ? -1 : 0; /* not answering: one line, below */
+    }
+    if (rc == 0) f = flusher_start(spool, &j, why, sizeof why);
+    if (rc == 0) rc = f ? flusher_publish_now(f, why, sizeof why) : -1;
     close(lock);
     if (rc < 0) {
         lz_err("cannot restart: checkpoint %" PRIu64 " is only in the fallback %s on this machine and cannot be published: %s; "

@@ -168,6 +168,41 @@ def test_server_down_fallback(runner, programs, s3server):
     again.kill()
 
 
+def test_restart_here_publishes_the_fallback(runner, programs, s3server):
+    url = f"s3://{s3server.bucket()}/here"
+    proxy = FaultProxy(s3server.port)
+    try:
+        runner.env.update(s3server.env())
+        job = start_mutator(runner, programs, url, proxy.endpoint)
+        first = runner.checkpoint_when_up(url)
+        wait_for("the first publish", lambda: first in published(runner, url), job)
+        proxy.set("refuse")
+        kept = runner.checkpoint(url)
+        wait_for("the fallback line", lambda: f"checkpoint {kept} kept in the fallback" in job.stderr, job, timeout=60)
+        r = runner.lz("list", "-d", url, timeout=60)
+        assert re.search(rf"^\s*{kept}\s+only in the fallback ", r.stdout, re.M), str(r)
+        r = runner.lz("restart", "-d", url, timeout=60)
+        assert r.rc == 1 and len(r.stderr_lines()) == 1 and "is running" in r.stderr, str(r)
+        job.kill()
+        spool = spool_of(runner.base)
+        # the store still down: refused, nothing changed
+        r = runner.lz("restart", "-d", url, timeout=120)
+        assert r.rc == 1 and len(r.stderr_lines()) == 1 and "cannot be published" in r.stderr, str(r)
+        assert kept in runner.indexes(spool)
+        r = runner.lz("restart", "-d", spool, timeout=60)
+        assert r.rc == 1 and len(r.stderr_lines()) == 1 and f"restart -d {url}" in r.stderr, str(r)
+        # it answers: what only the spool held is published first, then resumed
+        proxy.set("pass")
+        again = runner.start_lz("restart", "-d", url, "--files-as-they-are")
+        nxt = runner.checkpoint_when_up(url)
+        assert nxt > kept
+        assert f"checkpoint {kept} of the fallback" in again.stderr and f"restarting checkpoint {kept} of" in again.stderr, again.stderr
+        assert kept in published(runner, url)
+        again.kill()
+    finally:
+        proxy.close()
+
+
 def test_cut_upload(runner, programs, s3server):
     b = s3server.bucket()
     url = f"s3://{b}/cut"
