@@ -7,7 +7,10 @@
  * key no other flusher writes.  Retention of the remote (--keep-remote)
  * follows; the checkpoint being flushed and the newest queued one are never
  * dropped locally (flusher_protected).  A failure is one line on stderr;
- * the next checkpoint tries again. */
+ * the next checkpoint tries again.  A spool's flusher (run -d s3://,
+ * remote_spool.c) publishes every checkpoint not published yet in order,
+ * tries again with backoff when the remote does not take one, and empties
+ * the spool of what it published. */
 #include "remote_store.h"
 #include "tree.h"
 #include "util.h"

@@ -1,8 +1,8 @@
 /* The remote store as the CLI sees it (ARCHITECTURE.md, "Remote store"):
  * where a job's objects go (remote_commit.c), what of a local store is
  * remote already (remote_state.c), the supervisor's flusher
- * (remote_flush.c), and a local store made from a remote checkpoint
- * (remote_fetch.c).
+ * (remote_flush.c), the spool of a streamed job (remote_spool.c), and a
+ * local store made from a remote checkpoint (remote_fetch.c).
  *
  * Layout under s3://BUCKET/PREFIX, JOB the job's identity (32 hex), W the
  * flusher's own random id (16 hex, one per supervisor run: two flushers on
