@@ -18,6 +18,8 @@ from its FaultProxy:
 - a connection cut in the middle of every large upload: no partial
   checkpoint is listed, the next one is published once the cuts stop, and
   `gc --older-than 0` leaves no object no commit lists and no upload;
+- an incremental checkpoint with sparse frames (copy mode's case) after the
+  spool let their packs go: it is taken and published, and comes back;
 - bad inputs (a malformed URL, an unknown bucket, a wrong secret): one line,
   non-zero, nothing started, nothing made here or remotely.
 """
@@ -34,6 +36,7 @@ from pathlib import Path
 
 from conftest import BUILD, PROGRAMS_SRC, Proc
 from s3server import SECRET, FaultProxy, s3server  # noqa: F401  (the fixture)
+from test_incremental import Job, incr_heap, start  # noqa: F401  (the fixture)
 
 S3TOOL = BUILD / "bin" / "lazarus-s3"
 PY = "/usr/bin/python3"  # every user can run it
@@ -236,6 +239,32 @@ def test_cut_upload(runner, programs, s3server):
     assert r.rc == 0 and r.stdout.strip() == "", str(r)
     r = runner.lz("verify", "-d", url, timeout=120)
     assert r.rc == 0, str(r)
+
+
+def test_sparse_frames_after_publish(runner, incr_heap, s3server):
+    """The spool has let the published packs go: an incremental checkpoint that
+    stores again the live pages of frames mostly overwritten (sparse) must not
+    read them from those packs.  The copy mode would (192 MiB: 2 MiB changed is
+    little enough for it): `cannot read back an earlier checkpoint's pack`."""
+    url = f"s3://{s3server.bucket()}/sparse"
+    runner.env.update(s3server.env())
+    job = start(runner, url, [incr_heap, 192, 0], "-i", "0", "--compress", "none")
+    first = runner.checkpoint_when_up(url)
+    job.cmd("fill 0 8000 10")
+    second = runner.checkpoint(url)  # from here on the changed pages are tracked: the copy mode's case
+    wait_for("two publishes", lambda: second in published(runner, url), job.proc)
+    spool = spool_of(runner.base)
+    wait_for("the spool without the published packs", lambda: no_published_pack(spool, [first, second]), job.proc, timeout=20)
+    state = job.cmd("fill 0 0 200")  # most of the first frame written again: it is sparse now
+    third = runner.checkpoint(url)
+    wait_for("the third publish", lambda: third in published(runner, url), job.proc)
+    assert "failed" not in job.proc.stderr, job.proc.stderr
+    job.kill()
+    other = runner.mkdir("other")
+    runner.env["TMPDIR"] = str(other)
+    back = Job(runner, [BUILD / "bin" / "lazarus", "restart", "-d", url, "--files-as-they-are"])
+    assert back.cmd("digest") == state
+    back.kill()
 
 
 def test_bad_inputs(runner, programs, s3server):
