@@ -15,6 +15,10 @@ from its FaultProxy:
 - the store refuses connections when a checkpoint is taken: it stays in the
   fallback (one line says so), the program runs on, it is published once the
   store answers, and a restart on another machine resumes from it;
+- the store down from the start: the job starts and says so; on the same
+  machine `list -d s3://` shows what only the fallback holds, `restart -d
+  s3://` is refused while the job runs or the store is down, then publishes
+  the fallback's checkpoint first and resumes from it;
 - a connection cut in the middle of every large upload: no partial
   checkpoint is listed, the next one is published once the cuts stop, and
   `gc --older-than 0` leaves no object no commit lists and no upload;
@@ -176,11 +180,10 @@ def test_restart_here_publishes_the_fallback(runner, programs, s3server):
     proxy = FaultProxy(s3server.port)
     try:
         runner.env.update(s3server.env())
+        proxy.set("refuse")  # down from the start: the job starts all the same, and says so
         job = start_mutator(runner, programs, url, proxy.endpoint)
-        first = runner.checkpoint_when_up(url)
-        wait_for("the first publish", lambda: first in published(runner, url), job)
-        proxy.set("refuse")
-        kept = runner.checkpoint(url)
+        kept = runner.checkpoint_when_up(url)
+        assert re.search(r"does not answer .*: checkpoints stay in the fallback", job.stderr), job.stderr
         wait_for("the fallback line", lambda: f"checkpoint {kept} kept in the fallback" in job.stderr, job, timeout=60)
         r = runner.lz("list", "-d", url, timeout=60)
         assert re.search(rf"^\s*{kept}\s+only in the fallback ", r.stdout, re.M), str(r)
