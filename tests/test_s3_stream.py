@@ -197,6 +197,8 @@ def test_restart_here_publishes_the_fallback(runner, programs, s3server):
         assert kept in runner.indexes(spool)
         r = runner.lz("restart", "-d", spool, timeout=60)
         assert r.rc == 1 and len(r.stderr_lines()) == 1 and f"restart -d {url}" in r.stderr, str(r)
+        r = runner.lz("verify", "-d", spool, timeout=60)
+        assert r.rc == 1 and len(r.stderr_lines()) == 1 and f"verify -d {url}" in r.stderr, str(r)
         # it answers: what only the spool held is published first, then resumed
         proxy.set("pass")
         again = runner.start_lz("restart", "-d", url, "--files-as-they-are")
