@@ -279,8 +279,8 @@ static int flush_one(struct flusher *f, uint64_t index, char *why, size_t whylen
 }
 
 /* A spool: every local checkpoint up to `upto` newer than the newest
- * published, in order; *failed the one that could not be. */
-static int publish_pending(struct flusher *f, uint64_t upto, uint64_t *failed, char *why, size_t whylen)
+ * published, in order, up to the first that cannot be. */
+static int publish_pending(struct flusher *f, uint64_t upto, char *why, size_t whylen)
 {
     uint64_t *v;
     int n = spool_unpublished(f->dir, &v), rc = 0;
@@ -289,7 +289,7 @@ static int publish_pending(struct flusher *f, uint64_t upto, uint64_t *failed, c
         pthread_mutex_lock(&f->mu);
         f->current = v[i];
         pthread_mutex_unlock(&f->mu);
-        if ((rc = flush_one(f, v[i], why, whylen)) < 0) *failed = v[i];
+        rc = flush_one(f, v[i], why, whylen);
     }
     free(v);
     return rc;
@@ -297,18 +297,19 @@ static int publish_pending(struct flusher *f, uint64_t upto, uint64_t *failed, c
 
 int flusher_publish_now(struct flusher *f, char *why, size_t whylen)
 {
-    uint64_t failed = 0;
-    return publish_pending(f, UINT64_MAX, &failed, why, whylen);
+    return publish_pending(f, UINT64_MAX, why, whylen);
 }
 
-/* A spool's flush failed: said once per checkpoint, tried again after
- * 0.5 s doubling to 30 s (the program never waits: this is the flusher). */
-static void fallback(struct flusher *f, uint64_t index, uint64_t failed, const char *why)
+/* A spool's flush failed: the checkpoints not published, up to `index` (the
+ * newest), stay in the fallback.  Said once per newest checkpoint, tried
+ * again after 0.5 s doubling to 30 s (the program never waits: this is the
+ * flusher). */
+static void fallback(struct flusher *f, uint64_t index, const char *why)
 {
-    if (failed > f->said)
-        lz_err("checkpoint %" PRIu64 " kept in the fallback %s: s3://%s/%s %s; flushed when it answers", failed, f->dir,
+    if (index > f->said)
+        lz_err("checkpoint %" PRIu64 " kept in the fallback %s: s3://%s/%s %s; flushed when it answers", index, f->dir,
                f->conf.bucket, f->conf.prefix, why);
-    if (failed > f->said) f->said = failed;
+    if (index > f->said) f->said = index;
     f->backoff_ms = f->backoff_ms ? (f->backoff_ms * 2 > 30000 ? 30000 : f->backoff_ms * 2) : 500;
     f->retry_ns = lz_now_ns(CLOCK_MONOTONIC) + f->backoff_ms * 1000000ull;
     if (index > f->retry_upto) f->retry_upto = index;
@@ -334,11 +335,11 @@ static void *flusher_main(void *arg)
         f->current = index;
         pthread_mutex_unlock(&f->mu);
         char why[4096];
-        uint64_t t0 = lz_now_ns(CLOCK_MONOTONIC), failed = index;
-        int rc = f->stream ? publish_pending(f, index, &failed, why, sizeof why) : flush_one(f, index, why, sizeof why);
+        uint64_t t0 = lz_now_ns(CLOCK_MONOTONIC);
+        int rc = f->stream ? publish_pending(f, index, why, sizeof why) : flush_one(f, index, why, sizeof why);
         pthread_mutex_lock(&f->mu);
         if (rc < 0 && f->stream) {
-            fallback(f, index, failed, why);
+            fallback(f, index, why);
         } else if (rc < 0) {
             lz_err("checkpoint %" PRIu64 " was not flushed to s3://%s/%s: %s; the next checkpoint tries again", index,
                    f->conf.bucket, f->conf.prefix, why);
