@@ -112,13 +112,17 @@ def test_machine_loss_streamed(runner, s3server, tmp_path):
     assert re.search(r"pass through \S*/machine/tmp/lazarus-spool-[0-9a-f]{16} ", job.stderr), job.stderr
     first = runner.checkpoint_when_up(url)
     second = runner.checkpoint(url)
-    pub = wait_for("two publishes", lambda: (lambda p: p if first in p and second in p else None)(published(runner, url)), job)
+
+    def both():
+        p = published(runner, url)
+        return p if first in p and second in p else None
+    pub = wait_for("two publishes", both, job)
     spool = spool_of(machine / "tmp")
     wait_for("the spool without the published packs", lambda: no_published_pack(spool, pub), job, timeout=20)
     table = runner.lz("list", "-d", spool).stdout
     assert re.search(rf"^\s*{second}\s.*\bremote$", table, re.M), table
-    # on at a random instant, perhaps in the middle of a checkpoint, then the machine is lost
-    if random.random() < 0.5:  # the kill may then land in the middle of a checkpoint
+    # the machine is lost at a random instant, perhaps in the middle of a checkpoint
+    if random.random() < 0.5:
         runner.start_lz("checkpoint", "-d", url)
     time.sleep(random.uniform(0, 1.0))
     assert job.poll() is None and steps_of(job) < int(STEPS) - 50, "the job ended before the machine was lost"
