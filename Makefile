@@ -144,6 +144,7 @@ CLI_SRC := \
 	cli/remote_commit.c \
 	cli/remote_state.c \
 	cli/remote_flush.c \
+	cli/remote_spool.c \
 	cli/remote_fetch.c \
 	cli/remote_gc.c \
 	cli/remote_key.c \

@@ -48,6 +48,7 @@ struct cli_opts {
     int have_keep_remote; uint64_t keep_remote;
     int files_as_they_are; /* restart -d s3://...: resume without rolling the files back */
     const char *journal_dir; /* run --journal-dir */
+    const char *fallback;  /* --fallback DIR: the spool of run -d s3:// (remote_spool.c) */
     int have_older_than; uint64_t older_than; /* gc -d s3:// --older-than SECONDS */
     int check_excl;        /* run --check-exclusions */
     int no_incremental;    /* run --no-incremental */

@@ -1,6 +1,7 @@
 /* lazarus checkpoint [-d DIR]: asks the job's supervisor for a checkpoint and
  * prints its index once it is durable. */
 #include "cli.h"
+#include "remote_store.h"
 #include "util.h"
 #include <errno.h>
 #include <poll.h>
@@ -13,19 +14,34 @@
 #define UNDER_WAY_MS 1000
 
 static const char help[] =
-    "usage: lazarus checkpoint [-d DIR]\n"
+    "usage: lazarus checkpoint [-d DIR | -d s3://BUCKET/PREFIX [--fallback DIR]]\n"
     "Checkpoint the job running with DIR now; print the checkpoint's index once it\n"
     "is durable. Exits non-zero, saying why, if no checkpoint was taken.\n\n"
-    "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n";
+    "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
+    "  -d s3://BUCKET/PREFIX  the job `run -d s3://...` streams there, found on this\n"
+    "            machine by its spool (--fallback DIR if it was given one)\n";
 
 int cmd_checkpoint(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "checkpoint", "d", help, &o);
+    int first = parse_opts(argc, argv, "checkpoint", "dB", help, &o);
     if (first < 0) return 2;
+    char spool[LZ_PATH_MAX];
+    const char *shown = o.dir;
+    if (s3_is_url(o.dir)) {
+        spool_path(spool, sizeof spool, o.dir, o.fallback);
+        o.dir = spool;
+    } else if (o.fallback) {
+        lz_err("checkpoint: --fallback goes with -d s3://BUCKET/PREFIX");
+        return 2;
+    }
     if (first < argc) { lz_err("checkpoint: unexpected argument '%s'", argv[first]); return 2; }
     int s = ctl_connect(o.dir);
-    if (s < 0) { lz_err("no job is running with %s (start one with `lazarus run -d %s ...`)", o.dir, o.dir); return 1; }
+    if (s < 0) {
+        if (shown != o.dir) lz_err("no job streaming to %s is running on this machine (its spool %s)", shown, o.dir);
+        else lz_err("no job is running with %s (start one with `lazarus run -d %s ...`)", o.dir, o.dir);
+        return 1;
+    }
     if (send(s, "CHECKPOINT", 10, MSG_NOSIGNAL) < 0) { lz_err("the job's supervisor went away"); return 1; }
     char buf[1400];
     int waited = 0;

@@ -27,7 +27,10 @@ static const char help[] =
     "A job run with --remote has a column WHERE: local, or local+remote once the\n"
     "checkpoint was flushed.  -d s3://BUCKET/PREFIX lists the checkpoints published\n"
     "there (options --endpoint, --ca-file, --insecure, --addressing as for run;\n"
-    "--encrypt-key FILE is not needed, and refused if the checkpoints have another key).\n";
+    "--encrypt-key FILE is not needed, and refused if the checkpoints have another key),\n"
+    "then those of a job streamed there (run -d s3://) that only this machine's\n"
+    "fallback holds (--fallback DIR if it was given one).  The spool of such a job\n"
+    "(-d SPOOL) says remote (published: its packs left the machine) or fallback.\n";
 
 static void utc(char *buf, size_t len, uint64_t ns)
 {
@@ -57,13 +60,16 @@ static uint64_t excluded(const struct lz_image *img, uint32_t kind)
 int cmd_list(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "list", "djEAIPY", help, &o);
+    int first = parse_opts(argc, argv, "list", "djEAIPYB", help, &o);
     if (first < 0) return 2;
     if (first < argc) { lz_err("list: unexpected argument '%s'", argv[first]); return 2; }
     if (s3_is_url(o.dir)) {
         struct remote_opts ro = {o.endpoint, o.ca_file, o.addressing, NULL, o.insecure, 0, 0};
-        return remote_list(o.dir, &ro, o.json);
+        int rc = remote_list(o.dir, &ro, o.json);
+        if (!o.json) spool_list(o.dir, o.fallback); /* what only this machine's fallback holds */
+        return rc;
     }
+    if (o.fallback) { lz_err("list: --fallback goes with -d s3://BUCKET/PREFIX"); return 2; }
     char *dir = abs_dir(o.dir);
     /* a job flushed to a remote store: where each checkpoint is */
     struct lz_job rj;
@@ -142,7 +148,8 @@ int cmd_list(int argc, char **argv)
             printf("%6" PRIu64 "  %-20s  %-9s  %9s  %10s  %10s  %10s  %7.1fms  %7.1fms  %6" PRIu64 "  %10s%s\n", h->index, when,
                    lz_trigger_name(h->trigger), procs_threads(nprocs, nthreads), mem, changed, stored, (double)h->pause_ns / 1e6,
                    (double)h->durable_ns / 1e6, files, ub,
-                   !remote ? "" : rs_is_published(&rs, h->index) ? "  local+remote" : "  local");
+                   !remote ? "" : rs_is_published(&rs, h->index) ? (rj.stream ? "  remote" : "  local+remote")
+                   : rj.stream ? "  fallback" : "  local");
         }
         shown++;
         lz_image_free(&img);

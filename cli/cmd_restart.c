@@ -43,10 +43,12 @@ static const char help[] =
     "            zstd:LEVEL (default: what the job had)\n"
     "  --checkpoint-signal SIG\n"
     "            as for `lazarus run` (in a Slurm job USR1 by default)\n"
-    "With -d s3://BUCKET/PREFIX (a job run with --remote), on any machine: the\n"
-    "checkpoint is fetched from the remote store, every object checked, into a\n"
-    "local store (--cache DIR, default $TMPDIR/lazarus-JOB), and the job goes on\n"
-    "flushing to the same remote store.  The journals of the job's changes to its\n"
+    "With -d s3://BUCKET/PREFIX (a job run with --remote or -d s3://), on any machine:\n"
+    "the checkpoint is fetched from the remote store, every object checked, into a\n"
+    "local store (--cache DIR, default the URL's spool $TMPDIR/lazarus-spool-HASH or\n"
+    "--fallback DIR), and the job goes on flushing (or streaming) to the same remote\n"
+    "store.  Checkpoints only this machine's spool holds (the remote did not answer)\n"
+    "are published first; if they cannot be, nothing is done.  The journals of the job's changes to its\n"
     "files are never remote: they are read from the job's `run --journal-dir`\n"
     "(on the file system of its files); a job run without one is refused unless\n"
     "--files-as-they-are.  Options then: --endpoint URL, --ca-file FILE, --insecure,\n"
@@ -226,7 +228,7 @@ static int lazy_refused(int several, uint64_t index)
 int cmd_restart(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "restart", "dafcGEAIPZFLY", help, &o);
+    int first = parse_opts(argc, argv, "restart", "dafcGEAIPZFLYB", help, &o);
     if (first < 0) return 2;
     if (batch_setup(o.ckpt_signal, "restart") < 0) return 1;
     if (first < argc) { lz_err("restart: unexpected argument '%s'", argv[first]); return 2; }
@@ -235,17 +237,30 @@ int cmd_restart(int argc, char **argv)
         /* on any machine: a local store made from the remote checkpoint, then as usual */
         struct remote_opts ro = {o.endpoint, o.ca_file, o.addressing, o.cache, o.insecure, o.files_as_they_are, 0};
         uint64_t at;
+        /* this machine's spool of the URL: what only it holds is published first,
+         * and it is the local store of the job from here on (`checkpoint -d URL` finds it) */
+        char spool[LZ_PATH_MAX];
+        spool_path(spool, sizeof spool, o.dir, o.fallback);
+        if (spool_publish_before_restart(spool, o.dir) < 0) return 1;
+        if (!ro.cache) ro.cache = spool;
         if (remote_fetch_store(o.dir, &ro, o.have_at, o.at, cache, sizeof cache, &at) < 0) return 1;
         o.dir = cache;
         o.have_at = 1;
         o.at = at;
-    } else if (o.endpoint || o.ca_file || o.insecure || o.addressing || o.cache || o.files_as_they_are) {
-        lz_err("restart: --endpoint, --ca-file, --insecure, --addressing, --cache and --files-as-they-are go with -d s3://BUCKET/PREFIX");
+    } else if (o.endpoint || o.ca_file || o.insecure || o.addressing || o.cache || o.files_as_they_are || o.fallback) {
+        lz_err("restart: --endpoint, --ca-file, --insecure, --addressing, --cache, --fallback and --files-as-they-are go with -d s3://BUCKET/PREFIX");
         return 2;
     }
     char *dir = abs_dir(o.dir);
     trace_t0 = lz_now_ns(CLOCK_MONOTONIC);
     if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
+    struct lz_job sj;
+    if (o.dir != cache && lz_job_read(dir, &sj) == 0 && sj.stream) {
+        /* a spool has let its published packs go: the remote store is the whole of it */
+        lz_err("cannot restart: %s is the spool of a job streamed to %s; restart it with `lazarus restart -d %s` "
+               "(which publishes what only the spool holds first); nothing was changed", o.dir, sj.remote, sj.remote);
+        return 1;
+    }
     /* root restarting an ordinary user's job is that user from here on */
     if (privilege_become_store_owner(dir, o.have_at, o.at, why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return 1; }
     int lock = lz_store_lock(dir);

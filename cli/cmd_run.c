@@ -1,4 +1,4 @@
-/* lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume]
+/* lazarus run [-d DIR|s3://BUCKET/PREFIX [--fallback DIR]] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume]
  * [--checkpoint-signal SIG] [--remote s3://BUCKET/PREFIX [--keep-remote N] ...] [--mintime S] [--no-incremental] [--no-fork]
  * [--check-exclusions] [--] PROGRAM [ARG...] */
 #include "cli.h"
@@ -21,13 +21,20 @@
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume]\n"
+    "usage: lazarus run [-d DIR|s3://BUCKET/PREFIX [--fallback DIR]] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume]\n"
     "                   [--checkpoint-signal SIG] [--remote s3://BUCKET/PREFIX [--keep-remote N] [--endpoint URL] [--ca-file FILE] [--insecure]]\n"
     "                   [--mintime S] [--no-incremental] [--no-fork] [--check-exclusions] [--] PROGRAM [ARG...]\n"
     "Run PROGRAM (an unmodified, dynamically linked program) under Lazarus and stay\n"
     "in the foreground as its supervisor; exit with its status (128+signal if killed).\n\n"
     "  -d DIR      checkpoint store (default ./lazarus.ckpt); refused if it holds an\n"
     "              unfinished job (resume that with `lazarus restart -d DIR`)\n"
+    "  -d s3://BUCKET/PREFIX\n"
+    "              stream: each checkpoint is published to that object store at once\n"
+    "              and leaves the machine (-k N: the remote keeps the N newest); one the\n"
+    "              store cannot take (down, 5xx, throttled) stays in the fallback and is\n"
+    "              published when it answers; the program never waits for it\n"
+    "  --fallback DIR  the spool and fallback of -d s3:// (default\n"
+    "              $TMPDIR/lazarus-spool-<hash of the URL>)\n"
     "  -i SECONDS  checkpoint every SECONDS (default 600, 0 = only on request)\n"
     "  -k N        keep the N newest checkpoints (default 3)\n"
     "  --compress SPEC\n"
@@ -191,14 +198,30 @@ static int run_user_env(const struct cli_opts *o)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGMKEAIPJUNWXY", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGMKEAIPJUNWXYB", help, &o);
     if (first < 0) return 2;
     if (run_ckptrc(&o) < 0) return 2;
     if (batch_setup(o.ckpt_signal, "run") < 0) return 1;
     char why[1024];
-    if (s3_is_url(o.dir)) {
-        lz_err("run: -d s3://... (checkpoints streamed to the remote store, nothing kept here) is not done yet; "
-               "use -d DIR --remote %s", o.dir);
+    /* -d s3://: the store is the URL's spool, flushed as --remote URL is, and emptied as it goes */
+    static char spool[LZ_PATH_MAX];
+    int stream = s3_is_url(o.dir), spool_made = 0;
+    if (stream) {
+        char b[256], p[512];
+        if (s3_url_parse(o.dir, b, sizeof b, p, sizeof p, why, sizeof why) < 0) { lz_err("run: -d: %s; nothing was started", why); return 2; }
+        if (o.remote || o.have_keep_remote) {
+            lz_err("run: -d s3://... streams to that store (-k N: the remote keeps N); --remote and --keep-remote go with -d DIR");
+            return 2;
+        }
+        if (o.resume) { lz_err("run: --resume goes with -d DIR (restart a streamed job with `lazarus restart -d %s`)", o.dir); return 2; }
+        spool_path(spool, sizeof spool, o.dir, o.fallback);
+        o.remote = o.dir;
+        o.dir = spool;
+        o.have_keep_remote = 1;
+        o.keep_remote = o.have_keep ? o.keep : 3;
+        spool_made = access(spool, F_OK) < 0;
+    } else if (o.fallback) {
+        lz_err("run: --fallback goes with -d s3://BUCKET/PREFIX");
         return 2;
     }
     if (!o.remote && o.encrypt_key) {
@@ -258,7 +281,8 @@ int cmd_run(int argc, char **argv)
     }
     if (n > 0 && (!have_job || strcmp(job.state, "finished") != 0)) {
         lz_err("%s holds an unfinished job (newest checkpoint %" PRIu64 "): resume it with `lazarus restart -d %s`, "
-               "or start anew with another directory (-d DIR)", o.dir, v[n - 1], o.dir);
+               "or start anew with another directory (%s)", o.dir, v[n - 1], stream ? o.remote : o.dir,
+               stream ? "--fallback DIR, or another URL" : "-d DIR");
         return 1;
     }
     /* a finished job's checkpoints, packs and journals are of no further use:
@@ -293,6 +317,7 @@ int cmd_run(int argc, char **argv)
         job.remote_insecure = o.insecure;
         job.keep_remote = o.have_keep_remote ? o.keep_remote : 0;
         if (remote_key()) snprintf(job.encrypt_fp, sizeof job.encrypt_fp, "%s", remote_key()->fp);
+        job.stream = stream;
     }
     if (o.journal_dir) {
         /* the journals beside the job's files: JOURNAL_DIR/JOB, made now */
@@ -311,7 +336,20 @@ int cmd_run(int argc, char **argv)
     }
     /* the remote store answers, the bucket exists and we may list it: before the job starts */
     struct flusher *fl = flusher_start(dir, &job, why, sizeof why);
-    if (!fl && *why) { lz_err("run: the remote store %s: %s", job.remote, why); return 1; }
+    if (!fl && *why) {
+        lz_err("run: the remote store %s: %s%s", job.remote, why, stream ? "; nothing was started" : "");
+        if (spool_made) { /* what this run made of the spool goes too */
+            char *parent = lz_xstrdup(dir), *slash = strrchr(parent, '/');
+            if (slash && slash != parent) {
+                *slash = 0;
+                int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (pfd >= 0) { lz_remove_tree(pfd, slash + 1); close(pfd); }
+            }
+            free(parent);
+        }
+        return 1;
+    }
+    if (stream) lz_err("checkpoints to %s pass through %s (the fallback: what is published leaves it)", job.remote, o.dir);
     if (fl && !*job.journal_dir)
         lz_warn("the journal of the job's changes to its files stays in %s on this machine: a restart from %s elsewhere cannot "
                 "roll them back (--journal-dir DIR on the file system of the job's files keeps it there)", o.dir, o.remote);
@@ -320,6 +358,8 @@ int cmd_run(int argc, char **argv)
     /* read by the runtime at its start; a restarted process keeps it in its memory */
     if (o.compact) setenv("LAZARUS_COMPACT", "1", 1);
     else unsetenv("LAZARUS_COMPACT");
+    if (stream) setenv("LAZARUS_SPOOL", "1", 1);
+    else unsetenv("LAZARUS_SPOOL");
     if (run_user_env(&o) < 0) return 2;
     struct supervisor s;
     int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, 1);

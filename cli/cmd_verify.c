@@ -98,7 +98,16 @@ int cmd_verify(int argc, char **argv)
     int first = parse_opts(argc, argv, "verify", "dajEAIPY", help, &o);
     if (first < 0) return 2;
     if (first < argc) { lz_err("verify: unexpected argument '%s'", argv[first]); return 2; }
-    return s3_is_url(o.dir) ? verify_remote(&o) : verify_dir(&o);
+    if (s3_is_url(o.dir)) return verify_remote(&o);
+    struct lz_job j;
+    char *dir = abs_dir(o.dir);
+    int spool = lz_job_read(dir, &j) == 0 && j.stream;
+    free(dir);
+    if (spool) { /* its published packs left the machine: the remote store holds the checkpoints whole */
+        lz_err("%s is the spool of a job streamed to %s: verify its checkpoints there (`lazarus verify -d %s`)", o.dir, j.remote, j.remote);
+        return 1;
+    }
+    return verify_dir(&o);
 }
 
 static int verify_dir(struct cli_opts *o_)

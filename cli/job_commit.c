@@ -117,7 +117,7 @@ void jc_finish_ok(struct sv_state *st)
     batch_checkpoint_done(st, st->index, lz_now_ns(CLOCK_MONOTONIC) - st->requested_ns, 1);
     /* off the machine, by the flusher's thread; what it flushes is not dropped here */
     flusher_enqueue(s->flusher, st->index);
-    uint64_t protect[2];
+    uint64_t protect[3];
     size_t np = flusher_protected(s->flusher, protect);
     lz_store_retain_but(s->dir, s->keep, st->index, s->first_index, protect, np);
     uint64_t pause = 0, stored = 0, threads = 0, nproc = 0;

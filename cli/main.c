@@ -15,12 +15,12 @@
 static const char usage[] =
     "usage: lazarus COMMAND [OPTIONS]\n"
     "Checkpoint and restart a Linux program.\n\n"
-    "  run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--durability process|machine] [--exclude DIR]...\n"
+    "  run [-d DIR|s3://BUCKET/PREFIX [--fallback DIR]] [-i SECONDS] [-k N] [--compress SPEC] [--durability process|machine] [--exclude DIR]...\n"
     "      [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG]\n"
     "      [--remote s3://BUCKET/PREFIX [--keep-remote N] [--encrypt-key FILE]] [--mintime S] [--no-incremental] [--no-fork]\n"
     "      [--check-exclusions] [--] PROGRAM [ARG...]\n"
     "                           run PROGRAM under Lazarus (--resume: or go on from DIR's newest checkpoint)\n"
-    "  checkpoint [-d DIR]      checkpoint the running job now; prints its index once durable\n"
+    "  checkpoint [-d DIR|s3://...]  checkpoint the running job now; prints its index once durable\n"
     "  restart [-d DIR|s3://BUCKET/PREFIX] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG]\n"
     "                           resume from checkpoint N (default: the newest), its files rolled back to N\n"
     "  diff [-d DIR] [--at N]   what a restart to N would change in the files\n"
@@ -54,7 +54,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"journal-dir", required_argument, 0, 'J'}, {"older-than", required_argument, 0, 'O'},
         {"check-exclusions", no_argument, 0, 'X'}, {"no-incremental", no_argument, 0, 'N'}, {"no-fork", no_argument, 0, 'W'},
         {"mintime", required_argument, 0, 'U'}, {"encrypt-key", required_argument, 0, 'Y'},
-        {"lazy", no_argument, 0, 'L'}, {0, 0, 0, 0}};
+        {"lazy", no_argument, 0, 'L'}, {"fallback", required_argument, 0, 'B'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -137,6 +137,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         if (c == 'Z') { o->cache = optarg; continue; }
         if (c == 'F') { o->files_as_they_are = 1; continue; }
         if (c == 'J') { o->journal_dir = optarg; continue; }
+        if (c == 'B') { o->fallback = optarg; continue; }
         if (c == 'P') {
             if (strcmp(optarg, "path") && strcmp(optarg, "virtual")) { lz_err("%s: --addressing is 'path' or 'virtual', not '%s'", cmd, optarg); return -1; }
             o->addressing = optarg;

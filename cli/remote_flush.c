@@ -7,7 +7,10 @@
  * key no other flusher writes.  Retention of the remote (--keep-remote)
  * follows; the checkpoint being flushed and the newest queued one are never
  * dropped locally (flusher_protected).  A failure is one line on stderr;
- * the next checkpoint tries again. */
+ * the next checkpoint tries again.  A spool's flusher (run -d s3://,
+ * remote_spool.c) publishes every checkpoint not published yet in order,
+ * tries again with backoff when the remote does not take one, and empties
+ * the spool of what it published. */
 #include "remote_store.h"
 #include "remote_key.h"
 #include "tree.h"
@@ -40,6 +43,11 @@ struct flusher {
     pthread_cond_t cv;
     uint64_t queued, current; /* 0 = none */
     int stop, started;
+    /* a spool (run -d s3://, job->stream): every checkpoint is published in
+     * order; one that cannot be stays in the fallback, tried again with backoff */
+    int stream;
+    uint64_t published;       /* the newest published: the spool keeps it (its journal) */
+    uint64_t retry_upto, retry_ns, backoff_ms, said;
 };
 
 /* Journal pieces (common/journal_layout.h): files.log, files.data, files.keep/, files.reset... */
@@ -262,10 +270,53 @@ static int flush_one(struct flusher *f, uint64_t index, char *why, size_t whylen
         free(text);
         if (rc == 0) rs_append(f->dir, "published %" PRIu64 " %s\n", index, key);
     }
+    if (rc == 0 && f->stream) {
+        pthread_mutex_lock(&f->mu);
+        f->published = index;
+        pthread_mutex_unlock(&f->mu);
+        spool_trim(f->dir, index, &cm);
+    }
     rc_commit_free(&cm);
     rs_free(&st);
     if (rc == 0 && f->keep_remote) remote_retain(f, index);
     return rc;
+}
+
+/* A spool: every local checkpoint up to `upto` newer than the newest
+ * published, in order, up to the first that cannot be. */
+static int publish_pending(struct flusher *f, uint64_t upto, char *why, size_t whylen)
+{
+    uint64_t *v;
+    int n = spool_unpublished(f->dir, &v), rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (v[i] > upto) break;
+        pthread_mutex_lock(&f->mu);
+        f->current = v[i];
+        pthread_mutex_unlock(&f->mu);
+        rc = flush_one(f, v[i], why, whylen);
+    }
+    free(v);
+    return rc;
+}
+
+int flusher_publish_now(struct flusher *f, char *why, size_t whylen)
+{
+    return publish_pending(f, UINT64_MAX, why, whylen);
+}
+
+/* A spool's flush failed: the checkpoints not published, up to `index` (the
+ * newest), stay in the fallback.  Said once per newest checkpoint, tried
+ * again after 0.5 s doubling to 30 s (the program never waits: this is the
+ * flusher). */
+static void fallback(struct flusher *f, uint64_t index, const char *why)
+{
+    if (index > f->said)
+        lz_err("checkpoint %" PRIu64 " kept in the fallback %s: s3://%s/%s %s; flushed when it answers", index, f->dir,
+               f->conf.bucket, f->conf.prefix, why);
+    if (index > f->said) f->said = index;
+    f->backoff_ms = f->backoff_ms ? (f->backoff_ms * 2 > 30000 ? 30000 : f->backoff_ms * 2) : 500;
+    f->retry_ns = lz_now_ns(CLOCK_MONOTONIC) + f->backoff_ms * 1000000ull;
+    if (index > f->retry_upto) f->retry_upto = index;
 }
 
 static void *flusher_main(void *arg)
@@ -273,23 +324,38 @@ static void *flusher_main(void *arg)
     struct flusher *f = arg;
     pthread_mutex_lock(&f->mu);
     for (;;) {
-        while (!f->queued && !f->stop) pthread_cond_wait(&f->cv, &f->mu);
-        if (!f->queued) break;
-        /* the newest committed checkpoint: an older one still queued is superseded */
-        uint64_t index = f->queued;
+        while (!f->queued && !f->stop && !f->retry_ns) pthread_cond_wait(&f->cv, &f->mu);
+        if (!f->queued && !f->stop) { /* a spool's retry, unless a checkpoint or the end comes first */
+            struct timespec at = {(time_t)(f->retry_ns / 1000000000ull), (long)(f->retry_ns % 1000000000ull)};
+            pthread_cond_timedwait(&f->cv, &f->mu, &at);
+            if (!f->queued && !f->stop && lz_now_ns(CLOCK_MONOTONIC) < f->retry_ns) continue;
+        }
+        if (!f->queued && !f->retry_ns) break;
+        int last = f->stop; /* the end of the job: one more try, then the spool keeps it */
+        /* the newest committed checkpoint: an older one still queued is superseded
+         * (a spool publishes the older ones first) */
+        uint64_t index = f->queued > f->retry_upto ? f->queued : f->retry_upto;
         f->queued = 0;
         f->current = index;
         pthread_mutex_unlock(&f->mu);
         char why[4096];
         uint64_t t0 = lz_now_ns(CLOCK_MONOTONIC);
-        if (flush_one(f, index, why, sizeof why) < 0)
+        int rc = f->stream ? publish_pending(f, index, why, sizeof why) : flush_one(f, index, why, sizeof why);
+        pthread_mutex_lock(&f->mu);
+        if (rc < 0 && f->stream) {
+            fallback(f, index, why);
+        } else if (rc < 0) {
             lz_err("checkpoint %" PRIu64 " was not flushed to s3://%s/%s: %s; the next checkpoint tries again", index,
                    f->conf.bucket, f->conf.prefix, why);
-        else if (getenv("LAZARUS_TRACE"))
-            fprintf(stderr, "lazarus: checkpoint %" PRIu64 " flushed in %.3f s\n", index, (double)(lz_now_ns(CLOCK_MONOTONIC) - t0) / 1e9);
-        pthread_mutex_lock(&f->mu);
+        } else {
+            if (f->retry_ns) lz_err("s3://%s/%s answers again: checkpoint %" PRIu64 " published", f->conf.bucket, f->conf.prefix, index);
+            f->retry_ns = f->retry_upto = f->backoff_ms = 0;
+            if (getenv("LAZARUS_TRACE"))
+                fprintf(stderr, "lazarus: checkpoint %" PRIu64 " flushed in %.3f s\n", index, (double)(lz_now_ns(CLOCK_MONOTONIC) - t0) / 1e9);
+        }
         f->current = 0;
         pthread_cond_broadcast(&f->cv);
+        if (last && rc < 0) break;
     }
     pthread_mutex_unlock(&f->mu);
     return NULL;
@@ -309,9 +375,18 @@ struct flusher *flusher_start(const char *dir, const struct lz_job *job, char *w
     struct s3_object *v;
     char probe[700];
     rc_job_prefix(probe, sizeof probe, &f->conf, job->id);
-    ssize_t n = s3_list(&f->conf, probe, &v, why, whylen);
-    if (n < 0) { free(f); return NULL; }
-    free(v);
+    if (job->stream) {
+        /* a spool: a remote that does not answer yet is its fallback's case */
+        int p = spool_probe(&f->conf, probe, why, whylen);
+        if (p < 0) { free(f); return NULL; }
+        if (p > 0) lz_warn("the remote store %s does not answer (%s): checkpoints stay in the fallback %s until it does", job->remote, why, dir);
+        why[0] = 0;
+    } else {
+        ssize_t n = s3_list(&f->conf, probe, &v, why, whylen);
+        if (n < 0) { free(f); return NULL; }
+        free(v);
+    }
+    f->stream = job->stream;
     snprintf(f->dir, sizeof f->dir, "%s", dir);
     f->job[0] = job->id[0];
     f->job[1] = job->id[1];
@@ -321,7 +396,17 @@ struct flusher *flusher_start(const char *dir, const struct lz_job *job, char *w
     if (getrandom(&w, sizeof w, 0) != sizeof w) w = lz_now_ns(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 40);
     snprintf(f->writer, sizeof f->writer, "%016" PRIx64, w);
     pthread_mutex_init(&f->mu, NULL);
-    pthread_cond_init(&f->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the spool's retries */
+    pthread_cond_init(&f->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (f->stream) {
+        struct rs_state st;
+        rs_load(dir, &st);
+        for (size_t i = 0; i < st.npub; i++) if (st.published[i] > f->published) f->published = st.published[i];
+        rs_free(&st);
+    }
     return f;
 }
 
@@ -346,13 +431,14 @@ void flusher_enqueue(struct flusher *f, uint64_t index)
     pthread_mutex_unlock(&f->mu);
 }
 
-size_t flusher_protected(struct flusher *f, uint64_t out[2])
+size_t flusher_protected(struct flusher *f, uint64_t out[3])
 {
     if (!f) return 0;
     size_t n = 0;
     pthread_mutex_lock(&f->mu);
     if (f->current) out[n++] = f->current;
     if (f->queued) out[n++] = f->queued;
+    if (f->stream && f->published) out[n++] = f->published; /* the journal a restart from the remote needs */
     pthread_mutex_unlock(&f->mu);
     return n;
 }
@@ -361,7 +447,7 @@ void flusher_stop(struct flusher *f)
 {
     if (!f || !f->started) return;
     pthread_mutex_lock(&f->mu);
-    int busy = f->queued || f->current;
+    int busy = f->queued || f->current || f->retry_ns;
     f->stop = 1;
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);

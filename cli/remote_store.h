@@ -1,8 +1,8 @@
 /* The remote store as the CLI sees it (ARCHITECTURE.md, "Remote store"):
  * where a job's objects go (remote_commit.c), what of a local store is
  * remote already (remote_state.c), the supervisor's flusher
- * (remote_flush.c), and a local store made from a remote checkpoint
- * (remote_fetch.c).
+ * (remote_flush.c), the spool of a streamed job (remote_spool.c), and a
+ * local store made from a remote checkpoint (remote_fetch.c).
  *
  * Layout under s3://BUCKET/PREFIX, JOB the job's identity (32 hex), W the
  * flusher's own random id (16 hex, one per supervisor run: two flushers on
@@ -77,9 +77,28 @@ struct flusher;
 struct flusher *flusher_start(const char *dir, const struct lz_job *job, char *why, size_t whylen);
 void flusher_enqueue(struct flusher *f, uint64_t index);
 /* The checkpoints retention must keep: being flushed or queued (count, into out[2]). */
-size_t flusher_protected(struct flusher *f, uint64_t out[2]);
+size_t flusher_protected(struct flusher *f, uint64_t out[3]);
+/* A spool (run -d s3://): every checkpoint of it not published yet, in
+ * order, now, in this thread: 0, or -1 with why. */
+int flusher_publish_now(struct flusher *f, char *why, size_t whylen);
 /* Waits until the queue is flushed, then ends the thread. */
 void flusher_stop(struct flusher *f);
+
+/* remote_spool.c: the spool of `run -d s3://URL` (job->stream).  Its
+ * directory: --fallback DIR, else $TMPDIR/lazarus-spool-<XXH3 of the URL>. */
+void spool_path(char *out, size_t len, const char *url, const char *fallback);
+/* Can the remote be listed: 0 yes, 1 not now (no answer, 5xx, throttled:
+ * checkpoints stay in the fallback), -1 never (refused: why). */
+int spool_probe(const struct s3_conf *c, const char *prefix, char *why, size_t whylen);
+/* After checkpoint `published` was published (commit cm): what the spool drops. */
+void spool_trim(const char *dir, uint64_t published, const struct rc_commit *cm);
+/* The checkpoints of a spool newer than its newest published one (ascending, malloc'ed). */
+int spool_unpublished(const char *dir, uint64_t **out);
+/* restart -d s3://URL on the machine whose spool holds checkpoints not
+ * published yet: they are published first.  0, or -1 having said why. */
+int spool_publish_before_restart(const char *spool, const char *url);
+/* `list -d s3://URL`: the rows of what is only in this machine's spool. */
+void spool_list(const char *url, const char *fallback);
 
 /* remote_fetch.c: a local store made from the remote checkpoint (--at N or
  * the newest) of the job under URL, in cache (made; refused if it holds

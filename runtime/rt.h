@@ -72,6 +72,8 @@ struct rt_state {
     int ninherited;
     int codec, level;      /* compression of new frames (--compress) */
     int nofork;            /* LAZARUS_NO_FORK=1: write checkpoints in the pause (benchmarks) */
+    int spool;             /* LAZARUS_SPOOL=1 (run -d s3://): the store is a spool whose published
+                            * packs are gone, so no writer reads an old pack (no copy mode) */
     int compact;           /* LAZARUS_COMPACT=1 (run --compact): stale bytes bounded (rt_frames.c) */
     int tracing;           /* LAZARUS_TRACE=1 */
     int nodirty;           /* LAZARUS_NO_DIRTY=1: no dirty tracking, pages compared by digest (tests) */

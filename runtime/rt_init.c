@@ -263,6 +263,8 @@ __attribute__((constructor)) static void rt_init(void)
     rt.compact = cp && *cp == '1';
     const char *nf = rt_env("LAZARUS_NO_FORK");
     rt.nofork = nf && *nf == '1';
+    const char *sp = rt_env("LAZARUS_SPOOL");
+    rt.spool = sp && *sp == '1';
     rt.tracing = rt_env("LAZARUS_TRACE") != NULL;
     const char *nd = rt_env("LAZARUS_NO_DIRTY");
     rt.nodirty = nd && *nd == '1';

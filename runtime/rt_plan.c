@@ -358,6 +358,10 @@ int rt_plan_copy(struct rt_ckpt *ck)
 {
     const struct rt_map *pm = rt_map_current();
     if (!pm->index || !pm->tracked || !ck->tracking || rt_excl_used()) return 0;
+    /* a spool (run -d s3://) has dropped the packs it published: the copy
+     * mode's writer would read a sparse frame back from one; a forked writer
+     * reads it from its snapshot */
+    if (rt.spool) return 0;
     uint64_t budget = 0;
     for (size_t i = 0; i < ck->nregions; i++) {
         const struct lz_region *r = &ck->regions[i];

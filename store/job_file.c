@@ -105,6 +105,7 @@ int lz_job_read(const char *dir, struct lz_job *job)
         else if (!strcmp(line, "remote_insecure")) job->remote_insecure = atoi(eq) != 0;
         else if (!strcmp(line, "keep_remote")) lz_parse_u64(eq, &job->keep_remote);
         else if (!strcmp(line, "encrypt_key")) snprintf(job->encrypt_fp, sizeof job->encrypt_fp, "%.16s", eq);
+        else if (!strcmp(line, "stream")) job->stream = atoi(eq) != 0;
         else if (!strcmp(line, "journal_dir")) snprintf(job->journal_dir, sizeof job->journal_dir, "%s", eq);
         else if (!strcmp(line, "exclude")) {
             size_t have = strlen(job->excludes);
@@ -157,6 +158,7 @@ int lz_job_write(const char *dir, const struct lz_job *job)
         n += snprintf(buf + n, sizeof buf - (size_t)n, "remote=%s\nremote_endpoint=%s\nremote_ca=%s\nremote_addressing=%s\n"
                       "remote_insecure=%d\nkeep_remote=%" PRIu64 "\n", r, e, ca, a, job->remote_insecure, job->keep_remote);
         if (*job->encrypt_fp) n += snprintf(buf + n, sizeof buf - (size_t)n, "encrypt_key=%.16s\n", job->encrypt_fp);
+        if (job->stream) n += snprintf(buf + n, sizeof buf - (size_t)n, "stream=1\n");
     }
     if (*job->journal_dir) {
         char jd[sizeof job->journal_dir];

@@ -40,6 +40,8 @@ struct lz_job {
     uint64_t keep_remote;    /* --keep-remote N, 0 = all */
     char encrypt_fp[17];     /* run --encrypt-key: the key's fingerprint (never the key nor its
                               * file: a restart gives --encrypt-key again), "" = not encrypted */
+    int stream;              /* run -d s3://: this store is the job's spool (fallback): what is
+                              * published leaves it (cli/remote_spool.c) */
     /* run --journal-dir: where the file journals live (the JOB subdirectory of it), so that
      * they survive the machine when it is on the file system of the job's files; "" = in DIR */
     char journal_dir[512];
