@@ -101,7 +101,8 @@ REMOTE_SRC := \
 	remote/s3_request.c \
 	remote/s3_list.c \
 	remote/s3_multipart.c \
-	remote/s3_get.c
+	remote/s3_get.c \
+	remote/s3_fetch.c
 
 CLI_SRC := \
 	cli/restart_ipc.c \

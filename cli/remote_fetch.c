@@ -66,26 +66,68 @@ static int make_parents(const char *cache, const char *path)
     return 0;
 }
 
-/* One object into cache/path, checked. */
-static int fetch_one(const struct s3_conf *c, const char *cache, const struct rc_object *o, char *why, size_t whylen)
+/* The progress line of a fetch, on a terminal only (one line, rewritten). */
+struct shown { uint64_t index; int shown; };
+
+static void show_progress(uint64_t got, uint64_t total, double secs, void *arg)
 {
-    char p[LZ_PATH_MAX + 600], md5[33];
-    if (make_parents(cache, o->path) < 0) { snprintf(why, whylen, "cannot make the directories of %.2000s/%s: %s", cache, o->path, strerror(errno)); return -1; }
-    snprintf(p, sizeof p, "%s/%s", cache, o->path);
-    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) { snprintf(why, whylen, "cannot create %.3000s: %s", p, strerror(errno)); return -1; }
-    uint64_t size = 0;
-    int h = s3_head(c, o->key, &size, NULL, 0, why, whylen);
-    if (h > 0) snprintf(why, whylen, "remote object s3://%s/%s is gone", c->bucket, o->key);
-    else if (h == 0 && size != o->size)
-        snprintf(why, whylen, "remote object s3://%s/%s holds %" PRIu64 " bytes, its commit says %" PRIu64, c->bucket, o->key, size, o->size);
-    int rc = h == 0 && size == o->size ? s3_get_file(c, o->key, size, fd, md5, why, whylen) : -1;
-    if (rc == 0 && strcmp(md5, o->md5)) {
-        snprintf(why, whylen, "remote object s3://%s/%s fails its checksum (MD5 %s, its commit says %s)", c->bucket, o->key, md5, o->md5);
-        rc = -1;
+    struct shown *sh = arg;
+    double mib = 1024.0 * 1024.0;
+    fprintf(stderr, "\rlazarus: fetching checkpoint %" PRIu64 ": %.0f of %.0f MiB, %.0f MiB/s\033[K", sh->index,
+            (double)got / mib, (double)total / mib, secs > 0 ? (double)got / mib / secs : 0.0);
+    sh->shown = 1;
+}
+
+/* Ranges in flight at once across the objects of a fetch: LAZARUS_S3_FETCH_PARALLEL, else
+ * twice the client's parallel requests, at least 8 (a restart has nothing else to do). */
+static int fetch_in_flight(const struct s3_conf *c)
+{
+    const char *e = getenv("LAZARUS_S3_FETCH_PARALLEL");
+    int n = e ? atoi(e) : 0;
+    if (n <= 0) n = 2 * c->parallel < 8 ? 8 : 2 * c->parallel;
+    return n > 64 ? 64 : n;
+}
+
+/* Every object of the commit but the job file into cache/path, fetched
+ * together (s3_get_objects), each checked against its commit (size, MD5)
+ * and made durable. */
+static int fetch_objects(const struct s3_conf *c, const char *cache, const struct rc_commit *cm, const struct rc_object *skip,
+                         int quiet, char *why, size_t whylen)
+{
+    struct s3_fetch *v = calloc(cm->nobjs ? cm->nobjs : 1, sizeof *v);
+    const struct rc_object **src = calloc(cm->nobjs ? cm->nobjs : 1, sizeof *src);
+    size_t n = 0;
+    int rc = v && src ? 0 : -1;
+    if (rc < 0) snprintf(why, whylen, "out of memory");
+    for (size_t i = 0; i < cm->nobjs && rc == 0; i++) {
+        const struct rc_object *o = &cm->objs[i];
+        if (o == skip) continue;
+        char p[LZ_PATH_MAX + 600];
+        if (make_parents(cache, o->path) < 0) { snprintf(why, whylen, "cannot make the directories of %.2000s/%s: %s", cache, o->path, strerror(errno)); rc = -1; break; }
+        snprintf(p, sizeof p, "%s/%s", cache, o->path);
+        int fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600); /* read back to hash it */
+        if (fd < 0) { snprintf(why, whylen, "cannot create %.3000s: %s", p, strerror(errno)); rc = -1; break; }
+        v[n] = (struct s3_fetch){.key = o->key, .size = o->size, .fd = fd};
+        src[n++] = o;
     }
-    if (rc == 0 && (ftruncate(fd, (off_t)size) < 0 || fsync(fd) < 0)) { snprintf(why, whylen, "cannot write %.3000s: %s", p, strerror(errno)); rc = -1; }
-    close(fd);
+    struct shown sh = {cm->index, 0};
+    if (rc == 0)
+        rc = s3_get_objects(c, v, n, fetch_in_flight(c), !quiet && isatty(2) ? show_progress : NULL, &sh, why, whylen);
+    if (sh.shown) fputc('\n', stderr);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (strcmp(v[i].md5_hex, src[i]->md5)) {
+            snprintf(why, whylen, "remote object s3://%s/%s fails its checksum (MD5 %s, its commit says %s)", c->bucket,
+                     src[i]->key, v[i].md5_hex, src[i]->md5);
+            rc = -1;
+        }
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (ftruncate(v[i].fd, (off_t)v[i].size) < 0 || fsync(v[i].fd) < 0) {
+            snprintf(why, whylen, "cannot write %.2000s/%s: %s", cache, src[i]->path, strerror(errno));
+            rc = -1;
+        }
+    for (size_t i = 0; i < n; i++) close(v[i].fd);
+    free(v);
+    free(src);
     return rc;
 }
 
@@ -237,9 +279,7 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
     int lock;
     if (prepare_cache(cache_out, cm.job, newest->index, &lock) < 0) { free(jobbuf); rc_commit_free(&cm); free(refs); return -1; }
     if (!ro->quiet) lz_err("restarting checkpoint %" PRIu64 " of %s through the local store %s", cm.index, shown_url(&c), cache_out);
-    int rc = 0;
-    for (size_t i = 0; i < cm.nobjs && rc == 0; i++)
-        if (&cm.objs[i] != jobobj) rc = fetch_one(&c, cache_out, &cm.objs[i], why, sizeof why);
+    int rc = fetch_objects(&c, cache_out, &cm, jobobj, ro->quiet, why, sizeof why);
     /* the job file (the tree is checked against it), rewritten below */
     char jp[LZ_PATH_MAX + 32];
     snprintf(jp, sizeof jp, "%s/" LZ_JOBFILE, cache_out);
