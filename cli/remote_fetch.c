@@ -111,9 +111,11 @@ static int fetch_objects(const struct s3_conf *c, const char *cache, const struc
         src[n++] = o;
     }
     struct shown sh = {cm->index, 0};
+    uint64_t t0 = lz_now_ns(CLOCK_MONOTONIC), bytes = 0;
     if (rc == 0)
         rc = s3_get_objects(c, v, n, fetch_in_flight(c), !quiet && isatty(2) ? show_progress : NULL, &sh, why, whylen);
     if (sh.shown) fputc('\n', stderr);
+    for (size_t i = 0; i < n; i++) bytes += v[i].size;
     for (size_t i = 0; i < n && rc == 0; i++)
         if (strcmp(v[i].md5_hex, src[i]->md5)) {
             snprintf(why, whylen, "remote object s3://%s/%s fails its checksum (MD5 %s, its commit says %s)", c->bucket,
@@ -126,6 +128,9 @@ static int fetch_objects(const struct s3_conf *c, const char *cache, const struc
             rc = -1;
         }
     for (size_t i = 0; i < n; i++) close(v[i].fd);
+    if (rc == 0 && getenv("LAZARUS_TRACE")) /* bench/remote.py: the fetch alone */
+        fprintf(stderr, "lazarus: fetched %zu objects, %" PRIu64 " bytes, in %.3f s\n", n, bytes,
+                (double)(lz_now_ns(CLOCK_MONOTONIC) - t0) / 1e9);
     free(v);
     free(src);
     return rc;
