@@ -154,6 +154,7 @@ static int start(const struct s3_conf *c, struct s3_req *r, struct slot *sl)
     } else if (strcmp(r->method, "GET")) {
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
     }
+    if (r->to_fd) curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024); /* fewer, larger writes into place */
     if (r->range_len) {
         char range[64];
         snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)r->range_off,
