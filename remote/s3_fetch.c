@@ -63,6 +63,8 @@ static void range_done(struct s3_req *r, void *arg)
     size_t i = (size_t)(r - f->rq), o = (size_t)f->range_obj[i];
     const struct s3_fetch *ob = &f->objs[o];
     /* the server's size of the object (Content-Range, or the body of an empty one) */
+    if (r->failed && r->status == 404) /* its commit lists it: the store lost it */
+        snprintf(r->err, sizeof r->err, "remote object s3://%s/%s is gone", f->c->bucket, ob->key);
     uint64_t said = r->range_len ? r->total : r->got;
     if (!r->failed && (said != ob->size || (r->range_len == 0 && r->length != 0))) {
         if (!*f->size_err || o < f->size_err_obj) {

@@ -11,7 +11,8 @@
   rewritten in place (MiB of MiB, MiB/s);
 - a flipped byte in one pack among many in flight (5 MiB ranges): the
   restart names that object, exits 1 with one line (no progress line when
-  stderr is not a terminal), leaves no cache and the remote as it was."""
+  stderr is not a terminal), leaves no cache and the remote as it was; the
+  same for an object its commit lists that is gone from the store."""
 from __future__ import annotations
 
 import filecmp
@@ -130,7 +131,8 @@ def test_flipped_byte_among_many_in_flight(runner, programs, s3server):
     packs = sorted(((k, p) for k, p in s3server.objects(b).items() if "/pack." in k), key=lambda kp: kp[0])
     assert len(packs) >= 3
     key, path = packs[1]
-    data = bytearray(path.read_bytes())
+    good = path.read_bytes()
+    data = bytearray(good)
     data[len(data) * 2 // 3] ^= 0x01
     path.write_bytes(data)
     before = remote_keys(runner, s3server, url)
@@ -140,3 +142,11 @@ def test_flipped_byte_among_many_in_flight(runner, programs, s3server):
     assert r.rc == 1 and len(lines) == 1, str(r)
     assert f"s3://{b}/{key} fails its checksum" in lines[0] and "nothing was changed" in lines[0], str(r)
     assert not cache.exists() and remote_keys(runner, s3server, url) == before
+    # an object its commit lists, gone from the store: named too
+    path.write_bytes(good)
+    gone, gpath = packs[0]
+    gpath.unlink()
+    r = runner.lz("restart", "-d", url, "--files-as-they-are", "--cache", cache, timeout=120)
+    lines = [l for l in r.stderr_lines() if "through the local store" not in l]
+    assert r.rc == 1 and len(lines) == 1 and f"remote object s3://{b}/{gone} is gone" in lines[0], str(r)
+    assert not cache.exists()
