@@ -115,6 +115,13 @@ class Bench:
         self.s3 = os.path.join(self.bin, "lazarus-s3")
         self.work = args.workdir
         self.srv = s3server.S3Server(Path(tempfile.mkdtemp(prefix="lazarus-bench-s3-", dir="/tmp")))
+        try:
+            self._setup(args)
+        except BaseException:
+            self.close()  # the servers never outlive the script
+            raise
+
+    def _setup(self, args):
         self.bucket = self.srv.bucket("bench")
         self.n = 0
         self.prog = os.path.join(self.work, "remote_work")
