@@ -102,7 +102,8 @@ REMOTE_SRC := \
 	remote/s3_list.c \
 	remote/s3_multipart.c \
 	remote/s3_get.c \
-	remote/s3_crypt.c
+	remote/s3_crypt.c \
+	remote/s3_fetch.c
 
 CLI_SRC := \
 	cli/restart_ipc.c \

@@ -145,7 +145,7 @@ int rc_fetch_commit(const struct s3_conf *c, const struct rc_ref *ref, struct rc
     size_t len;
     int g = s3_get_buf(c, ref->key, &buf, &len, why, whylen);
     if (g < 0) return -1;
-    if (g > 0) { snprintf(why, whylen, "commit object s3://%s/%s is gone", c->bucket, ref->key); return -1; }
+    if (g > 0) { snprintf(why, whylen, "commit object s3://%s/%s is gone", c->bucket, ref->key); return 1; }
     int rc = rc_commit_parse(buf, len, out, inner, sizeof inner);
     free(buf);
     if (rc < 0) { snprintf(why, whylen, "commit object s3://%s/%s is damaged: %s", c->bucket, ref->key, inner); return -1; }

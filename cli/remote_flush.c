@@ -201,7 +201,7 @@ static void remote_retain(struct flusher *f, uint64_t newest)
     for (size_t i = 0; i < mine; i++) {
         if (!refs[i].index) continue;
         struct rc_commit c;
-        if (rc_fetch_commit(&f->conf, &refs[i], &c, why, sizeof why) < 0) { lz_warn("remote retention: %s", why); goto out; }
+        if (rc_fetch_commit(&f->conf, &refs[i], &c, why, sizeof why) != 0) { lz_warn("remote retention: %s", why); goto out; }
         for (size_t k = 0; k < c.nobjs; k++) {
             keys = lz_xrealloc(keys, (nkeys + 1) * sizeof *keys);
             keys[nkeys++] = lz_xstrdup(c.objs[k].key);

@@ -34,7 +34,10 @@ int remote_gc(const char *url, const struct remote_opts *ro, uint64_t older_than
     size_t nkeys = 0;
     for (ssize_t i = 0; i < nr; i++) {
         struct rc_commit cm;
-        if (rc_fetch_commit(&c, &refs[i], &cm, why, sizeof why) < 0) {
+        int g = rc_fetch_commit(&c, &refs[i], &cm, why, sizeof why);
+        if (g > 0) continue; /* removed by a flusher's retention since the listing: what it listed that another
+                              * commit needs, that commit lists too */
+        if (g < 0) {
             /* a damaged commit: what it lists cannot be known, so nothing goes */
             lz_err("gc: %s; nothing was removed", why);
             goto fail;

@@ -49,7 +49,8 @@ void rc_job_prefix(char *buf, size_t len, const struct s3_conf *c, const uint64_
 struct rc_ref { uint64_t job[2]; uint64_t index; char writer[17]; char key[1024]; };
 /* Every commit under the URL's prefix, sorted by job then index: count or -1 with why. */
 ssize_t rc_list_commits(const struct s3_conf *c, struct rc_ref **out, char *why, size_t whylen);
-/* Fetches and parses a commit, checking it names its job and index: 0 or -1 with why. */
+/* Fetches and parses a commit, checking it names its job and index: 0, 1 if it is gone (remote
+ * retention removed it after it was listed), or -1 with why (why is set for 1 too). */
 int rc_fetch_commit(const struct s3_conf *c, const struct rc_ref *ref, struct rc_commit *out, char *why, size_t whylen);
 /* The client's configuration from what DIR/job records of the remote: 0 or -1 with why. */
 int rc_conf_of_job(struct s3_conf *c, const struct lz_job *job, char *why, size_t whylen);

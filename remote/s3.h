@@ -68,6 +68,11 @@ struct s3_req {
     int unsigned_payload;    /* large bodies: x-amz-content-sha256 UNSIGNED-PAYLOAD; the
                               * signed Content-MD5 still binds the body (and the server checks it) */
     int ok404;               /* a 404 is an answer, not an error */
+    int to_fd;               /* GET: the body written in place, pwrite to fd at range_off + bytes so far (no buffer) */
+    int fd;
+    uint64_t *received;      /* if set, every byte received is added to it (atomically: progress read elsewhere) */
+    void (*on_done)(struct s3_req *r, void *arg); /* called once it is over, failed or not (in s3_perform's thread) */
+    void *done_arg;
     /* the answer */
     long status;             /* HTTP status, 0 = no answer */
     char *resp;              /* the body (malloc'ed, NUL-terminated) when dst is NULL */
@@ -75,6 +80,7 @@ struct s3_req {
     size_t got;              /* bytes written into dst */
     char etag[80];           /* without quotes */
     uint64_t length;         /* Content-Length of a HEAD */
+    uint64_t total;          /* a ranged GET: the object's whole size (Content-Range), 0 if not said */
     char err[4096];           /* one line when failed */
     int failed;
     /* the engine's */
@@ -133,6 +139,25 @@ size_t s3_part_size(void);
  * ranges with c->parallel in flight; md5_hex (33 bytes): its MD5, or NULL.
  * 0, or -1 with why. */
 int s3_get_file(const struct s3_conf *c, const char *key, uint64_t size, int fd, char *md5_hex, char *why, size_t whylen);
+
+/* s3_fetch.c: many objects at once, each into its own file: every object
+ * cut in ranges of the part size, `in_flight` ranges fetched at a time
+ * across objects, each written in place at its offset; a thread reads back
+ * and hashes each object in order as its ranges arrive (the MD5 of the
+ * bytes in the file, so a range tried again is hashed once) and starts
+ * their writeback.  Each object's size is checked against what the server
+ * says it holds.  progress (may be NULL) is called about 5 times a second
+ * and once at the end, from that thread.  0 with every md5_hex set, or -1
+ * with why naming the first object that failed. */
+struct s3_fetch {
+    const char *key;
+    uint64_t size;
+    int fd;
+    char md5_hex[33];
+};
+typedef void (*s3_progress_fn)(uint64_t got, uint64_t total, double seconds, void *arg);
+int s3_get_objects(const struct s3_conf *c, struct s3_fetch *objs, size_t n, int in_flight, s3_progress_fn progress,
+                   void *arg, char *why, size_t whylen);
 /* A whole small object into malloc'ed memory (*buf, *len): 0, 1 if there is
  * none (404), -1 with why. */
 int s3_get_buf(const struct s3_conf *c, const char *key, char **buf, size_t *len, char *why, size_t whylen);

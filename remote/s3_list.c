@@ -84,6 +84,15 @@ static int grow(void **v, size_t *cap, size_t n, size_t size)
     return 0;
 }
 
+/* A listing cut short would look complete (gc would miss objects, restart
+ * a commit): out of memory is an error, never a shorter answer. */
+static ssize_t listing_oom(const struct s3_conf *c, const char *prefix, void *v, char *why, size_t whylen)
+{
+    free(v);
+    snprintf(why, whylen, "cannot list s3://%s/%s: out of memory", c->bucket, prefix);
+    return -1;
+}
+
 /* One page of a listing: the request performed and its answer parsed, its
  * root element the one expected (NULL and why otherwise; the caller frees r). */
 static xmlDocPtr fetch_listing(const struct s3_conf *c, struct s3_req *r, const char *root_name, const char *what, char *why,
@@ -124,14 +133,14 @@ ssize_t s3_list(const struct s3_conf *c, const char *prefix, struct s3_object **
             return -1;
         }
         xmlNodePtr root = xmlDocGetRootElement(d);
-        int more = 0;
+        int more = 0, oom = 0;
         token[0] = 0;
         for (xmlNodePtr e = root->children; e; e = e->next) {
             char val[64];
             if (is(e, "IsTruncated")) { text_of(e, val, sizeof val); more = !strcmp(val, "true"); }
             if (is(e, "NextContinuationToken")) text_of(e, token, sizeof token);
             if (!is(e, "Contents")) continue;
-            if (grow((void **)&v, &cap, n, sizeof *v) < 0) break;
+            if (grow((void **)&v, &cap, n, sizeof *v) < 0) { oom = 1; break; }
             struct s3_object *o = &v[n++];
             memset(o, 0, sizeof *o);
             for (xmlNodePtr f = e->children; f; f = f->next) {
@@ -151,6 +160,7 @@ ssize_t s3_list(const struct s3_conf *c, const char *prefix, struct s3_object **
         }
         xmlFreeDoc(d);
         s3_req_free(&r);
+        if (oom) return listing_oom(c, prefix, v, why, whylen);
         if (!more || !*token) break;
     }
     *out = v;
@@ -178,7 +188,7 @@ ssize_t s3_list_uploads(const struct s3_conf *c, const char *prefix, struct s3_u
             return -1;
         }
         xmlNodePtr root = xmlDocGetRootElement(d);
-        int more = 0;
+        int more = 0, oom = 0;
         km[0] = um[0] = 0;
         for (xmlNodePtr e = root->children; e; e = e->next) {
             char val[64];
@@ -186,7 +196,7 @@ ssize_t s3_list_uploads(const struct s3_conf *c, const char *prefix, struct s3_u
             if (is(e, "NextKeyMarker")) text_of(e, km, sizeof km);
             if (is(e, "NextUploadIdMarker")) text_of(e, um, sizeof um);
             if (!is(e, "Upload")) continue;
-            if (grow((void **)&v, &cap, n, sizeof *v) < 0) break;
+            if (grow((void **)&v, &cap, n, sizeof *v) < 0) { oom = 1; break; }
             struct s3_upload *u = &v[n++];
             memset(u, 0, sizeof *u);
             for (xmlNodePtr f = e->children; f; f = f->next) {
@@ -197,6 +207,7 @@ ssize_t s3_list_uploads(const struct s3_conf *c, const char *prefix, struct s3_u
         }
         xmlFreeDoc(d);
         s3_req_free(&r);
+        if (oom) return listing_oom(c, prefix, v, why, whylen);
         if (!more || !*km) break;
     }
     *out = v;

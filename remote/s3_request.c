@@ -6,11 +6,13 @@
  * reason (a certificate, a refused connection) -- never a secret. */
 #include "s3.h"
 #include <curl/curl.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 static uint64_t now_ns(void)
 {
@@ -36,6 +38,7 @@ struct slot {
     CURL *h;
     char errbuf[CURL_ERROR_SIZE];
     int overflow;
+    int write_errno; /* to_fd: the pwrite that failed */
 };
 
 static size_t on_body(char *p, size_t sz, size_t nm, void *arg)
@@ -44,6 +47,17 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *arg)
     struct s3_req *r;
     curl_easy_getinfo(sl->h, CURLINFO_PRIVATE, (char **)&r);
     size_t n = sz * nm;
+    if (r->received) __atomic_add_fetch(r->received, n, __ATOMIC_RELAXED);
+    if (r->to_fd) {
+        if (r->range_len && r->got + n > r->range_len) { sl->overflow = 1; return 0; }
+        for (size_t w = 0; w < n;) {
+            ssize_t k = pwrite(r->fd, p + w, n - w, (off_t)(r->range_off + r->got + w));
+            if (k <= 0) { sl->write_errno = k < 0 ? errno : EIO; return 0; }
+            w += (size_t)k;
+        }
+        r->got += n;
+        return n;
+    }
     if (r->dst) {
         if (r->got + n > r->dst_cap) { sl->overflow = 1; return 0; }
         memcpy((char *)r->dst + r->got, p, n);
@@ -63,7 +77,11 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *arg)
 {
     struct s3_req *r = arg;
     size_t n = sz * nm;
-    if (n > 5 && !strncmp(p, "HTTP/", 5)) { r->etag[0] = 0; r->length = 0; } /* a new answer (after 100, a redirect) */
+    if (n > 5 && !strncmp(p, "HTTP/", 5)) { r->etag[0] = 0; r->length = 0; r->total = 0; } /* a new answer (after 100, a redirect) */
+    if (n > 14 && !strncasecmp(p, "Content-Range:", 14)) { /* "bytes A-B/TOTAL" */
+        const char *sl = memchr(p, '/', n);
+        if (sl && sl[1] != '*') r->total = strtoull(sl + 1, NULL, 10);
+    }
     if (n > 5 && !strncasecmp(p, "ETag:", 5)) {
         const char *v = p + 5, *e = p + n;
         while (v < e && (*v == ' ' || *v == '"')) v++;
@@ -93,7 +111,7 @@ static int start(const struct s3_conf *c, struct s3_req *r, struct slot *sl)
     CURL *h = sl->h = curl_easy_init();
     if (!h) return -1;
     sl->errbuf[0] = 0;
-    sl->overflow = 0;
+    sl->overflow = sl->write_errno = 0;
     r->got = r->sent = r->resp_len = 0;
     r->status = 0;
     curl_slist_free_all(r->hdrs);
@@ -136,6 +154,7 @@ static int start(const struct s3_conf *c, struct s3_req *r, struct slot *sl)
     } else if (strcmp(r->method, "GET")) {
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
     }
+    if (r->to_fd) curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024); /* fewer, larger writes into place */
     if (r->range_len) {
         char range[64];
         snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)r->range_off,
@@ -153,7 +172,7 @@ static int judge(const struct s3_conf *c, struct s3_req *r, struct slot *sl, CUR
     s3_show(obj, sizeof obj, c, r->key);
     curl_easy_getinfo(sl->h, CURLINFO_RESPONSE_CODE, &r->status);
     if (rc == CURLE_OK && r->status >= 200 && r->status < 300) {
-        if (r->dst && r->range_len && r->got != r->range_len) {
+        if ((r->dst || r->to_fd) && r->range_len && r->got != r->range_len) {
             snprintf(r->err, sizeof r->err, "%s %s: %zu bytes received of the %llu asked for", r->method, obj, r->got,
                      (unsigned long long)r->range_len);
             return r->tries < c->attempts ? 1 : -1;
@@ -162,6 +181,10 @@ static int judge(const struct s3_conf *c, struct s3_req *r, struct slot *sl, CUR
     }
     if (rc == CURLE_OK && r->status == 404 && r->ok404) return 0;
     if (rc != CURLE_OK) {
+        if (sl->write_errno) { /* the local disk, not the network: trying again would not help */
+            snprintf(r->err, sizeof r->err, "%s %s: cannot write what it holds: %s", r->method, obj, strerror(sl->write_errno));
+            return -1;
+        }
         const char *why = sl->overflow ? "the answer is longer than asked for" : *sl->errbuf ? sl->errbuf : curl_easy_strerror(rc);
         int again = rc == CURLE_COULDNT_CONNECT || rc == CURLE_OPERATION_TIMEDOUT || rc == CURLE_RECV_ERROR ||
                     rc == CURLE_SEND_ERROR || rc == CURLE_GOT_NOTHING || rc == CURLE_PARTIAL_FILE ||
@@ -225,6 +248,7 @@ int s3_perform(const struct s3_conf *c, struct s3_req *reqs, size_t n)
                 reqs[i].failed = 1;
                 snprintf(reqs[i].err, sizeof reqs[i].err, "%s: cannot make the request (out of memory)", reqs[i].method);
                 state[i] = 2; done++; bad = 1;
+                if (reqs[i].on_done) reqs[i].on_done(&reqs[i], reqs[i].done_arg);
                 continue;
             }
             curl_multi_add_handle(m, slots[s].h);
@@ -251,6 +275,7 @@ int s3_perform(const struct s3_conf *c, struct s3_req *reqs, size_t n)
             r->hdrs = NULL;
             state[i] = 2;
             done++;
+            if (r->on_done) r->on_done(r, r->done_arg);
         }
         if (done == n) break;
         int wait_ms = 100;

@@ -533,7 +533,7 @@ TIERS = {
              "test_store_integrity.py::test_damaged_store",
              "test_busy_machine.py",
              "test_calls.py::test_every_call_goes_on", "test_calls.py::test_remaining_timeout",
-             "test_slurm.py", "test_s3_flush.py", "test_s3_journals.py",
+             "test_slurm.py", "test_s3_flush.py", "test_s3_journals.py", "test_s3_fetch.py",
              "test_s3_crypt.py::test_encrypted_flush_and_restart_elsewhere", "test_s3_crypt.py::test_refusals",
              "test_libckpt.py::test_killed_at_random_instants",
              "test_lazy_restart.py::test_heap_killed_at_random_instants_lazy",

@@ -6,15 +6,17 @@ credentials from the environment and from a shared credentials file with a
 profile, and every failure one line and a non-zero exit: wrong credentials,
 unknown bucket, bad certificate, refused connection, a stalled server, 503
 SlowDown (tried again with backoff), a connection cut in the middle of an
-upload (nothing visible, no multipart upload left)."""
+upload (nothing visible, no multipart upload left), a listing that runs out
+of memory (an error, not a shorter listing)."""
 from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, PROGRAMS_SRC
 from s3server import ACCESS, SECRET, FaultProxy, s3server  # noqa: F401  (the fixture)
 
 S3TOOL = BUILD / "bin" / "lazarus-s3"
@@ -169,3 +171,25 @@ def test_faults(runner, s3server, proxy):
     r = tool(runner, s3server, "put", f"s3://{b}/again", f, env=via)
     assert r.rc == 0 and r.stdout.split()[0] == md5, str(r)
     assert s3server.objects(b)["again"].read_bytes() == f.read_bytes()
+
+
+def test_listing_out_of_memory(runner, s3server):
+    """A listing whose array cannot grow (realloc fails as out of memory
+    would: programs/realloc_fails.c) is one line and exit 1, never a shorter
+    listing that gc or a restart would trust."""
+    b = s3server.bucket()
+    d = s3server.data / b / "many"
+    d.mkdir()
+    for i in range(70):
+        (d / f"o{i:03}").write_bytes(b"x")
+    shim = runner.base / "realloc_fails.so"
+    cp = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-o", str(shim),
+                         str(PROGRAMS_SRC / "realloc_fails.c"), "-ldl"], capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr
+    r = tool(runner, s3server, "ls", f"s3://{b}/many/")
+    assert r.rc == 0 and len(r.stdout.splitlines()) == 70, str(r)
+    # s3_list grows its array 64 objects at a time: the second growth, to
+    # 128 * sizeof(struct s3_object) (1120 bytes), is the one that fails
+    r = tool(runner, s3server, "ls", f"s3://{b}/many/", env={"LD_PRELOAD": str(shim), "LZ_REALLOC_FAILS": str(128 * 1120)})
+    one_line_failure(r, "out of memory", f"cannot list s3://{b}/many")
+    assert r.stdout == "", str(r)
