@@ -20,7 +20,8 @@ FILE`, AES-256-GCM; ARCHITECTURE.md "Remote store") against versitygw
 - the format through `lazarus-s3 --encrypt-key` (chunks of 5 MiB): a file
   of three chunks comes back whole; chunks swapped, the last chunk dropped,
   the middle one dropped, the header's chunk size changed, a plain object,
-  another key: each refused, naming the object."""
+  another key: each refused, naming the object;
+- the stream (`run -d s3://`) sealed too, restarted elsewhere with the key."""
 from __future__ import annotations
 
 import hashlib
@@ -260,3 +261,54 @@ def test_chunks_cannot_be_moved(runner, s3server):
     assert r.rc == 0, str(r)
     r = runner.run([S3TOOL, "--encrypt-key", kf, "get", f"s3://{b}/plainobj", out])
     assert r.rc == 1 and "is not encrypted" in r.stderr, str(r)
+
+
+def test_streamed_and_encrypted(runner, s3server, tmp_path):
+    """`run -d s3://... --encrypt-key`: what the stream publishes is sealed too (none of the marker in
+    the bucket), and after the machine is lost a restart elsewhere with the key ends as an
+    uninterrupted run."""
+    b = s3server.bucket()
+    url = f"s3://{b}/stream"
+    runner.env.update(s3server.env())
+    marker = "LZMARK" + secrets.token_hex(12)
+    key = secrets.token_bytes(32)
+    kf = key_file(runner, "job.key", key.hex().encode() + b"\n")
+    prog = runner.base / "secret_files.py"
+    shutil.copy(PROGRAMS_SRC / "secret_files.py", prog)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    cp = subprocess.run([PY, "-B", str(prog), str(plain), STEPS, marker], capture_output=True, text=True, timeout=120)
+    want_digest, want = cp.stdout.splitlines()[-1], tree(plain)
+
+    runner.mkdir("shared")
+    work = runner.mkdir("shared/work")
+    journals = runner.mkdir("shared/journals")
+    machine = runner.mkdir("machine")
+    runner.mkdir("machine/tmp")
+    runner.env["TMPDIR"] = str(machine / "tmp")
+    spool = machine / "spool"
+    job = runner.start_lz("run", "-d", url, "--fallback", spool, "-i", "0", "--compress", "none", "--journal-dir", journals,
+                          "--encrypt-key", kf, "--", PY, "-B", prog, work, STEPS, marker)
+    wait_step(job, 40)
+    idx = runner.checkpoint_when_up(spool)
+    wait_published(runner, spool, idx, job)
+    at = wait_step(job, 0)
+    wait_step(job, at + 40)
+    job.kill()
+    held = bucket_bytes(s3server, b)
+    assert held and marker.encode() not in held and key.hex().encode() not in held and key not in held
+    commits = [p for k, p in s3server.objects(b).items() if "/commit/" in k]
+    fp = re.search(r"^encrypt_key=([0-9a-f]{16})$", (spool / "job").read_text(), re.M)
+    assert fp and commits and all(f"key {fp.group(1)}" in p.read_text() for p in commits)
+
+    shutil.rmtree(machine)
+    elsewhere = runner.mkdir("elsewhere")
+    runner.mkdir("elsewhere/tmp")
+    runner.env["TMPDIR"] = str(elsewhere / "tmp")
+    killed = tree(work)
+    r = runner.lz("restart", "-d", url, timeout=300)
+    assert r.rc == 1 and len(r.stderr_lines()) == 1 and "--encrypt-key" in r.stderr and tree(work) == killed, str(r)
+    r = runner.lz("restart", "-d", url, "--encrypt-key", kf, timeout=300)
+    assert r.rc == 0, str(r)
+    assert r.stdout.splitlines()[-1] == want_digest, str(r)
+    assert tree(work) == want
