@@ -1,14 +1,19 @@
-/* lazarus diff [-d DIR] [--at N]: what `restart --at N` would do to files. */
+/* lazarus diff [-d DIR|s3://...] [--at N]: what `restart --at N` would do to files. */
 #include "cli.h"
+#include "remote_store.h"
 #include "rollback.h"
+#include "s3.h"
 #include "util.h"
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus diff [-d DIR] [--at N]\n"
+    "usage: lazarus diff [-d DIR|s3://BUCKET/PREFIX] [--at N]\n"
     "List the changes to files that `lazarus restart --at N` would undo, one line\n"
     "per path, without changing anything:\n"
     "  modified PATH   its content, size, permissions or times go back to N\n"
@@ -18,25 +23,61 @@ static const char help[] =
     "                  and the journal holds only part of it): a restart refuses\n"
     "A damaged store is said in one line, and diff exits 1.\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
-    "  --at N    the checkpoint (default: the newest)\n";
+    "  --at N    the checkpoint (default: the newest)\n"
+    "-d s3://BUCKET/PREFIX: checkpoint N of that remote store, fetched into a scratch\n"
+    "directory of $TMPDIR (removed after), its journals read where the job kept them\n"
+    "(run --journal-dir); --endpoint, --ca-file, --insecure, --addressing and\n"
+    "--encrypt-key as for restart.\n";
+
+static int diff_dir(const char *d, int have_at, uint64_t at);
+
+/* -d s3://...: the checkpoint fetched as `restart` would (its journals must be
+ * in the job's journal directory), diffed, and the scratch store removed. */
+static int diff_remote(const struct cli_opts *o)
+{
+    const char *t = getenv("TMPDIR");
+    char tmpl[LZ_PATH_MAX];
+    snprintf(tmpl, sizeof tmpl, "%s/lazarus-diff-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(tmpl)) { lz_err("cannot make a scratch directory in %s: %s", t && *t ? t : "/tmp", strerror(errno)); return 1; }
+    struct remote_opts ro = {o->endpoint, o->ca_file, o->addressing, tmpl, o->insecure, 0, 1};
+    char cache[LZ_PATH_MAX];
+    uint64_t at;
+    int rc = 1;
+    if (remote_fetch_store(o->dir, &ro, o->have_at, o->at, cache, sizeof cache, &at) == 0) rc = diff_dir(cache, 1, at);
+    char *slash = strrchr(tmpl, '/');
+    *slash = 0;
+    int pfd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd >= 0) { lz_remove_tree(pfd, slash + 1); close(pfd); }
+    return rc;
+}
 
 int cmd_diff(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "diff", "da", help, &o);
+    int first = parse_opts(argc, argv, "diff", "daEAIPY", help, &o);
     if (first < 0) return 2;
     if (first < argc) { lz_err("diff: unexpected argument '%s'", argv[first]); return 2; }
-    char *dir = abs_dir(o.dir);
+    if (s3_is_url(o.dir)) return diff_remote(&o);
+    if (o.endpoint || o.ca_file || o.insecure || o.addressing) {
+        lz_err("diff: --endpoint, --ca-file, --insecure and --addressing go with -d s3://BUCKET/PREFIX");
+        return 2;
+    }
+    if (access(o.dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
+    return diff_dir(o.dir, o.have_at, o.at);
+}
+
+static int diff_dir(const char *d, int have_at, uint64_t at)
+{
+    char *dir = abs_dir(d);
     char why[LZ_PATH_MAX + 512];
-    if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
     uint64_t index;
-    if (lz_store_pick(dir, o.have_at, o.at, &index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
+    if (lz_store_pick(dir, have_at, at, &index, why, sizeof why) < 0) { lz_err("%s", why); free(dir); return 1; }
     /* when the job stopped: what is gone since was deleted or replaced by
      * someone else (a rollback under way: nothing is told apart) */
     struct lz_job job;
     int64_t stop = lz_job_read(dir, &job) == 0 && job.rolling_to < 0 ? lz_job_stop_ns(dir, &job) : INT64_MAX;
     struct fj_plan *plan = rollback_plan_load(dir, index, stop, why, sizeof why);
-    if (!plan) { lz_err("%s", why); return 1; }
+    if (!plan) { lz_err("%s", why); free(dir); return 1; }
     if (fj_plan_diff(plan, stop, stdout) == 0) printf("no file changes since checkpoint %" PRIu64 "\n", index);
     fj_plan_free(plan);
     free(dir);

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -86,6 +87,12 @@ def test_files_roll_back_after_machine_loss(runner, s3server, tmp_path):
     assert tree(work) == files_then and runner.run([S3TOOL, "ls", url + "/"]).stdout == keys_then
     moved.rename(journals)
     assert sorted(str(p.relative_to(shared)) for p in journals.rglob("*")) == journals_then
+    # `diff -d s3://` says what the restart will undo, from the journals, changing nothing
+    r = runner.lz("diff", "-d", url, timeout=300)
+    assert r.rc == 0 and re.search(r"^modified +\S*work/", r.stdout, re.M), str(r)
+    assert tree(work) == files_then and runner.run([S3TOOL, "ls", url + "/"]).stdout == keys_then
+    assert sorted(str(p.relative_to(shared)) for p in journals.rglob("*")) == journals_then
+    assert not [p for p in (elsewhere / "tmp").iterdir() if p.name.startswith("lazarus-diff-")]
     # with it: the files back to the checkpoint, then the run goes on to the same end
     r = runner.lz("restart", "-d", url, timeout=300)
     assert r.rc == 0, str(r)
