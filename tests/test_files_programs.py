@@ -25,14 +25,14 @@ import pytest
 from conftest import (PROGRAMS_SRC, _compile, find_program, kill_program, kill_tree,
                       run_until_done, tmp_entries, wait_gone)
 
-KILLS = 5
+KILLS = 4
 INPUT_SEED = 3141  # fixed: the inputs never change with LAZARUS_TEST_SEED
 GZIP_BYTES = 200 << 20
 SORT_BYTES = 300 << 20
 SQL_STATEMENTS = 100_000
 SQL_TX = 12  # statements per transaction: ~8300 commits, each with a journal and fsyncs
-PYOPS_STEPS = "20000"  # ~11 s uninterrupted (5 kills need ~6 s of it); a segment runs ~3000-4000 steps
-CSTDIO_ROUNDS = "7000"  # ~10 s uninterrupted (5 kills need ~6 s of it)
+PYOPS_STEPS = "16000"  # ~9 s uninterrupted (4 kills need ~5 s of it); a segment runs ~3000-4000 steps
+CSTDIO_ROUNDS = "5600"  # ~8 s uninterrupted (4 kills need ~5 s of it)
 FIXED_MTIME = 1_600_000_000
 ROOT_ONLY = pytest.mark.parametrize("mode", ["root"], indirect=True)
 PLAIN_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
@@ -308,7 +308,7 @@ def check_killed_run(kr, start_re: str, done_prefix: str) -> str:
 @ROOT_ONLY
 def test_gzip_200mb(runner, fs_inputs, rng):
     """gzip of a 200 MB file (it writes data.txt.gz, then deletes data.txt),
-    killed 5 times: the tree is the uninterrupted one's, .gz byte for byte."""
+    killed KILLS (4) times: the tree is the uninterrupted one's, .gz byte for byte."""
     dirs = {}
     for name in ("ref", "work"):
         d = runner.mkdir(name)
@@ -333,7 +333,7 @@ def test_gzip_200mb(runner, fs_inputs, rng):
 @ROOT_ONLY
 def test_sort_300mb(runner, fs_inputs, rng):
     """sort --parallel=1 -S 16M -T WORK/tmp -o WORK/out of a 300 MB file
-    (many temporary files, created, merged and deleted), killed 5 times: out
+    (many temporary files, created, merged and deleted), killed KILLS (4) times: out
     is the uninterrupted one's, WORK/tmp ends empty, the input is untouched."""
     dirs = {}
     for name in ("ref", "work"):
@@ -372,7 +372,7 @@ def sqlite_dump(db: Path) -> str:
 def test_sqlite_100k_statements(runner, fs_inputs, rng):
     """sqlite3 runs 100 000 inserts/updates/deletes in ~8300 transactions
     (rollback journal created and deleted per commit, pages overwritten in
-    place, fsync), killed 5 times: the db file is byte-identical to the
+    place, fsync), killed KILLS (4) times: the db file is byte-identical to the
     uninterrupted one's, its .dump equal, no journal left, integrity ok."""
     dirs = {n: runner.mkdir(n) for n in ("ref", "work")}
 
@@ -400,7 +400,7 @@ def test_sqlite_100k_statements(runner, fs_inputs, rng):
 def test_fs_pyops_killed(runner, fs_progs, reference, rng):
     """fs_pyops.py (appends, in-place pwrite, truncate, O_TRUNC, rename over,
     unlink, link, symlink, chmod, copy_file_range, sendfile, mkdir/rmdir;
-    long-lived buffered files), killed 5 times: it resumes from memory, never
+    long-lived buffered files), killed KILLS (4) times: it resumes from memory, never
     sees a file unlike its model, and leaves the uninterrupted tree."""
     ref_dir, ref_out = reference("pyops")
     work = runner.mkdir("work")
@@ -415,7 +415,7 @@ def test_fs_pyops_killed(runner, fs_progs, reference, rng):
 def test_fs_cstdio_killed(runner, fs_progs, fs_inputs, reference, rng):
     """fs_cstdio (r+ stream over existing data: fseek/fwrite/fprintf/fread,
     growth with holes, ftruncate; an "a" stream; w/r+ chunk files renamed over
-    others and removed), killed 5 times: same tree as uninterrupted, and
+    others and removed), killed KILLS (4) times: same tree as uninterrupted, and
     ro.dat (only read) keeps its inode, mtime and ctime."""
     ref_dir, ref_out = reference("cstdio")
     work = runner.mkdir("work")
@@ -490,13 +490,13 @@ def test_kill_during_checkpoint(runner, fs_progs, fs_inputs, reference, rng):
 
 
 ROLLBACK_DELAY_MS = "150"
-ROLLBACK_KILLS = 5
+ROLLBACK_KILLS = 3
 
 
 def test_kill_restart_during_rollback(runner, fs_progs, reference, rng):
     """fs_pyops under -i 0: checkpoint N, ~2.5 s more of file changes, SIGKILL.
     Then `lazarus restart` with LAZARUS_TEST_ROLLBACK_DELAY_MS (a sleep after
-    each rollback step), SIGKILLed (whole tree) at random instants 5 times;
+    each rollback step), SIGKILLed (whole tree) at random instants ROLLBACK_KILLS (3) times;
     at least one kill must land while files were half rolled back.  A plain
     `restart` then finishes with the uninterrupted tree."""
     ref_dir, ref_out = reference("pyops")

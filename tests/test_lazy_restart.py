@@ -216,7 +216,7 @@ def test_checkpoint_during_fill(runner, programs):
     server is held: the program waits for a page), then checkpoints; that
     checkpoint restarts to the uninterrupted result."""
     need_root(runner)
-    store, _, expected = stopped_job(runner, programs, rounds="600")
+    store, _, expected = stopped_job(runner, programs)
     go = runner.base / "go"
     runner.env["LAZARUS_TEST_LAZY_HOLD"] = str(go)
     proc = runner.start_lz("restart", "-d", store, "--lazy")

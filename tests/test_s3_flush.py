@@ -228,6 +228,8 @@ def test_run_refuses_unreachable_remote(runner, programs, s3server):
     assert f"remote_ca={s3server.ca_file}" in (store / "job").read_text()
 
 
+# an ordinary user only: several processes change nothing of identity (the other tests run both)
+@pytest.mark.parametrize("mode", ["user"], indirect=True)
 def test_job_of_several_processes(runner, programs, s3server):
     """A shell and two children: every part, and each process's packs
     (packs/pack.N.PID), travel and come back."""
