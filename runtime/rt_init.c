@@ -275,6 +275,13 @@ __attribute__((constructor)) static void rt_init(void)
     rt.last_ckpt_ns = rt_now_ns(CLOCK_MONOTONIC);
     rt_track_all(); /* what the program maps later is tracked from its first checkpoint on */
     rt_atfork_register();
+    /* tests: a start (an exec) the supervisor's death overtakes before the handler is there */
+    const char *jd = rt_env("LAZARUS_TEST_JOIN_DELAY_MS");
+    if (jd) {
+        long ms = strtol(jd, NULL, 10);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
+    }
     rt_install_handler();
     rt_term_start();
     rt_own_channel();

@@ -60,7 +60,13 @@ int rt_own_channel(void)
     /* ours replaces the inherited one at the same number, which survives exec */
     if (r >= 0) r = lz_sc3(SYS_dup3, sv[0], rt.ctl_fd, 0);
     lz_sc1(SYS_close, sv[0]);
-    if (r < 0) return -1;
+    if (r < 0) {
+        /* the supervisor may be gone (EPIPE): it died while this process was starting, in an
+         * exec say, where the signal of its end closing found no handler yet; then this one
+         * ends now, as the watch would have ended it (rt_watch.c), not run on outside the job */
+        rt_watch_check();
+        return -1;
+    }
     rt.chan_pid = pid;
     rt_watch_arm();
     return 0;

@@ -5,7 +5,8 @@ program (no LD_PRELOAD reaches it) is named on stderr when it starts, and
 while the job's main program has become one, or while a child is one,
 checkpoints are refused naming it.  A program whose main thread has exited
 while another runs is refused by name.  The job runs on and finishes
-correctly in every case."""
+correctly in every case.  A child still joining the job when its supervisor
+dies ends there, never runs on outside the job."""
 import json
 import os
 import shutil
@@ -180,3 +181,36 @@ def test_python_subprocess_child_in_checkpoint(runner):
     pause = [e for e in runner.list_json(store) if e["index"] == int(r.stdout)][0]["pause_ms"]
     assert pause < 2000, f"the checkpoint waited for the child: pause {pause} ms"
     assert proc.wait(timeout=60) == 0, proc.stderr
+
+
+
+SPAWNER = """import os, sys, time
+print("ready", flush=True)
+time.sleep(1.0)
+pid = os.posix_spawn(sys.executable, [sys.executable, "-B", sys.argv[1], sys.argv[2]], os.environ)
+os.waitpid(pid, 0)
+"""
+TICKER = "import sys, time\nwhile True:\n    open(sys.argv[1], 'a').write('t\\n')\n    time.sleep(0.05)\n"
+
+
+def test_start_overtaken_by_the_supervisors_death(runner):
+    """A child made by posix_spawn (no fork handler runs: it joins the job
+    at the start of the program it execs, over its parent's channel) whose
+    supervisor is SIGKILLed before it joins: the join fails, and it must end
+    there, not run on outside the job changing files.
+    LAZARUS_TEST_JOIN_DELAY_MS holds every start of the runtime before it
+    joins, to make that window wide."""
+    ticks = runner.base / "ticks"
+    spawner, ticker = runner.base / "spawner.py", runner.base / "ticker.py"
+    spawner.write_text(SPAWNER)
+    ticker.write_text(TICKER)
+    runner.env["LAZARUS_TEST_JOIN_DELAY_MS"] = "1500"
+    proc = runner.start_lz("run", "-d", runner.base / "store", "-i", "0", "--", "/usr/bin/python3", "-B", spawner,
+                           ticker, ticks)
+    proc.wait_for_output(r"^ready", timeout=60)
+    time.sleep(1.6)  # the child is spawned 1 s after "ready", then held 1.5 s
+    assert not ticks.exists(), "the child was not held at its start"
+    os.kill(proc.pid, 9)
+    proc.wait(timeout=30)
+    time.sleep(2.5)  # its hold ends ~0.9 s after the kill: then it would tick every 50 ms
+    assert not ticks.exists(), f"a process of the job ran on after its supervisor died: {ticks.read_text().count('t')} ticks"
