@@ -8,7 +8,9 @@ own) and stops.
                 of random memory): from the checkpoint's commit to its
                 publish (the flusher's own "flushed in" trace line) against a
                 plain multipart upload of as many bytes (`lazarus-s3 put`,
-                the same client alone); target <= 1.3.  With `run -d s3://`
+                the same client alone), and against that upload with a
+                CPU-bound process beside it (the program computes beside
+                its flush on the same 2 cores); target <= 1.3.  With `run -d s3://`
                 in the build (detected): the stream, from the checkpoint's
                 request until `list -d s3://` shows it, against the same.
   (b) local + flush: the program's pause (`list --json`) and its compute rate
@@ -170,6 +172,17 @@ class Bench:
         """(limit) a plain multipart upload of the same number of bytes."""
         return self.tool("put", self.url("raw") + "/raw.bin", self.raw, tls=tls)
 
+    def put_busy(self):
+        """(limit) the same upload with one CPU-bound process beside it: on this 2-core machine with the
+        server on it too, a flush or a stream shares the cores with the program computing, which a
+        bare put does not."""
+        burner = subprocess.Popen(["/bin/sh", "-c", "while :; do :; done"])
+        try:
+            return self.put()
+        finally:
+            burner.kill()
+            burner.wait()
+
     def get(self, url):
         out = os.path.join(self.work, "got.bin")
         s = self.tool("get", url, out)
@@ -276,7 +289,7 @@ class Bench:
         return {"restart_s": t_run - t0, "fetch_s": float(m.group(1)) if m else None}
 
     def rep(self):
-        r = {"put_s": self.put()}
+        r = {"put_s": self.put(), "put_busy_s": self.put_busy()}
         f = self.flush()
         r.update({"flush_s": f["flush_s"], "flush_pause_ms": f["pause_ms"], "flush_rate_before": f["rate_before"],
                   "flush_rate_during": f["rate_during"]})
@@ -321,8 +334,12 @@ def table(reps, mib, b):
                      "ratio": ratio, "target": target, "ok": ok})
 
     row(f"(a) flush {mib} MiB, commit -> publish", m["flush_s"], "s", "lazarus-s3 put", m["put_s"], TARGET_FLUSH)
+    row(f"(a) flush {mib} MiB, commit -> publish", m["flush_s"], "s", "put beside a busy core", m["put_busy_s"],
+        TARGET_FLUSH)
     if "stream_s" in m:
         row(f"(a) stream {mib} MiB until published", m["stream_s"], "s", "lazarus-s3 put", m["put_s"], TARGET_FLUSH)
+        row(f"(a) stream {mib} MiB until published", m["stream_s"], "s", "put beside a busy core", m["put_busy_s"],
+            TARGET_FLUSH)
     row("(b) pause, local + flush", m["flush_pause_ms"], "ms", "local-only pause", m["local_pause_ms"], TARGET_LOCAL)
     row("(b) compute rate during the flush", m["flush_rate_during"], "units/s", "local-only, as long after commit",
         m["local_rate_during"], 1 / TARGET_LOCAL, lower_better=False)
