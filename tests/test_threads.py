@@ -35,10 +35,11 @@ from conftest import (IS_ROOT, Proc, _compile, ckpt_dirs, ckpt_path, find_progra
 # --------------------------------------------------------------------------
 # programs and their uninterrupted runs
 # --------------------------------------------------------------------------
-# Long enough for 5 kills (3 are made): a killed segment runs ~1.5 s (a checkpoint every
+KILLS = 3
+# Long enough for 4 kills (KILLS are made): a killed segment runs ~1.5 s (a checkpoint every
 # second, the kill within 0.5 s after it appeared)
-OMP_ARGS = ["32", "24", "52"]            # MiB, phases, rounds: ~10 s on 2 cores
-PRODCONS_ARGS = ["4", "3", "2000", "60", "16", "5500"]  # ~10 s
+OMP_ARGS = ["32", "18", "52"]            # MiB, phases, rounds: ~7.5 s on 2 cores
+PRODCONS_ARGS = ["4", "3", "2000", "42", "16", "5500"]  # ~7 s
 KILL_DELAY = 0.5
 CHURN_ARGS = ["64", "24", "512", "80000"]  # 64 slots, 24 waves of 512 threads: ~3 s
 RAW_ARGS = ["400", "1000000"]            # chunks, work: ~2 s before and after the unblock
@@ -122,7 +123,7 @@ def check_killed_run(kr, expected_out, kills):
 @pytest.mark.parametrize("mode,nthreads", [("root", 2), ("root", 4),
                                            ("user", 4)])
 def test_openmp_killed_at_random_instants(mode, nthreads, runner, tprogs, rng):
-    """OpenMP reduction in 24 phases over 32 MiB, a line appended to
+    """OpenMP reduction in 18 phases over 32 MiB, a line appended to
     result.txt after each phase; SIGKILL at 3 random instants (`-i 1`),
     restart until done: stdout and result.txt byte-identical to a run
     without Lazarus, every parallel region ran with the whole team."""
@@ -131,9 +132,9 @@ def test_openmp_killed_at_random_instants(mode, nthreads, runner, tprogs, rng):
     exp_out, exp_files = plain_run(argv, env={"OMP_NUM_THREADS": "2"}, files=["result.txt"])
     runner.env["OMP_NUM_THREADS"] = str(nthreads)
     store = runner.base / "store"
-    kr = run_until_done(runner, store, argv, rng, kills=3, comm="omp_phases", done_re="^done ",
+    kr = run_until_done(runner, store, argv, rng, kills=KILLS, comm="omp_phases", done_re="^done ",
                         max_delay=KILL_DELAY, timeout=240)
-    check_killed_run(kr, exp_out, 5)
+    check_killed_run(kr, exp_out, KILLS)
     assert (runner.base / "result.txt").read_bytes() == exp_files["result.txt"], kr.describe()
     err = "".join(s.stderr for s in kr.segments)
     assert f"threads {nthreads}" in kr.segments[0].stderr, kr.describe()
@@ -144,7 +145,7 @@ def test_openmp_killed_at_random_instants(mode, nthreads, runner, tprogs, rng):
 @pytest.mark.parametrize("mode", ["root", "user"])
 def test_producer_consumer_killed_at_random_instants(mode, runner, tprogs, rng):
     """4 producers, 3 consumers, a 16-slot queue (mutex + 2 condition
-    variables) in 60 rounds; SIGKILL at 3 random instants, restart until
+    variables) in 42 rounds; SIGKILL at 3 random instants, restart until
     done: every round's sum/xor and the digest as without Lazarus, no item
     lost or consumed twice.  (Both programs exit 3 with STALLED after 10 s
     without progress: a restart that lost a thread fails fast.)"""
@@ -152,9 +153,9 @@ def test_producer_consumer_killed_at_random_instants(mode, runner, tprogs, rng):
     argv = [tprogs.prodcons, *PRODCONS_ARGS]
     exp_out, _ = plain_run(argv)
     store = runner.base / "store"
-    kr = run_until_done(runner, store, argv, rng, kills=3, comm="prodcons", done_re="^done ",
+    kr = run_until_done(runner, store, argv, rng, kills=KILLS, comm="prodcons", done_re="^done ",
                         max_delay=KILL_DELAY, timeout=240)
-    check_killed_run(kr, exp_out, 5)
+    check_killed_run(kr, exp_out, KILLS)
     assert "LOST" not in kr.all_stdout, kr.describe()
     assert "gets a new one" not in "".join(s.stderr for s in kr.segments), kr.describe()
 
