@@ -4,12 +4,9 @@
 #include "rollback.h"
 #include "s3.h"
 #include "util.h"
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 static const char help[] =
@@ -35,19 +32,14 @@ static int diff_dir(const char *d, int have_at, uint64_t at);
  * in the job's journal directory), diffed, and the scratch store removed. */
 static int diff_remote(const struct cli_opts *o)
 {
-    const char *t = getenv("TMPDIR");
     char tmpl[LZ_PATH_MAX];
-    snprintf(tmpl, sizeof tmpl, "%s/lazarus-diff-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(tmpl)) { lz_err("cannot make a scratch directory in %s: %s", t && *t ? t : "/tmp", strerror(errno)); return 1; }
+    if (remote_scratch_make(tmpl, sizeof tmpl, "diff") < 0) return 1;
     struct remote_opts ro = {o->endpoint, o->ca_file, o->addressing, tmpl, o->insecure, 0, 1};
     char cache[LZ_PATH_MAX];
     uint64_t at;
     int rc = 1;
     if (remote_fetch_store(o->dir, &ro, o->have_at, o->at, cache, sizeof cache, &at) == 0) rc = diff_dir(cache, 1, at);
-    char *slash = strrchr(tmpl, '/');
-    *slash = 0;
-    int pfd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (pfd >= 0) { lz_remove_tree(pfd, slash + 1); close(pfd); }
+    remote_scratch_remove(tmpl);
     return rc;
 }
 

@@ -71,10 +71,8 @@ static int verify_dir(struct cli_opts *o);
  * (ARCHITECTURE.md, "Remote store"): the scratch store has empty ones. */
 static int verify_remote(struct cli_opts *o)
 {
-    const char *t = getenv("TMPDIR");
     char tmpl[LZ_PATH_MAX];
-    snprintf(tmpl, sizeof tmpl, "%s/lazarus-verify-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(tmpl)) { lz_err("cannot make a scratch directory in %s: %s", t && *t ? t : "/tmp", strerror(errno)); return 1; }
+    if (remote_scratch_make(tmpl, sizeof tmpl, "verify") < 0) return 1;
     struct remote_opts ro = {o->endpoint, o->ca_file, o->addressing, tmpl, o->insecure, 1, 1};
     char cache[LZ_PATH_MAX];
     uint64_t at;
@@ -85,10 +83,7 @@ static int verify_remote(struct cli_opts *o)
         o->at = at;
         rc = verify_dir(o);
     }
-    char *slash = strrchr(tmpl, '/');
-    *slash = 0;
-    int pfd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (pfd >= 0) { lz_remove_tree(pfd, slash + 1); close(pfd); }
+    remote_scratch_remove(tmpl);
     return rc;
 }
 

@@ -463,3 +463,21 @@ int remote_list(const char *url, const struct remote_opts *ro, int json)
     free(refs);
     return bad;
 }
+
+int remote_scratch_make(char *tmpl, size_t len, const char *what)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(tmpl, len, "%s/lazarus-%s-XXXXXX", t && *t ? t : "/tmp", what);
+    if (mkdtemp(tmpl)) return 0;
+    lz_err("cannot make a scratch directory in %s: %s", t && *t ? t : "/tmp", strerror(errno));
+    return -1;
+}
+
+void remote_scratch_remove(char *tmpl)
+{
+    char *slash = strrchr(tmpl, '/');
+    *slash = 0;
+    int pfd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd >= 0) { lz_remove_tree(pfd, slash + 1); close(pfd); }
+    *slash = '/';
+}

@@ -114,6 +114,10 @@ struct remote_opts {
 };
 int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_at, uint64_t at, char *cache_out,
                        size_t cache_len, uint64_t *index);
+/* A scratch directory in $TMPDIR for a store fetched only to be read (verify, diff: "lazarus-WHAT-XXXXXX"):
+ * 0, or -1 having said why; removed with everything in it by remote_scratch_remove. */
+int remote_scratch_make(char *tmpl, size_t len, const char *what);
+void remote_scratch_remove(char *tmpl);
 /* `gc -d s3://...` (remote_gc.c): every object no commit lists and every
  * multipart upload, older than older_than_s: 0, or 1 having said why. */
 int remote_gc(const char *url, const struct remote_opts *ro, uint64_t older_than_s);
