@@ -108,9 +108,7 @@ struct rt_packio *rt_packio_open(struct rt_arena *arena, const char *path, int t
         io->blk[k] = (char *)(((uintptr_t)b + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
     }
     long flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
-    /* a spool's pack (run -d s3://) is read back by the flusher at once, then let go:
-     * written through the page cache, so that its upload does not read it from the disk */
-    io->fd = threaded && !rt.spool ? lz_sc4(SYS_openat, AT_FDCWD, path, flags | O_DIRECT, 0600) : -EINVAL;
+    io->fd = threaded ? lz_sc4(SYS_openat, AT_FDCWD, path, flags | O_DIRECT, 0600) : -EINVAL;
     io->direct = io->fd >= 0;
     if (io->fd < 0) io->fd = lz_sc4(SYS_openat, AT_FDCWD, path, flags, 0600);
     if (io->fd < 0) { *err = io->fd; return NULL; }
