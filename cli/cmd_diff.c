@@ -28,19 +28,18 @@ static const char help[] =
 
 static int diff_dir(const char *d, int have_at, uint64_t at);
 
+static int diff_fetched(const char *dir, uint64_t index, void *arg)
+{
+    (void)arg;
+    return diff_dir(dir, 1, index);
+}
+
 /* -d s3://...: the checkpoint fetched as `restart` would (its journals must be
  * in the job's journal directory), diffed, and the scratch store removed. */
 static int diff_remote(const struct cli_opts *o)
 {
-    char tmpl[LZ_PATH_MAX];
-    if (remote_scratch_make(tmpl, sizeof tmpl, "diff") < 0) return 1;
-    struct remote_opts ro = {o->endpoint, o->ca_file, o->addressing, tmpl, o->insecure, 0, 1};
-    char cache[LZ_PATH_MAX];
-    uint64_t at;
-    int rc = 1;
-    if (remote_fetch_store(o->dir, &ro, o->have_at, o->at, cache, sizeof cache, &at) == 0) rc = diff_dir(cache, 1, at);
-    remote_scratch_remove(tmpl);
-    return rc;
+    struct remote_opts ro = {o->endpoint, o->ca_file, o->addressing, NULL, o->insecure, 0, 1};
+    return remote_in_scratch(o->dir, ro, o->have_at, o->at, "diff", diff_fetched, NULL);
 }
 
 int cmd_diff(int argc, char **argv)

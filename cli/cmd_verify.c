@@ -69,22 +69,19 @@ static int verify_dir(struct cli_opts *o);
  * scratch store, every object checked against its commit, then verified as
  * any store; the scratch store is removed.  The journals are not remote
  * (ARCHITECTURE.md, "Remote store"): the scratch store has empty ones. */
+static int verify_fetched(const char *dir, uint64_t index, void *arg)
+{
+    struct cli_opts *o = arg;
+    o->dir = dir;
+    o->have_at = 1;
+    o->at = index;
+    return verify_dir(o);
+}
+
 static int verify_remote(struct cli_opts *o)
 {
-    char tmpl[LZ_PATH_MAX];
-    if (remote_scratch_make(tmpl, sizeof tmpl, "verify") < 0) return 1;
-    struct remote_opts ro = {o->endpoint, o->ca_file, o->addressing, tmpl, o->insecure, 1, 1};
-    char cache[LZ_PATH_MAX];
-    uint64_t at;
-    int rc = 1;
-    if (remote_fetch_store(o->dir, &ro, o->have_at, o->at, cache, sizeof cache, &at) == 0) {
-        o->dir = cache;
-        o->have_at = 1;
-        o->at = at;
-        rc = verify_dir(o);
-    }
-    remote_scratch_remove(tmpl);
-    return rc;
+    struct remote_opts ro = {o->endpoint, o->ca_file, o->addressing, NULL, o->insecure, 1, 1};
+    return remote_in_scratch(o->dir, ro, o->have_at, o->at, "verify", verify_fetched, o);
 }
 
 int cmd_verify(int argc, char **argv)

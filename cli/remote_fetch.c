@@ -464,20 +464,22 @@ int remote_list(const char *url, const struct remote_opts *ro, int json)
     return bad;
 }
 
-int remote_scratch_make(char *tmpl, size_t len, const char *what)
+int remote_in_scratch(const char *url, struct remote_opts ro, int have_at, uint64_t at, const char *what,
+                      int (*fn)(const char *dir, uint64_t index, void *arg), void *arg)
 {
     const char *t = getenv("TMPDIR");
-    snprintf(tmpl, len, "%s/lazarus-%s-XXXXXX", t && *t ? t : "/tmp", what);
-    if (mkdtemp(tmpl)) return 0;
-    lz_err("cannot make a scratch directory in %s: %s", t && *t ? t : "/tmp", strerror(errno));
-    return -1;
-}
-
-void remote_scratch_remove(char *tmpl)
-{
+    char tmpl[LZ_PATH_MAX], cache[LZ_PATH_MAX];
+    snprintf(tmpl, sizeof tmpl, "%s/lazarus-%s-XXXXXX", t && *t ? t : "/tmp", what);
+    if (!mkdtemp(tmpl)) {
+        lz_err("cannot make a scratch directory in %s: %s", t && *t ? t : "/tmp", strerror(errno));
+        return 1;
+    }
+    ro.cache = tmpl;
+    uint64_t index;
+    int rc = remote_fetch_store(url, &ro, have_at, at, cache, sizeof cache, &index) == 0 ? fn(cache, index, arg) : 1;
     char *slash = strrchr(tmpl, '/');
     *slash = 0;
     int pfd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (pfd >= 0) { lz_remove_tree(pfd, slash + 1); close(pfd); }
-    *slash = '/';
+    return rc;
 }

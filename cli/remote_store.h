@@ -114,10 +114,11 @@ struct remote_opts {
 };
 int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_at, uint64_t at, char *cache_out,
                        size_t cache_len, uint64_t *index);
-/* A scratch directory in $TMPDIR for a store fetched only to be read (verify, diff: "lazarus-WHAT-XXXXXX"):
- * 0, or -1 having said why; removed with everything in it by remote_scratch_remove. */
-int remote_scratch_make(char *tmpl, size_t len, const char *what);
-void remote_scratch_remove(char *tmpl);
+/* A store fetched only to be read (verify, diff): checkpoint `at` (have_at) or the newest of url
+ * fetched into a scratch directory of $TMPDIR ("lazarus-WHAT-XXXXXX", ro's cache ignored), fn run
+ * on it with its index, the directory removed: fn's result, or 1 having said why. */
+int remote_in_scratch(const char *url, struct remote_opts ro, int have_at, uint64_t at, const char *what,
+                      int (*fn)(const char *dir, uint64_t index, void *arg), void *arg);
 /* `gc -d s3://...` (remote_gc.c): every object no commit lists and every
  * multipart upload, older than older_than_s: 0, or 1 having said why. */
 int remote_gc(const char *url, const struct remote_opts *ro, uint64_t older_than_s);
