@@ -179,8 +179,6 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *f, const struct d
     if (d->state == TCP_ESTABLISHED && d->has_peer) u->flags |= LZ_US_ORPHAN;
     else if (d->type != SOCK_DGRAM) return 0; /* never connected: nothing can be queued */
     /* its receive queue: a datagram server's datagrams, what an orphan still has to read */
-    int saved = -1;
-    getopt_int(f->fd, SO_PEEK_OFF, &saved);
     size_t cap = 4 * (size_t)(u->q.capacity > u->q.sndbuf ? u->q.capacity : u->q.sndbuf) + (1u << 20);
     /* a datagram server's: who sent each (its reply goes there) */
     struct rt_senders snd = {NULL, 0, 0};
@@ -193,8 +191,7 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *f, const struct d
         *from = snd.buf;
         u->from_bytes = (uint32_t)snd.len;
     }
-    u->q.peek_off = saved;
-    return 0;
+    return 0; /* (u->q.peek_off: the program's, read under the peek's lock) */
 }
 
 /* Is descriptor f an AF_UNIX socket that is not one end of a connected pair?

@@ -17,7 +17,7 @@ import pytest
 
 import lzformat
 from conftest import (IS_ROOT, Runner, _compile, _user_base, assert_refused, ckpt_path, copy_store, find_program,
-                      kill_program, plain_output, refused_until_let_go, run_until_done)
+                      kill_program, kill_tree, plain_output, refused_until_let_go, run_until_done, wait_gone)
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +28,7 @@ def progs(programs):
         "pipe_threads": _compile("pipe_threads", programs.dir, ["-pthread"]),
         "sock_pairs": _compile("sock_pairs", programs.dir),
         "chan_refuse": _compile("chan_refuse", programs.dir),
+        "shared_queue": _compile("shared_queue", programs.dir),
     }
 
 
@@ -284,3 +285,29 @@ def test_refused_when_the_other_end_is_elsewhere(kind, runner, progs):
     named = "" if kind.startswith("child") else r"(?=.*descriptor 7\b)"  # a child's: named by its process
     refused_until_let_go(runner, store, proc, rf"(?s){named}(?=.*{REFUSED[kind]})", f1, f2, lines=2)
     assert proc.stdout == "ready\nclosed\ndone\n", proc.stdout
+
+
+@pytest.mark.parametrize("kind", ["stream", "dgram", "seqpacket"])
+def test_queue_held_by_several_processes(kind, runner, progs):
+    """One end of a pair held by four processes, 400 messages queued on it:
+    every holder captures the same queue at once, and each must see all of
+    it (a peek walks the queue with the socket's one SO_PEEK_OFF, which the
+    holders share).  Every checkpoint succeeds, the program's SO_PEEK_OFF is
+    as it set it, and after the whole job is killed the restart reads every
+    message back in order."""
+    store = runner.base / "store"
+    go = runner.base / "go"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", progs["shared_queue"], kind, "4", go)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    for _ in range(6):
+        runner.checkpoint(store)
+    pids = kill_tree(proc.pid)
+    proc.wait(timeout=30)
+    wait_gone(pids)
+    r = runner.start_lz("restart", "-d", store)
+    time.sleep(0.5)
+    runner.checkpoint_when_up(store)
+    runner.checkpoint(store)
+    runner.touch(go)
+    assert r.wait(timeout=120) == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1:] == ["done 400"], r.stdout + r.stderr
