@@ -271,7 +271,7 @@ static int take_send_queue(struct rt_ckpt *ck, const struct lz_inet *a, struct l
     if (left > 0) {
         int on = 1;
         struct stat st; /* repair mode is the socket's: one holder at a time */
-        long lock = lz_sc2(SYS_fstat, a->fd, &st) == 0 ? rt_sock_lock(st.st_ino) : -1;
+        long lock = lz_sc2(SYS_fstat, a->fd, &st) == 0 ? rt_obj_lock("sock", st.st_ino) : -1;
         if (lock == -2) return refuse(ck, a, "one end of a TCP connection that another process kept to itself for 10 s");
         if (lz_sc5(SYS_setsockopt, a->fd, IPPROTO_TCP, TCP_REPAIR, &on, sizeof on) < 0) {
             if (lock >= 0) lz_sc1(SYS_close, lock);

@@ -221,23 +221,25 @@ static int check_socket(struct rt_ckpt *ck, const struct lz_fd *f, long *nl, str
     return 0;
 }
 
-/* The lock of a socket while its queue is peeked: SO_PEEK_OFF (and TCP
- * repair mode, rt_inet.c) belongs to the socket, not to a descriptor, and
- * every process of the job holding it captures it at the same time, each
- * setting the offset to 0 and moving it on.  The lock is the abstract name "\0lazarus-peek.INODE" bound
- * by the holder (a socket's inode is unique while it lives; the name goes
- * with the process, so a killed holder leaves no lock behind).  The other
+/* The lock of an object while its state is changed to read it: a socket's
+ * SO_PEEK_OFF (and TCP repair mode, rt_inet.c; a pty's settings, rt_pty.c)
+ * belong to the object, not to a descriptor, and every process of the job
+ * holding it captures it at the same time, each setting the offset to 0 and
+ * moving it on.  The lock is the abstract name "\0lazarus-lock.KIND.ID"
+ * bound by the holder (a socket's inode, a pty's index: unique while it
+ * lives; the name goes with the process, so a killed holder leaves no lock
+ * behind).  The other
  * holders wait, in 1 ms steps, up to 10 s.  The descriptor of the lock, or
  * -1 when names cannot be bound here (the peek then goes on unlocked: its
  * byte count still catches a queue it could not see whole); -2 on time out. */
-long rt_sock_lock(uint64_t ino)
+long rt_obj_lock(const char *kind, uint64_t id)
 {
     long s = lz_sc3(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (s < 0) return -1;
     struct sockaddr_un a;
     memset(&a, 0, sizeof a);
     a.sun_family = AF_UNIX;
-    int n = rt_fmt(a.sun_path + 1, sizeof a.sun_path - 1, "lazarus-peek.%llu", (unsigned long long)ino);
+    int n = rt_fmt(a.sun_path + 1, sizeof a.sun_path - 1, "lazarus-lock.%s.%llu", kind, (unsigned long long)id);
     long len = (long)offsetof(struct sockaddr_un, sun_path) + 1 + n;
     uint64_t until = rt_now_ns(CLOCK_MONOTONIC) + 10000000000ull;
     for (;;) {
@@ -263,7 +265,7 @@ static int peek_queue(struct rt_ckpt *ck, const struct lz_fd *f, const struct so
 {
     int msgs = si->type != SOCK_STREAM;
     int saved = -1, zero = 0, inq = 0;
-    long lock = rt_sock_lock(f->ino);
+    long lock = rt_obj_lock("sock", f->ino);
     if (lock == -2) return refuse(ck, f, "a local socket whose queue another process kept to itself for 10 s");
     getopt_int(f->fd, SOL_SOCKET, SO_PEEK_OFF, &saved);
     c->peek_off = saved;

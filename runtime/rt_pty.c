@@ -223,12 +223,19 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *m, struct lz_pty 
     p->data = *used;
     if (unopened) { p->flags |= LZ_PTYF_UNOPENED; return 0; }
 
-    /* a terminal end of our own, through which its queue is read */
+    /* a terminal end of our own, through which its queue is read; one
+     * holder of the master at a time (a second is refused by the supervisor,
+     * but its drain must not interleave with the first's) */
+    long lock = rt_obj_lock("pty", m->ino);
+    if (lock == -2) return fail(ck, m, "another process kept it to itself for 10 s", -EBUSY);
     int zero = 0, one = 1;
     if (lck) lz_sc3(SYS_ioctl, mfd, TIOCSPTLCK, &zero);
     long peer = lz_sc3(SYS_ioctl, mfd, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
     if (lck) lz_sc3(SYS_ioctl, mfd, TIOCSPTLCK, &one);
-    if (peer < 0) return fail(ck, m, "cannot open its terminal end", peer);
+    if (peer < 0) {
+        if (lock >= 0) lz_sc1(SYS_close, lock);
+        return fail(ck, m, "cannot open its terminal end", peer);
+    }
     long mflags = lz_sc2(SYS_fcntl, mfd, F_GETFL);
     int rc = -1;
     char *to_slave = data + *used, *to_master;
@@ -263,6 +270,7 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *m, struct lz_pty 
 out:
     if (rc < 0) lz_sc3(SYS_ioctl, mfd, K_TCSETS2, &t);
     lz_sc1(SYS_close, peer);
+    if (lock >= 0) lz_sc1(SYS_close, lock);
     return rc;
 }
 
