@@ -231,7 +231,7 @@ def test_every_option_documented_and_completed(prefix):
 
 def test_environment_documented():
     """Every LAZARUS_ variable the product reads or sets is in lazarus(1),
-    but no test hook (LAZARUS_TEST_*); LAZARUS_NO_DIRTY is a test hook too."""
+    but no test hook (LAZARUS_TEST_*)."""
     page = (REPO / "man" / "lazarus.1.scd").read_text().replace("\\_", "_")
     srcs = [p for d in ("cli", "runtime", "restorer", "api", "files", "store", "remote", "common")
             for p in (REPO / d).iterdir() if p.suffix in (".c", ".h")]
@@ -239,7 +239,7 @@ def test_environment_documented():
     for p in srcs:
         names |= set(re.findall(r"\bLAZARUS_[A-Z0-9_]+(?==|\"|\))", p.read_text()))
     names -= set(re.findall(r"\bLAZARUS_[A-Z0-9_]+", (INCLUDE / "lazarus.h").read_text()))  # the API's names
-    hooks = {n for n in names if n.startswith("LAZARUS_TEST_")} | {"LAZARUS_NO_DIRTY"}
+    hooks = {n for n in names if n.startswith("LAZARUS_TEST_")}
     assert names - hooks, names
     for n in sorted(names - hooks):
         assert n in page, f"lazarus(1) does not name {n}"
