@@ -20,10 +20,11 @@ ZSHCOMPDIR  := $(PREFIX)/share/zsh/site-functions
 # does not need scdoc; `make man` and `make install` do.
 MAN_SRC   := $(wildcard man/*.scd)
 MAN_PAGES := $(patsubst man/%.scd,$(B)/man/%,$(MAN_SRC))
-$(B)/man/%: man/%.scd
+SCDOC     ?= scdoc
+$(B)/man/%: man/%.scd include/lazarus.h
 	@mkdir -p $(dir $@)
-	@command -v scdoc >/dev/null || { echo "make man: scdoc is missing (Debian: apt-get install scdoc; scripts/deps.sh)" >&2; exit 1; }
-	scdoc < $< > $@.tmp && sed 's/@VERSION@/$(VERSION)/g' $@.tmp > $@ && rm -f $@.tmp
+	@command -v $(SCDOC) >/dev/null || { echo "make man: $(SCDOC) is missing (Debian: apt-get install scdoc; scripts/deps.sh)" >&2; exit 1; }
+	$(SCDOC) < $< > $@.tmp && sed 's/@VERSION@/$(VERSION)/g' $@.tmp > $@ && rm -f $@.tmp
 man: $(MAN_PAGES)
 
 # pkg-config files for the prefix installed to (made anew by every install:

@@ -262,3 +262,13 @@ def test_uninstall_leaves_nothing(tmp_path):
     _make("uninstall", "PREFIX=/usr", f"DESTDIR={stage}")
     assert _files(stage) == []
     assert not (stage / "usr/lib/lazarus").exists() and not (stage / "usr/libexec/lazarus").exists()
+
+
+def test_man_needs_scdoc_all_does_not(tmp_path):
+    """Without scdoc `make man` says so in one line and fails; `make all` builds."""
+    cp = subprocess.run(["make", "-s", "-C", str(REPO), "man", f"B={tmp_path}", "SCDOC=/nonexistent/scdoc"],
+                        capture_output=True, text=True)
+    assert cp.returncode != 0 and "scdoc is missing" in cp.stderr.splitlines()[0], cp
+    _make("all", "SCDOC=/nonexistent/scdoc")
+    _make("man", f"B={tmp_path}")
+    assert sorted(p.name for p in (tmp_path / "man").iterdir()) == sorted(p.name[:-4] for p in (REPO / "man").glob("*.scd"))
