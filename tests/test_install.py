@@ -272,3 +272,13 @@ def test_man_needs_scdoc_all_does_not(tmp_path):
     _make("all", "SCDOC=/nonexistent/scdoc")
     _make("man", f"B={tmp_path}")
     assert sorted(p.name for p in (tmp_path / "man").iterdir()) == sorted(p.name[:-4] for p in (REPO / "man").glob("*.scd"))
+
+
+def test_every_api_function_documented():
+    """Every function lazarus.h and libckpt.h declare is in lazarus(3) and libckpt(3)."""
+    for header, page in (("lazarus.h", "lazarus.3.scd"), ("libckpt.h", "libckpt.3.scd")):
+        decls = re.findall(r"^\w[\w\s\*]*?\b(\w+)\s*\(", (INCLUDE / header).read_text(), re.M)
+        text = (REPO / "man" / page).read_text().replace("\\_", "_")
+        assert decls, header
+        for f in decls:
+            assert re.search(rf"\*{f}\(|\*{f}\*\(", text), f"{page[:-4]} does not document {f}()"
