@@ -45,9 +45,11 @@ def prefix():
     top = Path(tempfile.mkdtemp(prefix="lazarus-prefix-", dir="/tmp"))
     os.chmod(top, 0o755)
     pre = top / "usr"
-    _make("install", f"PREFIX={pre}", "DESTDIR=")
-    yield pre
-    shutil.rmtree(top, ignore_errors=True)
+    try:
+        _make("install", f"PREFIX={pre}", "DESTDIR=")
+        yield pre
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
