@@ -10,6 +10,12 @@ INC     := -Iinclude -Icommon -Istore -Ifiles -Iremote
 REMOTE_CFLAGS := $(shell pkg-config --cflags libcurl libcrypto libxml-2.0)
 REMOTE_LIBS   := $(shell pkg-config --libs libcurl libcrypto libxml-2.0)
 B       := build
+# the version, kept in one place (include/lazarus.h): the sonames, lazarus.pc,
+# `lazarus --version` (mk/install.mk installs; `make man` builds the pages)
+lz_version = $(shell sed -n 's/^\#define LAZARUS_VERSION_$(1) \([0-9]*\)$$/\1/p' include/lazarus.h)
+MAJOR   := $(call lz_version,MAJOR)
+MINOR   := $(call lz_version,MINOR)
+VERSION := $(MAJOR).$(MINOR).$(call lz_version,PATCH)
 OBJ     := $(B)/obj
 # zstd and lz4 go inside the runtime (its symbols stay hidden: the program may
 # link its own versions) and the static restorer.
@@ -108,6 +114,7 @@ REMOTE_SRC := \
 CLI_SRC := \
 	cli/restart_ipc.c \
 	cli/main.c \
+	cli/install_path.c \
 	cli/cmd_run.c \
 	cli/cmd_restart.c \
 	cli/lazy_server.c \
@@ -151,7 +158,7 @@ CLI_SRC := \
 	cli/remote_key.c \
 	common/ckptrc.c
 
-all: $(B)/bin/lazarus $(B)/bin/lazarus-s3 $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so $(B)/lib/libckpt.so $(B)/lib/libckpt.a
+all: $(B)/bin/lazarus $(B)/bin/lazarus-s3 $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so $(B)/lib/liblazarus.so.$(MAJOR) $(B)/lib/liblazarus.a $(B)/lib/libckpt.so $(B)/lib/libckpt.so.$(MAJOR) $(B)/lib/libckpt.a
 
 $(OBJ)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -191,17 +198,26 @@ $(B)/bin/lazarus-s3: $(patsubst %,$(OBJ)/cli/%.o,$(basename remote/s3_tool.c $(R
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ -lzstd -llz4 $(REMOTE_LIBS)
 
-$(B)/lib/liblazarus.so: $(OBJ)/pic/api/lazarus_api.o
+# The public libraries: lib.so.MAJOR.MINOR with the soname lib.so.MAJOR, both
+# names as links (the loader's and the linker's), and a static archive.
+$(B)/lib/liblazarus.so.$(MAJOR).$(MINOR): $(OBJ)/pic/api/lazarus_api.o
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,liblazarus.so -o $@ $^ -ldl
+	$(CC) -shared -Wl,-soname,liblazarus.so.$(MAJOR) -o $@ $^ -ldl
+$(B)/lib/liblazarus.so.$(MAJOR) $(B)/lib/liblazarus.so: $(B)/lib/liblazarus.so.$(MAJOR).$(MINOR)
+	ln -sf $(notdir $<) $@
+$(B)/lib/liblazarus.a: $(OBJ)/pic/api/lazarus_api.o
+	@mkdir -p $(dir $@)
+	rm -f $@; ar rcs $@ $^
 
 # libckpt's interface (-lckpt, shared and static): the C API and main(), which
 # finds `lazarus` next to the library, or else where this build put it.
 CKPT_OBJ := $(patsubst %,$(OBJ)/pic/%.o,api/libckpt api/lazarus_api common/ckptrc common/util)
 $(OBJ)/pic/api/libckpt.o: CFLAGS += -DLZ_DEFAULT_BIN='"$(abspath $(B))/bin/lazarus"'
-$(B)/lib/libckpt.so: $(CKPT_OBJ)
+$(B)/lib/libckpt.so.$(MAJOR).$(MINOR): $(CKPT_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libckpt.so -o $@ $^ -ldl
+	$(CC) -shared -Wl,-soname,libckpt.so.$(MAJOR) -o $@ $^ -ldl
+$(B)/lib/libckpt.so.$(MAJOR) $(B)/lib/libckpt.so: $(B)/lib/libckpt.so.$(MAJOR).$(MINOR)
+	ln -sf $(notdir $<) $@
 $(B)/lib/libckpt.a: $(CKPT_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@; ar rcs $@ $^
@@ -233,7 +249,10 @@ $(SAN)/bin/lazarus-restore: $(B)/bin/lazarus-restore
 $(SAN)/lib/%.so: $(B)/lib/%.so
 	@mkdir -p $(dir $@)
 	cp -p $< $@
-sanitize: $(SAN)/bin/lazarus $(SAN)/bin/lazarus-s3 $(SAN)/bin/lazarus-restore $(SAN)/lib/liblazarus-rt.so $(SAN)/lib/liblazarus.so
+$(SAN)/lib/liblazarus.so.$(MAJOR): $(B)/lib/liblazarus.so.$(MAJOR)
+	@mkdir -p $(dir $@)
+	cp -p $< $@
+sanitize: $(SAN)/bin/lazarus $(SAN)/bin/lazarus-s3 $(SAN)/bin/lazarus-restore $(SAN)/lib/liblazarus-rt.so $(SAN)/lib/liblazarus.so $(SAN)/lib/liblazarus.so.$(MAJOR)
 
 # gcc's static analyzer over every C file of the tree, one report per file in
 # build/analyze/ (warnings do not stop it; the summary counts them).
@@ -251,7 +270,9 @@ analyze: $(patsubst %.c,$(B)/analyze/%.log,$(ANALYZE_SRC))
 check-layers:
 	@sh scripts/check_layers.sh
 
+include mk/install.mk
+
 clean:
 	rm -rf $(B) $(SAN)
 
-.PHONY: all check sanitize analyze check-layers clean
+.PHONY: all check sanitize analyze check-layers clean install uninstall man

@@ -85,7 +85,7 @@ static const char help[] =
     "  --encrypt-key FILE  encrypt every object sent to the remote store (AES-256-GCM, on\n"
     "              this machine; FILE: 32 bytes, or 64 hex digits); the key never leaves\n"
     "              this process, only its fingerprint is recorded: restart, verify and\n"
-    "              list need --encrypt-key FILE again"
+    "              list need --encrypt-key FILE again\n"
     "  --journal-dir DIR  keep the file journals (what rolls the job's files back) in\n"
     "              DIR/JOB instead of the store: on the file system of the job's files\n"
     "              (shared by the machines), they survive the machine with the files,\n"

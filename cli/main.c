@@ -3,6 +3,7 @@
 #include "util.h"
 #include "batch.h"
 #include "remote_key.h"
+#include "lazarus.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -27,7 +28,8 @@ static const char usage[] =
     "  list [-d DIR|s3://...] [--json]   one row per checkpoint\n"
     "  verify [-d DIR|s3://...] [--at N] [--json]  re-read everything a restart trusts; exit 0 only if all is intact\n"
     "  gc [-d DIR|s3://...]     free the page data and file journals no retained checkpoint needs\n\n"
-    "DIR is the job's checkpoint store (default ./lazarus.ckpt). `lazarus COMMAND --help` for more.\n";
+    "DIR is the job's checkpoint store (default ./lazarus.ckpt). `lazarus COMMAND --help` for more;\n"
+    "`lazarus --version` prints the version; man lazarus.\n";
 
 void human_bytes(char *buf, size_t len, uint64_t b)
 {
@@ -184,26 +186,6 @@ char *abs_dir(const char *dir)
     return out;
 }
 
-const char *install_path(const char *rel)
-{
-    static char buf[8][PATH_MAX];
-    static int slot;
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n < 0) return rel;
-    exe[n] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = 0; /* .../bin */
-    slash = strrchr(exe, '/');
-    if (slash) *slash = 0; /* prefix */
-    char *b = buf[slot++ % 8];
-    if (strlen(exe) + strlen(rel) + 2 > PATH_MAX) return rel;
-    strcpy(b, exe);
-    strcat(b, "/");
-    strcat(b, rel);
-    return b;
-}
-
 /* 0, 1 and 2 open, on /dev/null if closed: else the first files this opens
  * (the store's) would take their numbers, be written to as stdout and
  * stderr, and be handed to the program as the launcher's. */
@@ -222,6 +204,7 @@ int main(int argc, char **argv)
     if (argc < 2) { fputs(usage, stderr); return 2; }
     const char *c = argv[1];
     if (!strcmp(c, "--help") || !strcmp(c, "-h") || !strcmp(c, "help")) { fputs(usage, stdout); return 0; }
+    if (!strcmp(c, "--version") || !strcmp(c, "version")) { printf("lazarus %s\n", LAZARUS_VERSION); return 0; }
     if (!strcmp(c, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(c, "restart")) return cmd_restart(argc - 1, argv + 1);
     if (!strcmp(c, "checkpoint")) return cmd_checkpoint(argc - 1, argv + 1);

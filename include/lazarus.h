@@ -3,6 +3,16 @@
 #ifndef LAZARUS_H
 #define LAZARUS_H
 #include <stddef.h>
+
+/* The version of Lazarus, in this one place: the Makefile reads it from here
+ * for the sonames, lazarus.pc and `lazarus --version`. */
+#define LAZARUS_VERSION_MAJOR 0
+#define LAZARUS_VERSION_MINOR 9
+#define LAZARUS_VERSION_PATCH 0
+#define LAZARUS_VERSION_STR_(x) #x
+#define LAZARUS_VERSION_STR(x) LAZARUS_VERSION_STR_(x)
+/* "MAJOR.MINOR.PATCH" */
+#define LAZARUS_VERSION LAZARUS_VERSION_STR(LAZARUS_VERSION_MAJOR) "." LAZARUS_VERSION_STR(LAZARUS_VERSION_MINOR) "." LAZARUS_VERSION_STR(LAZARUS_VERSION_PATCH)
 #ifdef __cplusplus
 extern "C" {
 #endif

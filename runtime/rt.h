@@ -76,7 +76,7 @@ struct rt_state {
                             * packs are gone, so no writer reads an old pack (no copy mode) */
     int compact;           /* LAZARUS_COMPACT=1 (run --compact): stale bytes bounded (rt_frames.c) */
     int tracing;           /* LAZARUS_TRACE=1 */
-    int nodirty;           /* LAZARUS_NO_DIRTY=1: no dirty tracking, pages compared by digest (tests) */
+    int nodirty;           /* LAZARUS_TEST_NO_DIRTY=1: no dirty tracking, pages compared by digest (tests) */
     int lazyfree;          /* the program called madvise(MADV_FREE) once: clean pages may vanish */
     int noincr;            /* LAZARUS_NO_INCREMENTAL=1 (run --no-incremental): every page stored anew */
     uint64_t mintime_ns;   /* LAZARUS_MINTIME_MS (run --mintime): lazarus_checkpoint_here()'s minimum gap */

@@ -72,7 +72,7 @@ static const char *resolve(const char *file, char *out, size_t len)
 /* The job's variables as this process started with them ("NAME=value"). */
 static const char *const job_names[] = {"LAZARUS_DIR", "LAZARUS_CTL_FD", "LAZARUS_PID", "LAZARUS_DURABILITY",
                                         "LAZARUS_EXCLUDE", "LAZARUS_COMPRESS", "LAZARUS_TCP", "LAZARUS_COMPACT", "LAZARUS_SPOOL", "LAZARUS_JOB", "LAZARUS_INHERITED", "LAZARUS_TRACE", "LAZARUS_JOURNAL_DIR",
-                                        "LAZARUS_NO_FORK", "LAZARUS_NO_DIRTY", "LAZARUS_HOLD_TERM", "LAZARUS_CLONE_MIN",
+                                        "LAZARUS_NO_FORK", "LAZARUS_TEST_NO_DIRTY", "LAZARUS_HOLD_TERM", "LAZARUS_CLONE_MIN",
                                         "LAZARUS_NO_INCREMENTAL", "LAZARUS_MINTIME_MS", "LAZARUS_CHECK_EXCLUSIONS",
                                         "LAZARUS_TEST_JOIN_DELAY_MS" /* tests (rt_init.c) */, "LD_PRELOAD"};
 #define NJOB (sizeof job_names / sizeof job_names[0])

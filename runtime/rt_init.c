@@ -266,7 +266,7 @@ __attribute__((constructor)) static void rt_init(void)
     const char *sp = rt_env("LAZARUS_SPOOL");
     rt.spool = sp && *sp == '1';
     rt.tracing = rt_env("LAZARUS_TRACE") != NULL;
-    const char *nd = rt_env("LAZARUS_NO_DIRTY");
+    const char *nd = rt_env("LAZARUS_TEST_NO_DIRTY");
     rt.nodirty = nd && *nd == '1';
     const char *ni = rt_env("LAZARUS_NO_INCREMENTAL"), *mt = rt_env("LAZARUS_MINTIME_MS");
     rt.noincr = ni && *ni == '1';

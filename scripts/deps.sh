@@ -8,7 +8,9 @@
 # (xfsprogs: the reflink test and bench loop-mount an XFS image), filefrag (e2fsprogs),
 # a Slurm of one node for tests/test_slurm.py and bench/slurm.py (slurmctld slurmd
 # slurm-client munge; their services are not started: the tests start the daemons).
-LZ_DEB_PACKAGES="gcc make pkg-config libc6-dev libxxhash-dev libzstd-dev liblz4-dev libcurl4-openssl-dev libssl-dev libxml2-dev python3 python3-pytest util-linux procps fio xfsprogs e2fsprogs slurmctld slurmd slurm-client munge"
+# Man pages: scdoc turns man/*.scd into roff (`make man`, `make install`); man-db
+# and groff-base render them (tests/test_install.py).
+LZ_DEB_PACKAGES="gcc make pkg-config libc6-dev libxxhash-dev libzstd-dev liblz4-dev libcurl4-openssl-dev libssl-dev libxml2-dev python3 python3-pytest util-linux procps fio xfsprogs e2fsprogs slurmctld slurmd slurm-client munge scdoc man-db groff-base"
 
 lz_pkg_installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'

@@ -601,8 +601,8 @@ def test_address_space_changes(runner, incr_heap, tracking):
     """dontneed / newmap / mremap (moved, grown) / unmap between checkpoints,
     each step checkpointed: every checkpoint stores about the new data only
     (moved or dropped memory is not stored again) and restarts exactly.
-    `digest`: LAZARUS_NO_DIRTY=1, every page compared by digest."""
-    env = {"LAZARUS_NO_DIRTY": "1"} if tracking == "digest" else None
+    `digest`: LAZARUS_TEST_NO_DIRTY=1, every page compared by digest."""
+    env = {"LAZARUS_TEST_NO_DIRTY": "1"} if tracking == "digest" else None
     store = runner.base / "store"
     job = start(runner, store, [incr_heap, 16, 3], "-i", "0", "-k", str(len(STEPS) + 1), env=env)
     states, fresh = {}, {}
