@@ -6,7 +6,9 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 
 static const char *region_kind(uint32_t k)
 {
@@ -316,6 +318,61 @@ static void chan_row(struct show *s, const struct lz_image *img, const struct lz
            peer, *fl ? fl : "-", name ? name : "");
 }
 
+static const char *inet_state(uint32_t st)
+{
+    switch (st) {
+    case LZ_IN_UNBOUND: return "unbound";
+    case LZ_IN_BOUND: return "bound";
+    case LZ_IN_LISTEN: return "listen";
+    case LZ_IN_CONNECTED: return "connected";
+    case LZ_IN_RESET: return "reset";
+    }
+    return "unknown";
+}
+
+/* A TCP or UDP socket: its addresses, state, and the bytes queued to be read
+ * in it (a connection inside the job; one to outside comes back reset). */
+static void inet_row(struct show *s, const struct lz_image *img, const struct lz_inet *r)
+{
+    char la[INET6_ADDRSTRLEN] = "?", pa[INET6_ADDRSTRLEN] = "?";
+    int af = r->family == AF_INET6 ? AF_INET6 : AF_INET;
+    inet_ntop(af, r->local, la, sizeof la);
+    inet_ntop(af, r->peer, pa, sizeof pa);
+    const char *kind = r->type == SOCK_STREAM ? "tcp" : "udp";
+    int has_peer = r->state == LZ_IN_CONNECTED || r->state == LZ_IN_RESET;
+    if (s->json) {
+        jw_obj(&s->w, NULL);
+        jw_i64(&s->w, "pid", img->proc->pid);
+        jw_str(&s->w, "object", "inet");
+        jw_str(&s->w, "kind", kind);
+        jw_u64(&s->w, "ino", 0);
+        jw_null(&s->w, "peer");
+        jw_u64(&s->w, "queued_bytes", r->bytes);
+        jw_u64(&s->w, "messages", 0);
+        jw_u64(&s->w, "capacity", r->rcvbuf);
+        jw_null(&s->w, "name");
+        jw_arr(&s->w, "fds");
+        jw_i64(&s->w, NULL, r->fd);
+        jw_end_arr(&s->w);
+        jw_str(&s->w, "state", inet_state(r->state));
+        jw_str(&s->w, "family", af == AF_INET6 ? "ipv6" : "ipv4");
+        jw_str(&s->w, "local", la);
+        jw_u64(&s->w, "local_port", r->lport);
+        jw_str(&s->w, "remote", has_peer ? pa : NULL);
+        jw_u64(&s->w, "remote_port", r->pport);
+        if (r->peer_fd >= 0) jw_i64(&s->w, "peer_fd", r->peer_fd); else jw_null(&s->w, "peer_fd");
+        jw_end_obj(&s->w);
+        return;
+    }
+    char q[32], cap[32], fd[16], name[2 * INET6_ADDRSTRLEN + 64];
+    human_bytes(q, sizeof q, r->bytes);
+    human_bytes(cap, sizeof cap, r->rcvbuf);
+    snprintf(fd, sizeof fd, "%d", r->fd);
+    if (has_peer) snprintf(name, sizeof name, "%s %s:%u -> %s:%u", inet_state(r->state), la, r->lport, pa, r->pport);
+    else snprintf(name, sizeof name, "%s %s:%u", inet_state(r->state), la, r->lport);
+    printf("%7d  %-11s %-9s %10s %10s %6u %10s %10s  %-10s %s\n", img->proc->pid, "inet", kind, "-", q, 0u, cap, "-", fd, name);
+}
+
 void show_chans(struct show *s)
 {
     heading(s, "PIPES AND SOCKETS (QUEUED: bytes in flight the restart puts back)");
@@ -338,6 +395,7 @@ void show_chans(struct show *s)
             }
             chan_row(s, img, &u->q, u->flags & LZ_US_LISTEN ? "listener" : "unix-socket", u->fd, name);
         }
+        for (size_t i = 0; i < img->ninets; i++) inet_row(s, img, &img->inets[i]);
     }
     if (s->json) jw_end_arr(&s->w);
 }
