@@ -60,6 +60,9 @@ static int show_load(struct show *s)
         return -1;
     }
     s->imgs = lz_xcalloc(s->tree.nprocs + 1, sizeof *s->imgs);
+    size_t live = 0;
+    for (size_t k = 0; k < s->tree.nprocs; k++) live += s->tree.procs[k].state == LZ_TP_LIVE;
+    if (!live) { lz_err("checkpoint %" PRIu64 " is damaged: its tree has no live process", s->index); return -1; }
     for (size_t k = 0; k < s->tree.nprocs; k++) {
         char part[LZ_PATH_MAX + 128];
         if (s->tree.procs[k].state != LZ_TP_LIVE) continue;
@@ -82,7 +85,9 @@ static void show_free(struct show *s)
 /* Who the checkpoint is: the document's first members, or the text's first lines. */
 static void show_header(struct show *s)
 {
-    const struct lz_header *h = s->imgs[0].hdr;
+    size_t first = 0; /* the main program; a tree whose first process is no more has another live one */
+    while (first + 1 < s->tree.nprocs && s->tree.procs[first].state != LZ_TP_LIVE) first++;
+    const struct lz_header *h = s->imgs[first].hdr;
     size_t threads = 0, live = 0;
     uint64_t mem = 0, stored = 0;
     for (size_t k = 0; k < s->tree.nprocs; k++) {
@@ -104,6 +109,7 @@ static void show_header(struct show *s)
         jw_u64(&s->w, "created_ns", h->created_ns);
         jw_str(&s->w, "trigger", trigger);
         jw_u64(&s->w, "parent", h->parent);
+        jw_i64(&s->w, "pid", s->imgs[first].proc->pid);
         jw_u64(&s->w, "processes", live);
         jw_u64(&s->w, "threads_total", threads);
         jw_u64(&s->w, "memory_bytes", mem);
