@@ -30,7 +30,7 @@ static const char help[] =
     "Without WHAT, all of them.\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
     "  --at N    the checkpoint (default: the newest)\n"
-    "  --json    one JSON document (its schema: ARCHITECTURE.md, \"lazarus show --json\")\n"
+    "  --json    one JSON document (its schema: ARCHITECTURE.md, \"Inspecting a checkpoint\")\n"
     "-d s3://BUCKET/PREFIX: checkpoint N of that remote store, fetched into a scratch\n"
     "directory of $TMPDIR (removed after); --endpoint, --ca-file, --insecure, --addressing\n"
     "and --encrypt-key as for restart.  Exit 1 if there is no such store or checkpoint,\n"
