@@ -32,14 +32,17 @@ static const char help[] =
     "  --at N    the checkpoint (default: the newest)\n"
     "  --json    one JSON document (its schema: ARCHITECTURE.md, \"Inspecting a checkpoint\")\n"
     "-d s3://BUCKET/PREFIX: checkpoint N of that remote store, fetched into a scratch\n"
-    "directory of $TMPDIR (removed after); --endpoint, --ca-file, --insecure, --addressing\n"
-    "and --encrypt-key as for restart.  Exit 1 if there is no such store or checkpoint,\n"
+    "directory of $TMPDIR (removed after); the journal only when asked for (`journal`:\n"
+    "read where the job kept it, run --journal-dir); --endpoint, --ca-file, --insecure,\n"
+    "--addressing and --encrypt-key as for restart.  Exit 1 if there is no such store or checkpoint,\n"
     "or it is damaged (one line on stderr), 2 on a usage error.\n";
 
 static const char *const whats[] = {"tree", "threads", "regions", "fds", "chans", "journal", "packs"};
 #define NWHATS (sizeof whats / sizeof *whats)
 
-struct show_args { const char *what; int json; };
+/* no_journal: a remote checkpoint fetched without the journals (they are
+ * where the job kept them, only `show -d s3://... journal` asks for them) */
+struct show_args { const char *what; int json, no_journal; };
 
 static void utc(char *buf, size_t len, uint64_t ns)
 {
@@ -140,6 +143,10 @@ static int show_dir(const char *d, int have_at, uint64_t at, const struct show_a
     for (size_t i = 0; i < NWHATS; i++) {
         const char *w = whats[i];
         if (a->what && strcmp(a->what, w)) continue;
+        if (a->no_journal && !strcmp(w, "journal")) {
+            if (!s.json) printf("\n(the file journal: `lazarus show -d s3://... journal` reads it where the job kept it)\n");
+            continue;
+        }
         if (!strcmp(w, "tree")) show_tree(&s);
         else if (!strcmp(w, "threads")) show_threads(&s);
         else if (!strcmp(w, "regions")) show_regions(&s);
@@ -167,7 +174,7 @@ int cmd_show(int argc, char **argv)
     struct cli_opts o;
     int first = parse_opts(argc, argv, "show", "dajEAIPY", help, &o);
     if (first < 0) return 2;
-    struct show_args a = {first < argc ? argv[first] : NULL, o.json};
+    struct show_args a = {first < argc ? argv[first] : NULL, o.json, 0};
     if (first + 1 < argc) { lz_err("show: unexpected argument '%s'", argv[first + 1]); return 2; }
     int known = !a.what;
     for (size_t i = 0; i < NWHATS && !known; i++) known = !strcmp(a.what, whats[i]);
@@ -176,9 +183,10 @@ int cmd_show(int argc, char **argv)
         return 2;
     }
     if (s3_is_url(o.dir)) {
-        /* fetched as `restart` would; only the journal needs the job's journals where it kept them */
-        int need_journals = !a.what || !strcmp(a.what, "journal");
-        struct remote_opts ro = {o.endpoint, o.ca_file, o.addressing, NULL, o.insecure, !need_journals, 1};
+        /* fetched as `restart` would; only `journal` needs the job's journals where it kept them
+         * (run --journal-dir), which a summary does not insist on */
+        a.no_journal = !a.what;
+        struct remote_opts ro = {o.endpoint, o.ca_file, o.addressing, NULL, o.insecure, a.what == NULL || strcmp(a.what, "journal") != 0, 1};
         return remote_in_scratch(o.dir, ro, o.have_at, o.at, "show", show_fetched, &a);
     }
     if (o.endpoint || o.ca_file || o.insecure || o.addressing || o.encrypt_key) {

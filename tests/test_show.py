@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import _compile, ckpt_path, find_program, snapshot
+from s3server import s3server  # noqa: F401  (the fixture)
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +195,31 @@ def test_bad_inputs_refused_store_untouched(runner, show_prog):
     for args in (["-d", store], ["-d", store, "--json", "threads"]):
         refused(args, 1, rf"checkpoint {idx} is damaged: .*manifest")
     assert snapshot(store) == snap, "show changed a damaged store"
+
+
+def test_show_remote_checkpoint(runner, show_prog, s3server):
+    """-d s3://: the published checkpoint, fetched into a scratch directory of
+    $TMPDIR (removed after), shows the same threads and queued bytes."""
+    from test_s3_flush import wait_published
+    runner.env.update(s3server.env())
+    url = f"s3://{s3server.bucket()}/show"
+    work = runner.mkdir("w")
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--remote", url, "--", show_prog, work)
+    try:
+        proc.wait_for_output(r"^ready ", timeout=60)
+        idx = runner.checkpoint_when_up(store)
+        wait_published(runner, store, idx, proc)
+        local = show(runner, store, "--at", idx)
+        for what in ("threads", "chans"):
+            d = show(runner, url, what)
+            assert d["index"] == idx, d
+            assert d[what] == local[what], (what, d[what], local[what])
+        d = show(runner, url)  # all but the journal, which is where the job kept it (not --journal-dir here)
+        assert "journal" not in d and len(d["threads"]) == 2 and d["packs"], d
+        r = show(runner, url, "journal", check=False)
+        assert r.rc == 1 and len(r.stderr_lines()) == 1 and "journal" in r.stderr, str(r)
+        assert not [n for n in os.listdir(runner.base) if n.startswith("lazarus-show-")], "scratch left behind"
+    finally:
+        runner.touch(work / "stop")
+    assert proc.wait(timeout=60) == 0, proc.stderr
