@@ -278,6 +278,13 @@ int lz_store_gc(const char *dir, struct lz_gc_stats *st, char *why, size_t whyle
     return rc;
 }
 
+static int usage_cmp(const void *a, const void *b)
+{
+    const struct lz_pack_usage *x = a, *y = b;
+    if (x->index != y->index) return x->index < y->index ? -1 : 1;
+    return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
 /* Read only, no lock: a checkpoint removed meanwhile references nothing
  * (load_refs), a pack removed meanwhile is left out. */
 int lz_store_pack_usage(const char *dir, struct lz_pack_usage **out, size_t *count, char *why, size_t whylen)
@@ -321,6 +328,7 @@ int lz_store_pack_usage(const char *dir, struct lz_pack_usage **out, size_t *cou
     free(rs.r);
     if (pfd >= 0) close(pfd);
     close(dfd);
+    qsort(u, m, sizeof *u, usage_cmp); /* by N, the main program's pack first */
     *out = u;
     *count = m;
     return 0;

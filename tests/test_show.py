@@ -58,8 +58,8 @@ def proc_state(pid: int) -> dict:
     return {"threads": threads, "fds": fds, "maps": maps}
 
 
-def _start(runner, show_prog):
-    work = runner.mkdir("w")
+def _start(runner, show_prog, name="w"):
+    work = runner.mkdir(name)
     store = runner.base / "store"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", show_prog, work)
     m = proc.wait_for_output(r"^ready (\d+) (\d+) (\d+) (\d+)$", timeout=60)
@@ -69,7 +69,8 @@ def _start(runner, show_prog):
 
 
 def test_show_names_what_the_live_program_holds(runner, show_prog):
-    work, store, proc, pid, (pr, pw, sa, sb) = _start(runner, show_prog)
+    # a directory name JSON must escape: quotes, a backslash, a tab, a non-ASCII letter
+    work, store, proc, pid, (pr, pw, sa, sb) = _start(runner, show_prog, 'w "q"\\\u00e9\tt')
     try:
         before = proc_state(pid)
         idx = runner.checkpoint_when_up(store)
