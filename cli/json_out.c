@@ -73,3 +73,9 @@ void jw_dbl(struct jw *w, const char *key, double v)
     member(w, key);
     if (isfinite(v)) fprintf(w->f, "%.6g", v); else fputs("null", w->f);
 }
+
+void jw_fixed(struct jw *w, const char *key, double v, int decimals)
+{
+    member(w, key);
+    if (isfinite(v)) fprintf(w->f, "%.*f", decimals, v); else fputs("null", w->f);
+}

@@ -1,5 +1,5 @@
 /* A small streaming JSON writer shared by the commands' --json output
- * (`show`, `verify`): strings escaped (quotes, backslashes, control
+ * (`show`, `list`, `verify`): strings escaped (quotes, backslashes, control
  * characters; bytes that are not UTF-8, as a path may hold, as \u00XX so
  * the document always parses), numbers as numbers, commas placed for the
  * caller.  Keys are NULL inside arrays. */
@@ -23,7 +23,8 @@ void jw_end_arr(struct jw *w);
 void jw_str(struct jw *w, const char *key, const char *s); /* s NULL: null */
 void jw_u64(struct jw *w, const char *key, uint64_t v);
 void jw_i64(struct jw *w, const char *key, int64_t v);
-void jw_dbl(struct jw *w, const char *key, double v);
+void jw_dbl(struct jw *w, const char *key, double v);             /* %.6g */
+void jw_fixed(struct jw *w, const char *key, double v, int decimals); /* %.Nf */
 void jw_bool(struct jw *w, const char *key, int v);
 void jw_null(struct jw *w, const char *key);
 /* A string literal, escaped, on its own (for callers that print the rest). */
