@@ -132,6 +132,10 @@ CLI_SRC := \
 	cli/cmd_verify.c \
 	cli/cmd_checkpoint.c \
 	cli/cmd_gc.c \
+	cli/cmd_show.c \
+	cli/show_proc.c \
+	cli/show_store.c \
+	cli/json_out.c \
 	cli/pidns.c \
 	cli/identity.c \
 	cli/job.c \

@@ -5,6 +5,7 @@
 #include "util.h"
 #include "rollback.h"
 #include "remote_store.h"
+#include "json_out.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -81,10 +82,12 @@ int cmd_list(int argc, char **argv)
     if (n < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
     uint64_t *fstat_files = lz_xcalloc((size_t)n + 1, sizeof *fstat_files), *fstat_bytes = lz_xcalloc((size_t)n + 1, sizeof *fstat_bytes);
     fj_store_stats(dir, v, n, fstat_files, fstat_bytes);
-    if (o.json) printf("[");
+    struct jw w; /* --json: the array, one object per checkpoint */
+    jw_init(&w, stdout);
+    if (o.json) jw_arr(&w, NULL);
     else printf("%6s  %-20s  %-9s  %9s  %10s  %10s  %10s  %9s  %9s  %6s  %10s%s\n", "INDEX", "TIME (UTC)", "TRIGGER", "PROC/THR", "MEMORY",
                 "CHANGED", "STORED", "PAUSE", "DURABLE", "FILES", "UNDO", remote ? "  WHERE" : "");
-    int bad = 0, shown = 0;
+    int bad = 0;
     for (int i = 0; i < n; i++) {
         char ck[LZ_PATH_MAX + 64], why[1024], when[32], mem[32], changed[32], stored[32], ub[32];
         lz_ckpt_path(ck, sizeof ck, dir, v[i]);
@@ -129,17 +132,29 @@ int cmd_list(int argc, char **argv)
         uint64_t files = fstat_files[i], undo = fstat_bytes[i];
         utc(when, sizeof when, h->created_ns);
         if (o.json) {
-            printf("%s\n  {\"index\": %" PRIu64 ", \"time\": \"%s\", \"created_ns\": %" PRIu64 ", \"trigger\": \"%s\", "
-                   "\"memory_bytes\": %" PRIu64 ", \"data_bytes\": %" PRIu64 ", \"changed_bytes\": %" PRIu64
-                   ", \"stored_bytes\": %" PRIu64 ", \"codec\": \"%s\", \"pause_ms\": %.3f, \"durable_ms\": %.3f"
-                   ", \"parent\": %" PRIu64 ", \"pid\": %d, \"processes\": %zu, \"threads\": %zu, \"files\": %" PRIu64 ", \"undo_bytes\": %" PRIu64
-                   ", \"local\": true, \"remote\": %s"
-                   ", \"excluded_dead_bytes\": %" PRIu64 ", \"excluded_readonly_bytes\": %" PRIu64 "}",
-                   shown ? "," : "", h->index, when, h->created_ns, lz_trigger_name(h->trigger), h->mem_bytes,
-                   h->data_bytes, h->changed_bytes, h->stored_bytes, lz_codec_name((int)h->codec),
-                   (double)h->pause_ns / 1e6, (double)h->durable_ns / 1e6, h->parent, img.proc->pid, nprocs, nthreads, files, undo,
-                   rs_is_published(&rs, h->index) ? "true" : "false",
-                   excluded(&img, LZ_EXCL_DEAD), excluded(&img, LZ_EXCL_READONLY));
+            jw_obj(&w, NULL);
+            jw_u64(&w, "index", h->index);
+            jw_str(&w, "time", when);
+            jw_u64(&w, "created_ns", h->created_ns);
+            jw_str(&w, "trigger", lz_trigger_name(h->trigger));
+            jw_u64(&w, "memory_bytes", h->mem_bytes);
+            jw_u64(&w, "data_bytes", h->data_bytes);
+            jw_u64(&w, "changed_bytes", h->changed_bytes);
+            jw_u64(&w, "stored_bytes", h->stored_bytes);
+            jw_str(&w, "codec", lz_codec_name((int)h->codec));
+            jw_fixed(&w, "pause_ms", (double)h->pause_ns / 1e6, 3);
+            jw_fixed(&w, "durable_ms", (double)h->durable_ns / 1e6, 3);
+            jw_u64(&w, "parent", h->parent);
+            jw_i64(&w, "pid", img.proc->pid);
+            jw_u64(&w, "processes", nprocs);
+            jw_u64(&w, "threads", nthreads);
+            jw_u64(&w, "files", files);
+            jw_u64(&w, "undo_bytes", undo);
+            jw_bool(&w, "local", 1);
+            jw_bool(&w, "remote", rs_is_published(&rs, h->index));
+            jw_u64(&w, "excluded_dead_bytes", excluded(&img, LZ_EXCL_DEAD));
+            jw_u64(&w, "excluded_readonly_bytes", excluded(&img, LZ_EXCL_READONLY));
+            jw_end_obj(&w);
         } else {
             human_bytes(mem, sizeof mem, h->mem_bytes);
             human_bytes(changed, sizeof changed, h->changed_bytes);
@@ -151,10 +166,9 @@ int cmd_list(int argc, char **argv)
                    !remote ? "" : rs_is_published(&rs, h->index) ? (rj.stream ? "  remote" : "  local+remote")
                    : rj.stream ? "  fallback" : "  local");
         }
-        shown++;
         lz_image_free(&img);
     }
-    if (o.json) printf("%s]\n", shown ? "\n" : "");
+    if (o.json) { jw_end_arr(&w); putchar('\n'); }
     /* a failure is news only while no later checkpoint succeeded */
     struct lz_job job;
     if (!o.json && lz_job_read(dir, &job) == 0 && job.failed_index > (n > 0 ? v[n - 1] : 0)) {

@@ -4,6 +4,7 @@
  * journal (records, saved bytes, where each belongs); changes nothing. */
 #include "cli.h"
 #include "journal_read.h"
+#include "json_out.h"
 #include "place.h"
 #include "store.h"
 #include "util.h"
@@ -32,18 +33,6 @@ static const char help[] =
 
 static int json_first = 1;
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
-    }
-    putchar('"');
-}
-
 /* One piece's result, as a line or a JSON object.  index < 0: the store's. */
 static void report(int json, int64_t index, const char *piece, const char *error)
 {
@@ -52,9 +41,9 @@ static void report(int json, int64_t index, const char *piece, const char *error
         json_first = 0;
         if (index < 0) printf("null"); else printf("%" PRId64, index);
         printf(", \"piece\": ");
-        json_str(piece);
+        json_put_str(stdout, piece);
         printf(", \"intact\": %s, \"error\": ", error ? "false" : "true");
-        if (error) json_str(error); else printf("null");
+        if (error) json_put_str(stdout, error); else printf("null");
         printf("}");
     } else if (error) {
         lz_err("%s", error);

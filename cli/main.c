@@ -27,7 +27,9 @@ static const char usage[] =
     "  diff [-d DIR] [--at N]   what a restart to N would change in the files\n"
     "  list [-d DIR|s3://...] [--json]   one row per checkpoint\n"
     "  verify [-d DIR|s3://...] [--at N] [--json]  re-read everything a restart trusts; exit 0 only if all is intact\n"
-    "  gc [-d DIR|s3://...]     free the page data and file journals no retained checkpoint needs\n\n"
+    "  gc [-d DIR|s3://...]     free the page data and file journals no retained checkpoint needs\n"
+    "  show [-d DIR|s3://...] [--at N] [--json] [tree|threads|regions|fds|chans|journal|packs]\n"
+    "                           what checkpoint N holds (default: the newest, all of it)\n\n"
     "DIR is the job's checkpoint store (default ./lazarus.ckpt). `lazarus COMMAND --help` for more;\n"
     "`lazarus --version` prints the version; man lazarus.\n";
 
@@ -212,7 +214,8 @@ int main(int argc, char **argv)
     if (!strcmp(c, "verify")) return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(c, "diff")) return cmd_diff(argc - 1, argv + 1);
     if (!strcmp(c, "gc")) return cmd_gc(argc - 1, argv + 1);
+    if (!strcmp(c, "show")) return cmd_show(argc - 1, argv + 1);
     if (!strcmp(c, "__lazy-serve")) return cmd_lazy_serve(argc - 1, argv + 1); /* restart --lazy's fault server */
-    lz_err("unknown command '%s' (commands: run, checkpoint, restart, list, verify, diff, gc; see `lazarus --help`)", c);
+    lz_err("unknown command '%s' (commands: run, checkpoint, restart, list, verify, diff, gc, show; see `lazarus --help`)", c);
     return 2;
 }

@@ -7,7 +7,7 @@ _lazarus()
     local s3="--endpoint --ca-file --insecure --addressing"
     COMPREPLY=()
     if [ "$COMP_CWORD" -eq 1 ]; then
-        COMPREPLY=($(compgen -W "run checkpoint restart diff list verify gc --help --version" -- "$cur"))
+        COMPREPLY=($(compgen -W "run checkpoint restart diff list verify gc show --help --version" -- "$cur"))
         return
     fi
     local opts
@@ -22,6 +22,7 @@ _lazarus()
     list) opts="-d --dir --json --fallback --encrypt-key $s3 --help" ;;
     verify) opts="-d --dir --at --json --encrypt-key $s3 --help" ;;
     gc) opts="-d --dir --older-than $s3 --help" ;;
+    show) opts="-d --dir --at --json --encrypt-key $s3 --help tree threads regions fds chans journal packs" ;;
     *) return ;;
     esac
     # --tcp=VALUE: bash splits the word at '='

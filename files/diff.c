@@ -16,13 +16,24 @@
 #include <time.h>
 #include <unistd.h>
 
-struct line { char *text; };
+struct line { const char *kind; char *path; };
 static int line_cmp(const void *a, const void *b)
 {
-    return strcmp(((const struct line *)a)->text + 9, ((const struct line *)b)->text + 9);
+    return strcmp(((const struct line *)a)->path, ((const struct line *)b)->path);
+}
+
+static void print_line(const char *kind, const char *path, void *arg)
+{
+    fprintf(arg, "%-8s %s\n", kind, path);
 }
 
 size_t fj_plan_diff(const struct fj_plan *p, int64_t stop, FILE *out)
+{
+    return fj_plan_changes(p, stop, print_line, out);
+}
+
+size_t fj_plan_changes(const struct fj_plan *p, int64_t stop, void (*each)(const char *kind, const char *path, void *arg),
+                       void *arg)
 {
     size_t n, nl = 0, cap = 64;
     struct line *lines = lz_xmalloc(cap * sizeof *lines);
@@ -33,8 +44,8 @@ size_t fj_plan_diff(const struct fj_plan *p, int64_t stop, FILE *out)
     char where[LZ_PATH_MAX * 2], what[64];
     fj_locate_reset();
     fj_aliases_load(p->dir);
-#define ADD(kind, path) do { if (nl == cap) { cap *= 2; lines = lz_xrealloc(lines, cap * sizeof *lines); } \
-        if (asprintf(&lines[nl].text, "%-8s %s", kind, path) > 0) nl++; } while (0)
+#define ADD(k_, p_) do { if (nl == cap) { cap *= 2; lines = lz_xrealloc(lines, cap * sizeof *lines); } \
+        lines[nl].kind = k_; lines[nl++].path = lz_xstrdup(p_); } while (0)
     for (size_t i = 0; i < n; i++) {
         const struct fj_name *nm = NAME(w[i].r);
         int have = lstat(w[i].path, &st) == 0;
@@ -63,7 +74,7 @@ size_t fj_plan_diff(const struct fj_plan *p, int64_t stop, FILE *out)
             const char *path = inode_path(r);
             int dup = 0;
             for (size_t k = 0; k < nseen && !dup; k++) dup = !strcmp(seen[k], path);
-            for (size_t k = 0; k < nl && !dup; k++) dup = !strcmp(lines[k].text + 9, path);
+            for (size_t k = 0; k < nl && !dup; k++) dup = !strcmp(lines[k].path, path);
             if (dup) continue;
             /* something to undo if the content was saved, or size/mode/time moved */
             const struct fj_inode *in = INODE(r);
@@ -86,7 +97,7 @@ size_t fj_plan_diff(const struct fj_plan *p, int64_t stop, FILE *out)
             if (changed) ADD("modified", path);
         }
     qsort(lines, nl, sizeof *lines, line_cmp);
-    for (size_t i = 0; i < nl; i++) { fprintf(out, "%s\n", lines[i].text); free(lines[i].text); }
+    for (size_t i = 0; i < nl; i++) { each(lines[i].kind, lines[i].path, arg); free(lines[i].path); }
     free(lines);
     free(seen);
     free(w);

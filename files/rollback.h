@@ -62,6 +62,10 @@ char *fj_change_list(const struct fj_change *v, size_t n, size_t max, const char
  * rollback under way, or not known): nothing is told apart.  Returns how
  * many lines. */
 size_t fj_plan_diff(const struct fj_plan *p, int64_t stop_ns, FILE *out);
+/* The same, one call of each(kind, path, arg) per line, sorted by path
+ * (kind: "modified", "removed", "restored", "lost"): `show`'s journal. */
+size_t fj_plan_changes(const struct fj_plan *p, int64_t stop_ns, void (*each)(const char *kind, const char *path, void *arg),
+                       void *arg);
 
 /* Applies the journals newest first; idempotent, so after a crash it is
  * simply run again.  delay_ms > 0 sleeps after each step (tests kill there). */

@@ -277,3 +277,59 @@ int lz_store_gc(const char *dir, struct lz_gc_stats *st, char *why, size_t whyle
     close(lk);
     return rc;
 }
+
+static int usage_cmp(const void *a, const void *b)
+{
+    const struct lz_pack_usage *x = a, *y = b;
+    if (x->index != y->index) return x->index < y->index ? -1 : 1;
+    return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+/* Read only, no lock: a checkpoint removed meanwhile references nothing
+ * (load_refs), a pack removed meanwhile is left out. */
+int lz_store_pack_usage(const char *dir, struct lz_pack_usage **out, size_t *count, char *why, size_t whylen)
+{
+    *out = NULL;
+    *count = 0;
+    uint64_t *v;
+    int n = lz_store_list(dir, &v);
+    if (n < 0) { snprintf(why, whylen, "cannot read %s: %s", dir, strerror(errno)); return -1; }
+    struct refs rs = {0};
+    int rc = load_refs(dir, v, n, &rs, why, whylen);
+    free(v);
+    if (rc < 0) { free(rs.r); return -1; }
+    merge_ranges(&rs);
+    int pfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), dfd = pfd;
+    pfd = dfd >= 0 ? openat(dfd, LZ_PACKS_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    struct pack_entry *packs = NULL;
+    size_t np = 0;
+    if (dfd < 0 || (pfd < 0 && errno != ENOENT) || list_packs(pfd, UINT64_MAX >> PID_BITS, &packs, &np) < 0) {
+        snprintf(why, whylen, "cannot read %s/%s: %s", dir, LZ_PACKS_DIR, strerror(errno));
+        if (pfd >= 0) close(pfd);
+        if (dfd >= 0) close(dfd);
+        free(rs.r);
+        return -1;
+    }
+    struct lz_pack_usage *u = lz_xcalloc(np + 1, sizeof *u);
+    size_t m = 0;
+    for (size_t i = 0; i < np; i++) {
+        struct stat ps;
+        if (fstatat(pfd, packs[i].name, &ps, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(ps.st_mode)) continue;
+        struct lz_pack_usage *p = &u[m++];
+        snprintf(p->name, sizeof p->name, "%s", packs[i].name);
+        p->index = packs[i].id >> PID_BITS;
+        p->pid = (int32_t)(packs[i].id & ((1ull << PID_BITS) - 1));
+        p->size = (uint64_t)ps.st_size;
+        p->disk_bytes = (uint64_t)ps.st_blocks * LZ_ST_BLOCK_BYTES;
+        for (size_t k = 0; k < rs.n; k++)
+            if (rs.r[k].pack == packs[i].id) p->live_bytes += (rs.r[k].end < p->size ? rs.r[k].end : p->size) - (rs.r[k].start < p->size ? rs.r[k].start : p->size);
+    }
+    free(packs);
+    free(rs.r);
+    if (pfd >= 0) close(pfd);
+    close(dfd);
+    qsort(u, m, sizeof *u, usage_cmp); /* by N, the main program's pack first */
+    *out = u;
+    *count = m;
+    return 0;
+}

@@ -24,4 +24,16 @@ void lz_store_drop_branch(const char *dir, uint64_t after, uint64_t before);
 /* Deletes every pack and every jrnl.* under gc.lock: a new job has no use for
  * a finished one's data. */
 void lz_store_clear_data(const char *dir);
+/* For `show`: every pack of the store, with the bytes of it the retained
+ * checkpoints reference (the rest is what `gc` frees or punched already).
+ * Reads only, takes no lock.  0 and *out malloc'ed, or -1 with why. */
+struct lz_pack_usage {
+    char name[64];        /* pack.N or pack.N.PID */
+    uint64_t index;       /* N */
+    int32_t pid;          /* PID of a pack.N.PID (another process's part), 0 */
+    uint64_t size;        /* st_size */
+    uint64_t disk_bytes;  /* st_blocks: holes punched by gc take none */
+    uint64_t live_bytes;  /* referenced by a retained checkpoint's frames */
+};
+int lz_store_pack_usage(const char *dir, struct lz_pack_usage **out, size_t *count, char *why, size_t whylen);
 #endif

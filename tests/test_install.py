@@ -198,7 +198,8 @@ def test_bash_completion(prefix):
     cp = subprocess.run(["bash", "-c", f'source "{comp}" && complete -p lazarus'], capture_output=True, text=True)
     assert cp.returncode == 0 and cp.stdout.strip() == "complete -F _lazarus lazarus", cp
     assert _bash_complete(comp, ["lazarus", "re"]) == ["restart"]
-    assert _bash_complete(comp, ["lazarus", ""])[:7] == _commands(prefix / "bin" / "lazarus")
+    commands = _commands(prefix / "bin" / "lazarus")
+    assert _bash_complete(comp, ["lazarus", ""])[:len(commands)] == commands
     assert set(_bash_complete(comp, ["lazarus", "run", "--durability", ""])) == {"process", "machine"}
     # after the program, its own words: no lazarus options
     assert _bash_complete(comp, ["lazarus", "run", "-d", "s", "--", "ls", "--no"]) == []

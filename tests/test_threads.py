@@ -16,6 +16,7 @@ checkpoint handler, recreated by the restorer with its TID).
   fails within 15 s naming the thread, the program runs on, and once the
   thread unblocks it is checkpointed, restarted and finishes correctly.
 """
+import json
 import os
 import re
 import shutil
@@ -28,8 +29,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import lzformat
-from conftest import (IS_ROOT, Proc, _compile, ckpt_dirs, ckpt_path, find_program, kill_program,
+from conftest import (IS_ROOT, Proc, _compile, ckpt_dirs, find_program, kill_program,
                       run_until_done, tmp_entries)
 
 # --------------------------------------------------------------------------
@@ -86,12 +86,13 @@ def plain_run(argv, env=None, files=(), before=None, timeout=300):
 ONE_MODE = ["root"] if IS_ROOT else ["user"]
 
 
-def manifest_threads(store: Path, index: int) -> list:
-    """(tid, name) of every thread in checkpoint index's manifest: its
-    THREADS section (type 9, struct lz_thread[] of 216 bytes: tid at 0, the
-    name at 8; common/format.h)."""
-    m = lzformat.Manifest.load(ckpt_path(store, index) / "manifest")
-    return [(t.tid, lzformat.cstr(t.comm)) for t in m.threads]
+def manifest_threads(runner, store: Path, index: int) -> list:
+    """(tid, name) of every thread of the main program in checkpoint index,
+    as `lazarus show --json threads` reads them from its manifest."""
+    r = runner.lz("show", "-d", store, "--at", index, "--json", "threads", timeout=60)
+    assert r.rc == 0, f"lazarus show failed\n{r}"
+    d = json.loads(r.stdout)
+    return [(t["tid"], t["name"]) for t in d["threads"] if t["pid"] == d["pid"]]
 
 
 def need(mode):
@@ -248,7 +249,7 @@ def probe_restart(mode, runner, tprogs):
         return _probe_runs[mode]
     store, proc, before = start_probe(runner, tprogs.probe)
     index = runner.checkpoint(store)
-    in_manifest = manifest_threads(store, index)
+    in_manifest = manifest_threads(runner, store, index)
     kill_program(proc, "probe-main")
     r = runner.start_lz("restart", "-d", store)
     # the restored threads, seen from outside before the program is let go
@@ -336,7 +337,7 @@ def test_checkpoint_after_restart_has_every_thread(mode, runner, tprogs):
     r = runner.start_lz("restart", "-d", store)
     wait_restored(r, "probe-main", PROBE_THREADS)
     index = runner.checkpoint(store)
-    names = sorted(n for _, n in manifest_threads(store, index))
+    names = sorted(n for _, n in manifest_threads(runner, store, index))
     assert names == sorted(PROBE_THREADS), f"checkpoint {index} of the restarted program holds threads {names}"
     kill_program(r, "probe-main")
     r = runner.start_lz("restart", "-d", store)
@@ -403,7 +404,7 @@ def test_thread_churn_checkpoints(mode, runner, tprogs):
     assert len(done) >= 8, f"only {len(done)} checkpoints in the run"
     assert runner.indexes(store) == done, f"list shows {runner.indexes(store)}, checkpoint returned {done}"
     assert tmp_entries(store) == []
-    nthreads = {i: len(manifest_threads(store, i)) for i in done}
+    nthreads = {i: len(manifest_threads(runner, store, i)) for i in done}
     print("threads in each checkpoint:", " ".join(str(nthreads[i]) for i in done))
     assert max(nthreads.values()) > 16, f"checkpoints caught few threads: {nthreads}"
     for idx in sorted(done, reverse=True):
