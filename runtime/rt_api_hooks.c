@@ -149,7 +149,7 @@ static void *hooks_thread(void *unused)
         __atomic_store_n(&running, 0, __ATOMIC_RELEASE);
         __atomic_add_fetch(&idle, 1, __ATOMIC_RELEASE);
         rt_futex_wake_all(&idle);
-        if (!pending()) rt_futex_wait_ns(&bell, seen, 1000000000ull);
+        if (!pending()) rt_futex_wait_ns(&bell, seen, 10000000000ull); /* (rung: no wake-up is lost) */
     }
     return NULL;
 }
