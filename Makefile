@@ -46,6 +46,9 @@ RT_SRC := \
 	runtime/rt_plan.c \
 	runtime/rt_exclude.c \
 	runtime/rt_here.c \
+	runtime/rt_disable.c \
+	runtime/rt_api_hooks.c \
+	runtime/rt_api_info.c \
 	runtime/rt_dedup.c \
 	runtime/rt_frames.c \
 	runtime/rt_packio.c \

@@ -54,3 +54,62 @@ __attribute__((visibility("default"))) int lazarus_checkpoint_here(unsigned long
     if (index) *index = 0;
     return f ? f(index) : LAZARUS_INACTIVE;
 }
+
+/* The fuller API (lazarus.h): each a no-op with a documented result when the
+ * runtime is absent. */
+#define RT_CALL(type, name, ...) \
+    static void *slot; \
+    static int looked; \
+    type f = (type)rt_entry(&slot, &looked, name)
+
+typedef int (*int_fn)(void);
+typedef const char *(*str_fn)(void);
+typedef int (*on_fn)(int, void (*)(int, void *), void *);
+
+__attribute__((visibility("default"))) int lazarus_is_enabled(void)
+{
+    RT_CALL(int_fn, "lazarus_rt_is_enabled");
+    return f ? f() : 0;
+}
+
+__attribute__((visibility("default"))) int lazarus_disable(void)
+{
+    RT_CALL(int_fn, "lazarus_rt_disable");
+    return f ? f() : 0;
+}
+
+__attribute__((visibility("default"))) int lazarus_enable(void)
+{
+    RT_CALL(int_fn, "lazarus_rt_enable");
+    return f ? f() : 0;
+}
+
+__attribute__((visibility("default"))) int lazarus_on(int event, void (*fn)(int, void *), void *arg)
+{
+    RT_CALL(on_fn, "lazarus_rt_on");
+    return f ? f(event, fn, arg) : 0;
+}
+
+__attribute__((visibility("default"))) const char *lazarus_store_dir(void)
+{
+    RT_CALL(str_fn, "lazarus_rt_store_dir");
+    return f ? f() : NULL;
+}
+
+__attribute__((visibility("default"))) int lazarus_checkpoints(void)
+{
+    RT_CALL(int_fn, "lazarus_rt_checkpoints");
+    return f ? f() : 0;
+}
+
+__attribute__((visibility("default"))) int lazarus_restarts(void)
+{
+    RT_CALL(int_fn, "lazarus_rt_restarts");
+    return f ? f() : 0;
+}
+
+__attribute__((visibility("default"))) const char *lazarus_strerror(void)
+{
+    RT_CALL(str_fn, "lazarus_rt_strerror");
+    return f ? f() : "";
+}

@@ -86,7 +86,7 @@ void jc_fail(struct sv_state *st, const struct part *p, const char *fmt, ...)
     st->failed = 1;
     st->failed_ns = lz_now_ns(CLOCK_MONOTONIC);
     for (size_t i = 0; i < st->nparts; i++)
-        if (!st->parts[i].zombie) sv_tell(st, st->parts[i].pid, "ABORT %" PRIu64, st->index);
+        if (!st->parts[i].zombie) sv_tell(st, st->parts[i].pid, "ABORT %" PRIu64 " %s", st->index, st->fail_why);
 }
 
 /* Every thread of pid blocks the checkpoint signal: it cannot answer.  asleep:
@@ -158,7 +158,9 @@ void job_ckpt_message(struct sv_state *st, pid_t pid, const char *msg, int fd)
     struct part *p = jc_part_of(st, pid);
     uint64_t idx = strtoull(strchr(msg, ' ') ? strchr(msg, ' ') + 1 : "0", NULL, 10);
     if (!st->in_progress || !p || idx != st->index) { if (fd >= 0) close(fd); return; }
-    if (!strncmp(msg, "BEGIN ", 6)) {
+    if (!strncmp(msg, "HELD ", 5)) { /* its request waits: a lazarus_disable() section, or lazarus_on() hooks */
+        p->held = strstr(msg, " hooks") ? 2 : 1;
+    } else if (!strncmp(msg, "BEGIN ", 6)) {
         p->begun = 1;
     } else if (!strncmp(msg, "STOPPED ", 8)) {
         const char *q = strchr(msg + 8, ' ');
@@ -271,7 +273,11 @@ void job_ckpt_tick(struct sv_state *st)
                 if (blocks) snprintf(how, sizeof how, "it blocks the signal");
                 else lz_patience_why(&p->begin_wait, now, how, sizeof how);
                 double waited = (double)(now - p->begin_wait.t0) / 1e9;
-                if (jc_is_main(st, p) && st->nparts == 1) {
+                if (p->held) { /* (not signalled again: the request waits in it, and only its own work counts) */
+                    jc_fail(st, NULL, "process %d (%s) %s: waited %.1f s for it (%s)", p->inner ? p->inner : jc_inner_pid(p->pid), p->comm,
+                            p->held == 1 ? "is in a lazarus_disable() section" : "is running its lazarus_on() before-checkpoint hooks",
+                            waited, how);
+                } else if (jc_is_main(st, p) && st->nparts == 1) {
                     st->fail_why[0] = 0;
                     jc_fail(st, NULL, "the program did not answer the checkpoint request: waited %.1f s for it to begin (%s; "
                                    "does it run without the Lazarus runtime?)", waited, how);
@@ -304,7 +310,7 @@ void job_ckpt_tick(struct sv_state *st)
         if (waiting) {
             if (now - st->last_signal_ns > RESIGNAL_NS) {
                 for (size_t i = 0; i < st->nparts; i++)
-                    if (!st->parts[i].zombie && !st->parts[i].begun) jc_signal_part(st, &st->parts[i]);
+                    if (!st->parts[i].zombie && !st->parts[i].begun && !st->parts[i].held) jc_signal_part(st, &st->parts[i]);
                 st->last_signal_ns = now;
                 jc_trace("signalled again the processes that have not begun");
             }

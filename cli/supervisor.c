@@ -50,11 +50,13 @@ void sv_finish_clients(struct sv_state *st, const char *msg)
 
 void sv_tell(struct sv_state *st, pid_t pid, const char *fmt, ...)
 {
-    char msg[128];
+    char msg[1024]; /* an ABORT carries the reason, for the C API's lazarus_strerror() */
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof msg) n = sizeof msg - 1;
     int chan = pid == sv_find_program(st->s) ? st->s->ctl_fd : -1;
     for (size_t i = 0; i < st->nmembers && chan < 0; i++)
         if (st->members[i].pid == pid) chan = st->members[i].chan;

@@ -41,6 +41,7 @@ struct part {
     uint64_t runtime_cpu0; /* its CPU time when first seen without the runtime */
     uint64_t blocked_since; /* first seen with every thread blocking the checkpoint signal (0: not) */
     uint64_t vfork_since;   /* first seen waiting in vfork for a child that runs on its memory (0: not) */
+    int held;               /* its request waits (HELD): 1 a lazarus_disable() section, 2 its before-hooks */
     /* sockets whose other end it says another process holds (PEER): checked
      * against every process's descriptors while all are stopped */
     struct { int fd; uint64_t ino; } peers[32];

@@ -47,6 +47,63 @@ enum { LAZARUS_DEAD = 1, LAZARUS_READONLY = 2 };
 int lazarus_exclude(void *addr, size_t len, int how);
 int lazarus_include(void *addr, size_t len);
 
+/* 1 when the program runs under Lazarus (`lazarus run` or `restart`), else 0.
+ * Safe from any thread. */
+int lazarus_is_enabled(void);
+
+/* A critical section in which no checkpoint is taken: a checkpoint asked for
+ * meanwhile (by the interval, `lazarus checkpoint`, another process of the
+ * job, or the API) waits until the section ends, then is taken.  Sections
+ * nest; they are counted per process (a checkpoint waits until no thread is
+ * in one) and each thread closes its own.  A checkpoint waits for them 10 s,
+ * or up to 2 minutes while the process makes progress, then fails naming the
+ * process and its section.  lazarus_disable() returns this thread's depth
+ * after the call (>= 1), lazarus_enable() the depth left (>= 0) or -1 with
+ * errno EPERM when the thread is in no section; both 0 without Lazarus.
+ * Cheap (a counter), safe from any thread; not from a signal handler.
+ * lazarus_checkpoint() inside a section returns LAZARUS_ERROR at once. */
+int lazarus_disable(void);
+int lazarus_enable(void);
+
+/* Hooks (events for lazarus_on).  They run on a thread of the runtime's own
+ * ("lazarus-hooks"), as ordinary functions that may call anything (malloc,
+ * close, connect), never inside the checkpoint's signal handler:
+ * BEFORE_CHECKPOINT before the process's threads stop (the program's other
+ * threads still run; the checkpoint waits for the hooks, up to the time a
+ * process has to answer a request: 10 s, or 2 minutes while it progresses);
+ * AFTER_CHECKPOINT once the checkpoint is over and every thread runs again
+ * (after a failed one too: what a before-hook closed is reopened);
+ * AFTER_RESTART once a restarted program's threads run again -- promptly,
+ * beside the program's other threads (lazarus_checkpoint() returns
+ * LAZARUS_RESTARTED only after them).  Hooks of one event run in the order
+ * registered.  A forked child inherits none. */
+enum { LAZARUS_BEFORE_CHECKPOINT = 1, LAZARUS_AFTER_CHECKPOINT = 2, LAZARUS_AFTER_RESTART = 3 };
+/* Registers fn(event, arg) for `event`: 1; 0 without Lazarus (never
+ * called); -1 with errno (EINVAL: unknown event or NULL fn; ENOMEM: more than
+ * 64 hooks; or pthread_create's error).  Safe from any thread, and from a
+ * hook. */
+int lazarus_on(int event, void (*fn)(int event, void *arg), void *arg);
+
+/* The checkpoint store's directory (as `lazarus run -d` names it; after a
+ * restart, where the store is now), or NULL without Lazarus.  The string is
+ * the runtime's: do not free it. */
+const char *lazarus_store_dir(void);
+
+/* Checkpoints this process took part in (captured; one whose write fails
+ * afterwards still counts), and restarts it went through, since the
+ * program's start: they live in its memory, so after a restart from a
+ * checkpoint they are that checkpoint's, the restart added (the checkpoint
+ * restarted from counts).  A forked child starts with its parent's.  0
+ * without Lazarus.  Safe from any thread. */
+int lazarus_checkpoints(void);
+int lazarus_restarts(void);
+
+/* Why this thread's last lazarus_checkpoint() or lazarus_checkpoint_here()
+ * returned LAZARUS_ERROR: the one-line reason `lazarus checkpoint` would
+ * print; "" if none did (always without Lazarus).  Per thread: valid until
+ * the thread's next call. */
+const char *lazarus_strerror(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 /* The checkpoint signal handler: capture, save the resume point, write,
  * commit, report.  A restart comes back out of lz_save_context() here. */
 #include "rt.h"
+#include "rt_api.h"
 #include "rt_exclude.h"
 #include "rt_map.h"
 #include <errno.h>
@@ -45,6 +46,9 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
         if (!(a < 0 && a >= -LZ_MAX_ERRNO)) lz_sc2(SYS_munmap, a, ARENA_BYTES);
         return;
     }
+    /* flags of its own, so the kernel never merges it with a neighbour of the program's
+     * (a thread's malloc heap above it): the capture skips it by its bounds (rt_regions.c) */
+    lz_sc3(SYS_madvise, a, ARENA_BYTES, MADV_NOHUGEPAGE);
     rt_map_settle(rt.dir); /* learn how the previous write ended */
     /* in the arena: a writer sharing our memory reads it after we return */
     struct rt_arena arena = {(char *)a, ARENA_BYTES, 0};
@@ -62,7 +66,11 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     ck->strings.buf = arena_alloc(&ck->arena, ck->strings.cap);
     ck->strings.buf[0] = 0;
     ck->strings.len = 1;
-    int rc = rt_threads_stop(ck), aborted = 0;
+    /* no thread stops while one is in a lazarus_disable() section (rt_disable.c);
+     * the pause begins once none is */
+    int rc = rt_disable_wait(ck), aborted = 0;
+    if (rc > 0) ck->t0 = rt.last_ckpt_ns = t0 = rt_now_ns(CLOCK_MONOTONIC);
+    if (rc >= 0) rc = rt_threads_stop(ck);
     trace(t0, "threads stopped");
     /* every process of the job stops before any is captured (rt_job.c) */
     if (rc == 0) {
@@ -122,10 +130,13 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     if (forked) rt_map_set_pause(ck->pause_ns);
     rt_threads_release(); /* the snapshot is taken (or failed) */
     trace(t0, forked ? "forked" : aborted ? "aborted" : "written");
+    rt_api_taken(index, rc == 0 && !aborted, aborted ? "" : ck->err);
+    rt_hooks_after(index); /* before a C API caller may look (rt_api_checkpoint) */
     if (trigger == LZ_TRIG_API) {
         rt.api_index = index;
         rt.api_result = rc == 0 && !aborted && (committed || here) ? 1 : -1; /* HERE: taken, being written */
         rt.api_done = 1;
+        rt_futex_wake_all((volatile uint32_t *)&rt.api_done); /* its caller, if another thread */
     }
     if (forked && ck->planned) rt_map_keep_arena(ck->arena.base, ck->arena.cap);
     else lz_sc2(SYS_munmap, ck->arena.base, ck->arena.cap);
@@ -162,8 +173,13 @@ void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc)
     } else if (rt_self.busy) {
         rt_self.ckpt_value = v;
         rt_self.ckpt_deferred = 1;
+        rt_disable_held(v >> 2); /* in a lazarus_disable() section: the supervisor is told */
+    } else if (rt_hooks_hold(v)) {
+        /* the program's before-checkpoint hooks run first (rt_api_hooks.c) */
     } else {
+        uint32_t restarts = rt_api_restarts();
         do_checkpoint(v >> 2, (uint32_t)(v & 3), uc);
+        if (rt_api_restarts() == restarts) rt_hooks_after(v >> 2); /* also when it ended early */
         rt_watch_check(); /* its end may have come while the signal was blocked here */
     }
     /* a call this run interrupted goes on without the time spent here (rt_calls.c); after a

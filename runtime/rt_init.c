@@ -1,5 +1,6 @@
 /* Runtime start-up, shared helpers and the C API entry point. */
 #include "rt.h"
+#include "rt_api.h"
 #include "track.h"
 #include "jobid.h"
 #include "codec.h"
@@ -130,6 +131,8 @@ static void rt_atfork_child_body(void)
     if (!rt.active) return;
     rt_term_forget(); /* its parent's held SIGTERM is not its own */
     rt.pid = (int)lz_sc0(SYS_getpid);
+    rt_disable_forked(); /* the C API's sections and hooks (rt_api.h) */
+    rt_hooks_forked();
     rt_map_fork_child();
     rt_dirty_reset();
     rt_regions_forget();
@@ -300,20 +303,37 @@ RT_API int lazarus_rt_checkpoint(unsigned long long *index)
 int rt_api_checkpoint(unsigned long long *index, const char *what)
 {
     if (!rt.active || rt.ctl_fd < 0) return 0;
-    uint64_t ksetblock = 1ull << (LZ_SIGCKPT - 1), kold;
-    lz_sc4(SYS_rt_sigprocmask, SIG_BLOCK, &ksetblock, &kold, LZ_KSIGSET_SIZE);
+    if (rt_disable_depth() > 0 || rt_hooks_self()) {
+        /* the checkpoint would wait for this very call to end */
+        rt_api_set_error(rt_hooks_self() ? "a checkpoint cannot be asked for from a lazarus_on() hook"
+                                         : "a checkpoint cannot be asked for inside a lazarus_disable() section");
+        if (index) *index = 0;
+        return -1;
+    }
+    /* one C API checkpoint at a time: the result is the process's (rt.api_*); a
+     * second thread's call waits, then takes a checkpoint of its own */
+    static pthread_mutex_t one = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&one);
+    /* the checkpoint may run on any thread: this one waits on api_done (a futex the
+     * checkpointing thread wakes), the checkpoint signal open so it can stop */
+    uint64_t urg = 1ull << (LZ_SIGCKPT - 1), kold;
+    lz_sc4(SYS_rt_sigprocmask, SIG_UNBLOCK, &urg, &kold, LZ_KSIGSET_SIZE);
     rt.api_done = 0;
     rt.api_waiting = 1;
     rt.api_here = what[0] == 'H';
     rt_notify("%s", what);
-    uint64_t waitmask = kold & ~ksetblock;
     while (!rt.api_done) {
         if (fcntl(rt.ctl_fd, F_GETFD) < 0) { rt.api_result = -1; break; }
-        lz_sc2(SYS_rt_sigsuspend, &waitmask, LZ_KSIGSET_SIZE);
+        rt_futex_wait_ns((volatile uint32_t *)&rt.api_done, 0, 100000000ull);
     }
     rt.api_waiting = 0;
     rt.api_here = 0;
+    int result = rt.api_result;
+    uint64_t got = rt.api_index;
     lz_sc4(SYS_rt_sigprocmask, SIG_SETMASK, &kold, NULL, LZ_KSIGSET_SIZE);
-    if (index) *index = rt.api_index;
-    return rt.api_result;
+    if (result < 0) rt_api_set_error(rt.ctl_fd < 0 || fcntl(rt.ctl_fd, F_GETFD) < 0 ? "the Lazarus supervisor is gone" : rt_api_last_reason());
+    pthread_mutex_unlock(&one);
+    rt_hooks_wait_idle(); /* the hooks of this checkpoint (after it, or after the restart) have run */
+    if (index) *index = got;
+    return result;
 }

@@ -19,6 +19,7 @@
  *      the file journals (whose intervals begin at step 2) are one instant.
  * The supervisor commits when every writer has reported (cli/supervisor.c). */
 #include "rt.h"
+#include "rt_api.h"
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
@@ -82,7 +83,7 @@ int rt_job_wait(uint64_t index, const char *word, long *arg)
         long r = lz_sc5(SYS_ppoll, &p, 1, 0, 0, LZ_KSIGSET_SIZE);
         if (r == -EINTR) continue;
         if (r < 0) return 0;
-        char buf[128];
+        char buf[1024]; /* an ABORT carries the supervisor's reason */
         r = lz_sc6(SYS_recvfrom, rt.ctl_fd, (long)buf, sizeof buf - 1, MSG_DONTWAIT, 0, 0);
         if (r == -EINTR || r == -EAGAIN) continue;
         if (r <= 0) return 0; /* end of file: the supervisor is gone */
@@ -94,7 +95,11 @@ int rt_job_wait(uint64_t index, const char *word, long *arg)
         uint64_t n = 0;
         while (*q >= '0' && *q <= '9') n = n * 10 + (uint64_t)(*q++ - '0');
         if (n != index) continue; /* about an earlier round */
-        if (is_abort) return 0;
+        if (is_abort) {
+            while (*q == ' ') q++;
+            rt_api_abort_reason(q); /* for the C API's lazarus_strerror() */
+            return 0;
+        }
         long a = 0;
         while (*q == ' ') q++;
         while (*q >= '0' && *q <= '9') a = a * 10 + (*q++ - '0');

@@ -4,6 +4,7 @@
  * left its code), rejoin the new supervisor and let the other threads run.  Returning from the handler then restores every register and
  * the signal mask from the signal frame (rt_sigreturn). */
 #include "rt.h"
+#include "rt_api.h"
 #include "track.h"
 #include "rt_dirty.h"
 #include "rt_map.h"
@@ -58,5 +59,10 @@ void rt_resume(struct rt_ckpt *unused)
         lz_sc3(SYS_write, 2, msg, n);
     }
     rt_notify("RESTORED %llu %ld", (unsigned long long)r->index, lz_sc0(SYS_getpid));
+    /* the C API's state (rt_api.h), before any thread runs: a C API caller
+     * returning RESTARTED finds its after-restart hooks due */
+    rt_disable_release();
+    rt_api_restarted();
+    rt_hooks_restarted();
     rt_threads_go();
 }

@@ -18,6 +18,7 @@
  * checkpointing thread has unmapped the restorer and rejoined the supervisor
  * (rt_threads_landed, rt_threads_go). */
 #include "rt.h"
+#include "rt_api.h"
 #include "progress.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -412,6 +413,7 @@ int rt_threads_stop(struct rt_ckpt *ck)
 
 void rt_threads_release(void)
 {
+    rt_disable_release();
     if (!__atomic_load_n(&T.stopping, __ATOMIC_ACQUIRE)) return;
     __atomic_store_n(&T.stopping, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&T.released, T.round, __ATOMIC_RELEASE);
