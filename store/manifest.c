@@ -466,8 +466,18 @@ static int read_header(const void *buf, size_t size, struct lz_image *img, char 
 {
     const struct lz_header *h = buf;
     uint32_t v = h->version;
-    if (v > LZ_VERSION && __builtin_bswap32(v) <= LZ_VERSION)
-        REFUSE("the checkpoint was written on a machine of the other byte order (this one is little-endian)");
+    struct lz_trailer t;
+    memcpy(&t, (const char *)buf + size - sizeof t, sizeof t);
+    /* a version this build does not read is said as such only of an intact
+     * file: a flipped bit in the version field is damage */
+    if (v < LZ_VERSION_MIN || v > LZ_VERSION) {
+        uint64_t hv = lz_hash(buf, size - sizeof t);
+        if (hv == __builtin_bswap64(t.xxh3) && __builtin_bswap32(v) <= LZ_VERSION)
+            REFUSE("the checkpoint was written on a machine of the other byte order (this one is little-endian)");
+        if (hv != t.xxh3)
+            FAIL("manifest checksum mismatch (its version field reads %u; this build reads versions %u to %u)", v,
+                 LZ_VERSION_MIN, LZ_VERSION);
+    }
     if (v > LZ_VERSION)
         REFUSE("checkpoint format version %u was written by a newer Lazarus (this build reads versions %u to %u)", v,
                LZ_VERSION_MIN, LZ_VERSION);
