@@ -92,9 +92,10 @@ int cmd_list(int argc, char **argv)
         char ck[LZ_PATH_MAX + 64], why[1024], when[32], mem[32], changed[32], stored[32], ub[32];
         lz_ckpt_path(ck, sizeof ck, dir, v[i]);
         struct lz_image img;
-        if (lz_manifest_load(ck, &img, why, sizeof why) < 0) {
+        int mrc = lz_manifest_load(ck, &img, why, sizeof why);
+        if (mrc < 0) {
             if (access(ck, F_OK) < 0 && errno == ENOENT) continue; /* removed by retention meanwhile */
-            if (!o.json) printf("%6" PRIu64 "  damaged: %s\n", v[i], why);
+            if (!o.json) printf("%6" PRIu64 "  %s: %s\n", v[i], mrc == LZ_UNREADABLE ? "unreadable" : "damaged", why);
             bad = 1;
             continue;
         }

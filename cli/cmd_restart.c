@@ -301,7 +301,12 @@ int cmd_restart(int argc, char **argv)
     lz_ckpt_path(ckpt, sizeof ckpt, dir, index);
     struct lz_image img;
     char inner[1024];
-    if (lz_manifest_load(ckpt, &img, inner, sizeof inner) < 0) {
+    int mrc = lz_manifest_load(ckpt, &img, inner, sizeof inner);
+    if (mrc == LZ_UNREADABLE || (mrc == 0 && lz_image_fits_host(&img, inner, sizeof inner) < 0)) {
+        lz_err("cannot restart from checkpoint %" PRIu64 ": %s; nothing was changed", index, inner);
+        return 1;
+    }
+    if (mrc < 0) {
         lz_err("cannot restart: checkpoint %" PRIu64 " is damaged: %s; nothing was changed", index, inner);
         return 1;
     }

@@ -1,19 +1,28 @@
-/* On-disk format of a Lazarus checkpoint (version 5).  Shared by the runtime
+/* On-disk format of a Lazarus checkpoint (version 6).  Shared by the runtime
  * (writer), the restorer and the CLI (readers).  Every structure has a fixed
  * size checked at compile time so that an image written by one build is read
- * the same way by another.  See ARCHITECTURE.md, "On-disk format". */
+ * the same way by another.  The specification is docs/format.md. */
 #ifndef LZ_FORMAT_H
 #define LZ_FORMAT_H
 
 #include <stdint.h>
 
 #define LZ_MAGIC "LZRSCKPT"
-#define LZ_VERSION 5u /* 3: threads (THREADS section), pending signals by thread; pipes and
+#define LZ_VERSION 6u /* 3: threads (THREADS section), pending signals by thread; pipes and
                          * local socket pairs (CHANS section, LZ_FD_PIPE, LZ_FD_SOCKET).
                          * 4: process trees (the `tree` file, proc.PID/ parts, pack.N.PID).
                          * 5: every piece bound to its job and place (job identity in the
                          * manifest, the tree and the journals' BEGIN records), ids and
-                         * capabilities in lz_proc, checksummed journal data, sealed journals */
+                         * capabilities in lz_proc, checksummed journal data, sealed journals.
+                         * 6: every section names its record size and may be flagged "must
+                         * understand"; the header records machine, page size and byte order
+                         * (160 bytes); the journal's BEGIN record carries FJ_VERSION */
+#define LZ_VERSION_MIN 5u /* the oldest version this build reads: 1-4 lack the job identity, process
+                           * credentials and checksummed journals a restart relies on */
+/* What the header records of the machine that wrote it (x86_64 only, so far). */
+#define LZ_MACHINE_X86_64 62u       /* ELF e_machine EM_X86_64 */
+#define LZ_BYTE_ORDER 0x01020304u   /* written natively: 04 03 02 01 on disk when little-endian */
+#define LZ_PAGE_SIZE 4096u          /* the page size this build writes and restores */
 
 /* Names inside the store directory. */
 #define LZ_CKPT_PREFIX "ckpt."  /* committed: ckpt.%06llu/            */
@@ -56,7 +65,10 @@ enum lz_trigger {
     LZ_TRIG_TERM = 7,     /* SIGTERM otherwise (time limit reached, scancel), within the grace time */
 };
 
-/* Section types. A manifest is: header, sections (each 8-aligned), trailer. */
+/* Section types. A manifest is: header, sections (each 8-aligned), trailer.
+ * LZ_SEC_MUST in a section's type: a reader that does not know the type must
+ * refuse the manifest instead of skipping the section. */
+#define LZ_SEC_MUST 0x80000000u
 enum lz_section_type {
     LZ_SEC_PROC = 1,    /* struct lz_proc, exactly one            */
     LZ_SEC_REGIONS = 2, /* struct lz_region[]                     */
@@ -105,12 +117,21 @@ struct lz_header {
     uint32_t codec;         /* enum lz_codec new frames were compressed with */
     uint32_t pad;
     uint64_t job[2];        /* the job's identity (DIR/job `id`): a manifest of another job is refused */
+    /* version 6 (a version-5 header ends here, header_size 128: written on x86_64, 4 KiB pages) */
+    uint32_t machine;       /* LZ_MACHINE_* (ELF e_machine) */
+    uint32_t page_size;     /* bytes */
+    uint32_t byte_order;    /* LZ_BYTE_ORDER as the writer stores a u32 */
+    uint32_t pad2;
+    uint64_t reserved[2];
 };
+#define LZ_HEADER_V5_SIZE 128u
 
 struct lz_section {
-    uint32_t type;
-    uint32_t reserved;
-    uint64_t length; /* payload bytes, the payload is padded to 8 */
+    uint32_t type;        /* enum lz_section_type, | LZ_SEC_MUST */
+    uint32_t record_size; /* bytes per record of an array section (a newer build's records may be
+                           * longer: readers use the prefix they know); 0: not an array
+                           * (version 5: always 0, the sizes below) */
+    uint64_t length;      /* payload bytes, the payload is padded to 8 */
 };
 
 /* Trailer: XXH3-64 of every byte before it. */
@@ -645,7 +666,7 @@ struct lz_exclusion {
 };
 
 #define LZ_STATIC_ASSERT(c, m) _Static_assert(c, m)
-LZ_STATIC_ASSERT(sizeof(struct lz_header) == 128, "lz_header size");
+LZ_STATIC_ASSERT(sizeof(struct lz_header) == 160, "lz_header size");
 LZ_STATIC_ASSERT(sizeof(struct lz_region) == 104, "lz_region size");
 LZ_STATIC_ASSERT(sizeof(struct lz_extent) == 24, "lz_extent size");
 LZ_STATIC_ASSERT(sizeof(struct lz_frame) == 40, "lz_frame size");

@@ -98,12 +98,14 @@ struct fj_data {
     uint64_t xxh3;     /* XXH3-64 of the `length` bytes saved */
 };
 
+/* The log's header: its first record, magic "LZFJ" at offset 0, type BEGIN. */
 struct fj_begin {
     uint64_t job[2];  /* the job's identity (DIR/job `id`) */
     uint64_t index;   /* the interval: the one after checkpoint `index` (ckpt.N/ or jrnl.N/) */
     int32_t pid;      /* the process whose journal this is (as the job sees it) */
-    uint32_t pad;
+    uint32_t version; /* FJ_VERSION; 0 in logs of checkpoint format 5 (the same records) */
 };
+#define FJ_VERSION 1u /* a reader refuses a log of a newer version by name */
 
 struct fj_end {
     uint64_t records; /* records before this one, BEGIN included */

@@ -154,7 +154,10 @@ static int read_log(struct seg *s, struct jnl *jn, uint32_t src, int32_t pid, co
         }
         if (h.type == FJ_BEGIN) {
             const struct fj_begin *b = (const void *)buf;
-            if (job && (b->job[0] != job[0] || b->job[1] != job[1])) rc = fj_fail(why, wl, "%s belongs to another job", shown_log);
+            if (b->version > FJ_VERSION)
+                rc = fj_fail(why, wl, "%s was written by a newer Lazarus (journal version %u; this build reads up to %u)", shown_log,
+                             b->version, FJ_VERSION);
+            else if (job && (b->job[0] != job[0] || b->job[1] != job[1])) rc = fj_fail(why, wl, "%s belongs to another job", shown_log);
             else if (b->index != s->index)
                 rc = fj_fail(why, wl, "%s is the journal of checkpoint %" PRIu64 ", not of checkpoint %" PRIu64 " (moved or swapped)", shown_log, b->index, s->index);
             else if (pid > 0 && b->pid != pid)

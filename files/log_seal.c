@@ -29,7 +29,7 @@ static size_t put_rec(char *at, uint16_t type, const void *payload, uint32_t len
 int fj_write_empty_log(const char *jdir, const uint64_t job[2], uint64_t index, int32_t pid)
 {
     char buf[256], path[4200], tmp[4220];
-    struct fj_begin b = {{job[0], job[1]}, index, pid, 0};
+    struct fj_begin b = {{job[0], job[1]}, index, pid, FJ_VERSION};
     struct fj_end e = {1};
     size_t n = put_rec(buf, FJ_BEGIN, &b, sizeof b);
     n += put_rec(buf + n, FJ_END, &e, sizeof e);

@@ -43,7 +43,7 @@ static long new_log(struct interval *v, long dfd)
     v->log_fd = (int)fd;
     v->lwin = NULL; /* the record and a zero header after it, with pwritev */
     v->log_off = 0;
-    struct fj_begin b = {{trk_E.job[0], trk_E.job[1]}, v->index, trk_E.pid, 0};
+    struct fj_begin b = {{trk_E.job[0], trk_E.job[1]}, v->index, trk_E.pid, FJ_VERSION};
     long r = trk_jwrite(v, FJ_BEGIN, 0, &b, sizeof b, NULL, NULL, NULL, 0);
     if (r == 0 && trk_E.machine) r = lz_sc1(SYS_fsync, fd);
     if (r == 0) r = lz_sc4(SYS_renameat, dfd, tmp, dfd, FJ_LOG);

@@ -164,17 +164,22 @@ void rt_map_seed(const char *dir, uint64_t index, int tracked)
     const struct lz_frame *fr = NULL;
     const struct lz_pack *pk = NULL;
     uint64_t ne = 0, nf = 0, np = 0;
-    if ((uint64_t)size >= sizeof *h + 8 && !memcmp(h->magic, LZ_MAGIC, 8) && h->version == LZ_VERSION &&
+    /* a manifest of this version or an older one it reads (store/manifest.c
+     * checked it before the restart); records of another size: not used, the
+     * next checkpoint is a full one */
+    if ((uint64_t)size >= LZ_HEADER_V5_SIZE + 8 && !memcmp(h->magic, LZ_MAGIC, 8) && h->version >= LZ_VERSION_MIN &&
+        h->version <= LZ_VERSION && h->header_size >= LZ_HEADER_V5_SIZE && h->header_size < (uint64_t)size &&
         h->manifest_size == (uint64_t)size && lz_hash(buf, (size_t)size - 8) == *(const uint64_t *)(buf + size - 8)) {
-        uint64_t off = sizeof *h, end = (uint64_t)size - 8;
+        uint64_t off = h->header_size, end = (uint64_t)size - 8;
         for (uint32_t s = 0; s < h->nsections && off + sizeof(struct lz_section) <= end; s++) {
             const struct lz_section *sec = (const void *)(buf + off);
             off += sizeof *sec;
             if (sec->length > end - off) break;
             const void *p = buf + off;
-            if (sec->type == LZ_SEC_EXTENTS) { ext = p; ne = sec->length / sizeof *ext; }
-            if (sec->type == LZ_SEC_FRAMES) { fr = p; nf = sec->length / sizeof *fr; }
-            if (sec->type == LZ_SEC_PACKS) { pk = p; np = sec->length / sizeof *pk; }
+            uint32_t type = sec->type & ~LZ_SEC_MUST, rs = sec->record_size;
+            if (type == LZ_SEC_EXTENTS && (!rs || rs == sizeof *ext)) { ext = p; ne = sec->length / sizeof *ext; }
+            if (type == LZ_SEC_FRAMES && (!rs || rs == sizeof *fr)) { fr = p; nf = sec->length / sizeof *fr; }
+            if (type == LZ_SEC_PACKS && (!rs || rs == sizeof *pk)) { pk = p; np = sec->length / sizeof *pk; }
             off += (sec->length + 7) & ~7ull;
         }
     }

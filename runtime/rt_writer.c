@@ -141,9 +141,12 @@ static int hash_ghosts(struct rt_ckpt *ck)
     return 0;
 }
 
-static char *put_section(char *p, uint32_t type, const void *data, size_t len)
+/* rec: bytes per record of an array section, 0 for the others.  Every
+ * section of this version is LZ_SEC_MUST but EXCLUDE (a record for `list`):
+ * a reader that skipped one would restore the process wrong. */
+static char *put_section(char *p, uint32_t type, uint32_t rec, const void *data, size_t len)
 {
-    struct lz_section s = {type, 0, len};
+    struct lz_section s = {type == LZ_SEC_EXCLUDE ? type : type | LZ_SEC_MUST, rec, len};
     memcpy(p, &s, sizeof s);
     p += sizeof s;
     if (len) memcpy(p, data, len);
@@ -157,7 +160,7 @@ static char *put_ptys(char *p, const struct rt_ckpt *ck)
 {
     uint64_t n = ck->nptys;
     size_t len = sizeof n + ck->nptys * sizeof(struct lz_pty) + ck->pty_bytes;
-    struct lz_section s = {LZ_SEC_PTYS, 0, len};
+    struct lz_section s = {LZ_SEC_PTYS | LZ_SEC_MUST, sizeof(struct lz_pty), len};
     memcpy(p, &s, sizeof s);
     p += sizeof s;
     memcpy(p, &n, sizeof n);
@@ -172,7 +175,7 @@ static char *put_ptys(char *p, const struct rt_ckpt *ck)
 static char *put_ipc(char *p, const struct rt_ckpt *ck)
 {
     uint64_t n = ck->nipc;
-    struct lz_section s = {LZ_SEC_IPC, 0, 8 + n * sizeof(struct lz_ipc) + ck->ipc_len};
+    struct lz_section s = {LZ_SEC_IPC | LZ_SEC_MUST, sizeof(struct lz_ipc), 8 + n * sizeof(struct lz_ipc) + ck->ipc_len};
     memcpy(p, &s, sizeof s);
     p += sizeof s;
     memcpy(p, &n, 8);
@@ -305,26 +308,29 @@ static int finish(struct rt_ckpt *ck)
     h->stored_bytes = ck->stored_bytes;
     h->changed_bytes = ck->changed_bytes;
     h->codec = (uint32_t)ck->codec;
+    h->machine = LZ_MACHINE_X86_64;
+    h->page_size = LZ_PAGE_SIZE;
+    h->byte_order = LZ_BYTE_ORDER;
     char *p = m + sizeof *h;
-    p = put_section(p, LZ_SEC_PROC, ck->proc, sizeof *ck->proc);
-    p = put_section(p, LZ_SEC_THREADS, ck->threads, ck->nthreads * sizeof *ck->threads);
-    p = put_section(p, LZ_SEC_REGIONS, ck->regions, ck->nregions * sizeof *ck->regions);
-    p = put_section(p, LZ_SEC_EXTENTS, nm->extents, nm->nextents * sizeof *nm->extents);
-    p = put_section(p, LZ_SEC_FRAMES, nm->frames, nm->nframes * sizeof *nm->frames);
-    p = put_section(p, LZ_SEC_FDS, ck->fds, ck->nfds * sizeof *ck->fds);
-    p = put_section(p, LZ_SEC_CHANS, ck->chans, ck->nchans * sizeof *ck->chans);
-    p = put_section(p, LZ_SEC_PACKS, packs, nm->npacks * sizeof *packs);
-    p = put_section(p, LZ_SEC_STRINGS, ck->strings.buf, ck->strings.len);
-    p = put_section(p, LZ_SEC_AUXV, ck->auxv, ck->auxv_len);
-    p = put_section(p, LZ_SEC_GROUPS, ck->groups, ck->proc->ngroups * sizeof(uint32_t));
-    p = put_section(p, LZ_SEC_EVENTS, ck->events, ck->nevents * sizeof *ck->events);
+    p = put_section(p, LZ_SEC_PROC, sizeof(struct lz_proc), ck->proc, sizeof *ck->proc);
+    p = put_section(p, LZ_SEC_THREADS, sizeof(struct lz_thread), ck->threads, ck->nthreads * sizeof *ck->threads);
+    p = put_section(p, LZ_SEC_REGIONS, sizeof(struct lz_region), ck->regions, ck->nregions * sizeof *ck->regions);
+    p = put_section(p, LZ_SEC_EXTENTS, sizeof(struct lz_extent), nm->extents, nm->nextents * sizeof *nm->extents);
+    p = put_section(p, LZ_SEC_FRAMES, sizeof(struct lz_frame), nm->frames, nm->nframes * sizeof *nm->frames);
+    p = put_section(p, LZ_SEC_FDS, sizeof(struct lz_fd), ck->fds, ck->nfds * sizeof *ck->fds);
+    p = put_section(p, LZ_SEC_CHANS, sizeof(struct lz_chan), ck->chans, ck->nchans * sizeof *ck->chans);
+    p = put_section(p, LZ_SEC_PACKS, sizeof(struct lz_pack), packs, nm->npacks * sizeof *packs);
+    p = put_section(p, LZ_SEC_STRINGS, 0, ck->strings.buf, ck->strings.len);
+    p = put_section(p, LZ_SEC_AUXV, 0, ck->auxv, ck->auxv_len);
+    p = put_section(p, LZ_SEC_GROUPS, sizeof(uint32_t), ck->groups, ck->proc->ngroups * sizeof(uint32_t));
+    p = put_section(p, LZ_SEC_EVENTS, sizeof(struct lz_event), ck->events, ck->nevents * sizeof *ck->events);
     p = put_ptys(p, ck);
-    p = put_section(p, LZ_SEC_USOCKS, ck->usocks, ck->nusocks * sizeof *ck->usocks);
-    p = put_section(p, LZ_SEC_INET, ck->inets, ck->ninets * sizeof *ck->inets);
-    p = put_section(p, LZ_SEC_TIMERS, ck->timers, ck->ntimers * sizeof *ck->timers);
+    p = put_section(p, LZ_SEC_USOCKS, sizeof(struct lz_usock), ck->usocks, ck->nusocks * sizeof *ck->usocks);
+    p = put_section(p, LZ_SEC_INET, sizeof(struct lz_inet), ck->inets, ck->ninets * sizeof *ck->inets);
+    p = put_section(p, LZ_SEC_TIMERS, sizeof(struct lz_timer), ck->timers, ck->ntimers * sizeof *ck->timers);
     p = put_ipc(p, ck);
-    p = put_section(p, LZ_SEC_SIGQUEUE, ck->sigq + LZ_MAX_PENDING, rt_sigq_extra(ck) * sizeof *ck->sigq);
-    if (nexcl) p = put_section(p, LZ_SEC_EXCLUDE, excl, nexcl * sizeof *excl); /* only then: older builds read the rest */
+    p = put_section(p, LZ_SEC_SIGQUEUE, sizeof(struct lz_siginfo_rec), ck->sigq + LZ_MAX_PENDING, rt_sigq_extra(ck) * sizeof *ck->sigq);
+    if (nexcl) p = put_section(p, LZ_SEC_EXCLUDE, sizeof(struct lz_exclusion), excl, nexcl * sizeof *excl); /* only then: older builds read the rest */
     h->pause_ns = rt_pause_ns(ck);
     h->durable_ns = rt_now_ns(CLOCK_MONOTONIC) - ck->t0; /* the pack is on disk, the manifest follows */
     ck->durable_ns = h->durable_ns;

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 const char *lz_trigger_name(uint32_t t)
 {
@@ -398,6 +400,152 @@ static int check_contents(struct lz_image *img, char *why, size_t whylen)
     return check_fds(img, why, whylen);
 }
 
+/* How each known section is read into struct lz_image (docs/format.md). */
+enum shape {
+    SH_ONE,     /* exactly one record */
+    SH_ARRAY,   /* records back to back */
+    SH_COUNTED, /* u64 count, the records, then bytes they point into */
+    SH_BYTES,   /* bytes, no records (record size 0) */
+};
+struct sec_kind {
+    uint32_t type;
+    uint8_t shape;
+    uint32_t size;     /* this build's record size */
+    size_t at, count;  /* offsetof(struct lz_image, ...) of the records and their count (SH_BYTES: bytes, length) */
+    size_t bytes, len; /* SH_COUNTED: of the bytes after the records and their length */
+    const char *bad;   /* "manifest <bad> malformed" */
+};
+#define IMG(f) offsetof(struct lz_image, f)
+static const struct sec_kind kinds[] = {
+    {LZ_SEC_PROC, SH_ONE, sizeof(struct lz_proc), IMG(proc), 0, 0, 0, "process record is"},
+    {LZ_SEC_REGIONS, SH_ARRAY, sizeof(struct lz_region), IMG(regions), IMG(nregions), 0, 0, "regions are"},
+    {LZ_SEC_EXTENTS, SH_ARRAY, sizeof(struct lz_extent), IMG(extents), IMG(nextents), 0, 0, "extents are"},
+    {LZ_SEC_FRAMES, SH_ARRAY, sizeof(struct lz_frame), IMG(frames), IMG(nframes), 0, 0, "frames are"},
+    {LZ_SEC_FDS, SH_ARRAY, sizeof(struct lz_fd), IMG(fds), IMG(nfds), 0, 0, "descriptors are"},
+    {LZ_SEC_PACKS, SH_ARRAY, sizeof(struct lz_pack), IMG(packs), IMG(npacks), 0, 0, "pack list is"},
+    {LZ_SEC_STRINGS, SH_BYTES, 0, IMG(strings), IMG(strings_len), 0, 0, "string table is"},
+    {LZ_SEC_AUXV, SH_BYTES, 0, IMG(auxv), IMG(auxv_len), 0, 0, "auxiliary vector is"},
+    {LZ_SEC_GROUPS, SH_ARRAY, sizeof(uint32_t), IMG(groups), IMG(ngroups_listed), 0, 0, "group list is"},
+    {LZ_SEC_CHANS, SH_ARRAY, sizeof(struct lz_chan), IMG(chans), IMG(nchans), 0, 0, "pipe and socket list is"},
+    {LZ_SEC_EVENTS, SH_ARRAY, sizeof(struct lz_event), IMG(events), IMG(nevents), 0, 0, "event descriptor list is"},
+    {LZ_SEC_PTYS, SH_COUNTED, sizeof(struct lz_pty), IMG(ptys), IMG(nptys), IMG(pty_data), IMG(pty_data_len),
+     "pseudo-terminal list is"},
+    {LZ_SEC_USOCKS, SH_ARRAY, sizeof(struct lz_usock), IMG(usocks), IMG(nusocks), 0, 0, "local socket list is"},
+    {LZ_SEC_INET, SH_ARRAY, sizeof(struct lz_inet), IMG(inets), IMG(ninets), 0, 0, "network socket list is"},
+    {LZ_SEC_TIMERS, SH_ARRAY, sizeof(struct lz_timer), IMG(timers), IMG(ntimers), 0, 0, "POSIX timer list is"},
+    {LZ_SEC_IPC, SH_COUNTED, sizeof(struct lz_ipc), IMG(ipc), IMG(nipc), IMG(ipc_bytes), IMG(ipc_len), "IPC section is"},
+    {LZ_SEC_SIGQUEUE, SH_ARRAY, sizeof(struct lz_siginfo_rec), IMG(sigq), IMG(nsigq), 0, 0, "pending signal list is"},
+    {LZ_SEC_EXCLUDE, SH_ARRAY, sizeof(struct lz_exclusion), IMG(excl), IMG(nexcl), 0, 0, "exclusion list is"},
+    {LZ_SEC_THREADS, SH_ARRAY, sizeof(struct lz_thread), IMG(threads), IMG(nthreads), 0, 0, "thread list is"},
+};
+#define LZ_RECORD_MAX (1u << 20) /* a record size beyond any sane layout: damage */
+
+static void set_ptr(struct lz_image *img, size_t at, const void *p) { memcpy((char *)img + at, &p, sizeof p); }
+static void set_size(struct lz_image *img, size_t at, size_t n) { memcpy((char *)img + at, &n, sizeof n); }
+
+/* n records of rs bytes at p, as records of this build's size: the same
+ * bytes when the sizes agree, else a copy of each record's known prefix
+ * (owned by img).  NULL when out of memory. */
+static const void *records(struct lz_image *img, const void *p, size_t n, uint32_t rs, uint32_t known)
+{
+    if (rs == known) return p;
+    if (img->nowned == sizeof img->owned / sizeof img->owned[0]) return NULL;
+    char *out = malloc(n ? n * known : 1);
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i++) memcpy(out + i * known, (const char *)p + i * rs, known);
+    img->owned[img->nowned++] = out;
+    return out;
+}
+
+#define REFUSE(...) do { snprintf(why, whylen, __VA_ARGS__); return LZ_UNREADABLE; } while (0)
+
+/* The header: this build's version or an older one it reads, of this byte
+ * order; img->hdr is it, a version-5 header completed with what every
+ * version-5 build was (x86_64, 4 KiB pages, little-endian). */
+static int read_header(const void *buf, size_t size, struct lz_image *img, char *why, size_t whylen)
+{
+    const struct lz_header *h = buf;
+    uint32_t v = h->version;
+    struct lz_trailer t;
+    memcpy(&t, (const char *)buf + size - sizeof t, sizeof t);
+    /* a version this build does not read is said as such only of an intact
+     * file: a flipped bit in the version field is damage */
+    if (v < LZ_VERSION_MIN || v > LZ_VERSION) {
+        uint64_t hv = lz_hash(buf, size - sizeof t);
+        if (hv == __builtin_bswap64(t.xxh3) && __builtin_bswap32(v) <= LZ_VERSION)
+            REFUSE("the checkpoint was written on a machine of the other byte order (this one is little-endian)");
+        if (hv != t.xxh3)
+            FAIL("manifest checksum mismatch (its version field reads %u; this build reads versions %u to %u)", v,
+                 LZ_VERSION_MIN, LZ_VERSION);
+    }
+    if (v > LZ_VERSION)
+        REFUSE("checkpoint format version %u was written by a newer Lazarus (this build reads versions %u to %u)", v,
+               LZ_VERSION_MIN, LZ_VERSION);
+    if (v < LZ_VERSION_MIN)
+        REFUSE("checkpoint format version %u is too old for this build (it reads versions %u to %u): restart it with "
+               "the Lazarus that wrote it", v, LZ_VERSION_MIN, LZ_VERSION);
+    size_t hs = h->header_size;
+    if (v == 5 ? hs != LZ_HEADER_V5_SIZE : hs < sizeof *h || hs % 8 || hs > size - sizeof(struct lz_trailer))
+        FAIL("manifest header is malformed");
+    if (hs == sizeof *h) {
+        img->hdr = h;
+    } else { /* version 5's shorter header, or a newer longer one: the part this build knows */
+        struct lz_header *c = calloc(1, sizeof *c);
+        if (!c) FAIL("out of memory reading the manifest");
+        memcpy(c, buf, hs < sizeof *c ? hs : sizeof *c);
+        img->owned[img->nowned++] = c;
+        img->hdr = c;
+    }
+    if (v == 5) {
+        struct lz_header *c = img->owned[0];
+        c->machine = LZ_MACHINE_X86_64;
+        c->page_size = LZ_PAGE_SIZE;
+        c->byte_order = LZ_BYTE_ORDER;
+    } else if (img->hdr->byte_order == __builtin_bswap32(LZ_BYTE_ORDER)) {
+        REFUSE("the checkpoint was written on a machine of the other byte order (this one is little-endian)");
+    } else if (img->hdr->byte_order != LZ_BYTE_ORDER || img->hdr->page_size == 0) {
+        FAIL("manifest header is malformed");
+    }
+    return 0;
+}
+
+/* One section of a known kind: where its records are, how many; 0, -1 (damage) or LZ_UNREADABLE. */
+static int read_section(struct lz_image *img, const struct sec_kind *k, const struct lz_section *sec, const char *p,
+                        char *why, size_t whylen)
+{
+    size_t n = sec->length;
+    uint32_t rs = img->hdr->version == 5 ? k->size : sec->record_size; /* version 5: always this build's sizes */
+    if (k->shape == SH_BYTES) {
+        if (rs != 0) FAIL("manifest %s malformed", k->bad);
+        set_ptr(img, k->at, p);
+        set_size(img, k->count, n);
+        return 0;
+    }
+    if (rs == 0 || rs > LZ_RECORD_MAX) FAIL("manifest %s malformed", k->bad);
+    if (rs < k->size)
+        FAIL("manifest %s malformed (records of %u bytes, shorter than the %u of this version)", k->bad, rs, k->size);
+    size_t cnt;
+    const char *rec = p;
+    if (k->shape == SH_COUNTED) {
+        uint64_t c;
+        if (n < sizeof c) FAIL("manifest %s malformed", k->bad);
+        memcpy(&c, p, sizeof c);
+        if (c > (n - sizeof c) / rs) FAIL("manifest %s malformed", k->bad);
+        cnt = (size_t)c;
+        rec = p + sizeof c;
+        set_ptr(img, k->bytes, rec + cnt * rs);
+        set_size(img, k->len, n - sizeof c - cnt * rs);
+    } else {
+        if (n % rs || (k->shape == SH_ONE && n != rs)) FAIL("manifest %s malformed", k->bad);
+        cnt = n / rs;
+    }
+    const void *r = records(img, rec, cnt, rs, k->size);
+    if (!r) FAIL("out of memory reading the manifest");
+    set_ptr(img, k->at, r);
+    if (k->shape != SH_ONE) set_size(img, k->count, cnt);
+    return 0;
+}
+
 int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, size_t whylen)
 {
     memset(img, 0, sizeof *img);
@@ -405,108 +553,54 @@ int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, s
     img->size = size;
     if (size == 0) FAIL("manifest is empty");
     if (size < 8 || memcmp(buf, LZ_MAGIC, 8) != 0) FAIL("not a Lazarus checkpoint (bad magic)");
-    if (size < sizeof(struct lz_header) + sizeof(struct lz_trailer)) FAIL("manifest is truncated");
-    const struct lz_header *h = buf;
-    if (h->version != LZ_VERSION)
-        FAIL("checkpoint format version %u is not supported (this build reads version %u)", h->version, LZ_VERSION);
-    if (h->header_size != sizeof *h) FAIL("manifest header is malformed");
+    if (size < LZ_HEADER_V5_SIZE + sizeof(struct lz_trailer)) FAIL("manifest is truncated");
+    int rc = read_header(buf, size, img, why, whylen);
+    if (rc < 0) return rc;
+    const struct lz_header *h = img->hdr;
     if (h->manifest_size != size)
         FAIL("manifest is truncated or has trailing data (%zu bytes, expected %llu)", size,
              (unsigned long long)h->manifest_size);
     struct lz_trailer t;
     memcpy(&t, (char *)buf + size - sizeof t, sizeof t);
     if (lz_hash(buf, size - sizeof t) != t.xxh3) FAIL("manifest checksum mismatch");
-    img->hdr = h;
-    size_t off = sizeof *h, end = size - sizeof t;
+    size_t off = h->header_size, end = size - sizeof t;
     for (uint32_t s = 0; s < h->nsections; s++) {
         if (end - off < sizeof(struct lz_section)) FAIL("manifest section table is malformed");
         const struct lz_section *sec = (const void *)((char *)buf + off);
         off += sizeof *sec;
         if (sec->length > end - off) FAIL("manifest section table is malformed");
-        const void *p = (char *)buf + off;
-        size_t n = sec->length;
-        switch (sec->type) {
-        case LZ_SEC_PROC:
-            if (n != sizeof(struct lz_proc)) FAIL("manifest process record is malformed");
-            img->proc = p; break;
-        case LZ_SEC_REGIONS:
-            if (n % sizeof(struct lz_region)) FAIL("manifest regions are malformed");
-            img->regions = p; img->nregions = n / sizeof(struct lz_region); break;
-        case LZ_SEC_EXTENTS:
-            if (n % sizeof(struct lz_extent)) FAIL("manifest extents are malformed");
-            img->extents = p; img->nextents = n / sizeof(struct lz_extent); break;
-        case LZ_SEC_FRAMES:
-            if (n % sizeof(struct lz_frame)) FAIL("manifest frames are malformed");
-            img->frames = p; img->nframes = n / sizeof(struct lz_frame); break;
-        case LZ_SEC_FDS:
-            if (n % sizeof(struct lz_fd)) FAIL("manifest descriptors are malformed");
-            img->fds = p; img->nfds = n / sizeof(struct lz_fd); break;
-        case LZ_SEC_PACKS:
-            if (n % sizeof(struct lz_pack)) FAIL("manifest pack list is malformed");
-            img->packs = p; img->npacks = n / sizeof(struct lz_pack); break;
-        case LZ_SEC_STRINGS: img->strings = p; img->strings_len = n; break;
-        case LZ_SEC_AUXV: img->auxv = p; img->auxv_len = n; break;
-        case LZ_SEC_GROUPS:
-            if (n % sizeof(uint32_t)) FAIL("manifest group list is malformed");
-            img->groups = p; img->ngroups_listed = n / sizeof(uint32_t); break;
-        case LZ_SEC_CHANS:
-            if (n % sizeof(struct lz_chan)) FAIL("manifest pipe and socket list is malformed");
-            img->chans = p; img->nchans = n / sizeof(struct lz_chan); break;
-        case LZ_SEC_EVENTS:
-            if (n % sizeof(struct lz_event)) FAIL("manifest event descriptor list is malformed");
-            img->events = p; img->nevents = n / sizeof(struct lz_event); break;
-        case LZ_SEC_PTYS: {
-            uint64_t k;
-            if (n < sizeof k) FAIL("manifest pseudo-terminal list is malformed");
-            memcpy(&k, p, sizeof k);
-            if (k > (n - sizeof k) / sizeof(struct lz_pty)) FAIL("manifest pseudo-terminal list is malformed");
-            img->ptys = (const void *)((const char *)p + sizeof k);
-            img->nptys = (size_t)k;
-            img->pty_data = (const char *)(img->ptys + k);
-            img->pty_data_len = n - sizeof k - (size_t)k * sizeof(struct lz_pty);
-            break;
-        }
-        case LZ_SEC_USOCKS:
-            if (n % sizeof(struct lz_usock)) FAIL("manifest local socket list is malformed");
-            img->usocks = p; img->nusocks = n / sizeof(struct lz_usock); break;
-        case LZ_SEC_INET:
-            if (n % sizeof(struct lz_inet)) FAIL("manifest network socket list is malformed");
-            img->inets = p; img->ninets = n / sizeof(struct lz_inet); break;
-        case LZ_SEC_TIMERS:
-            if (n % sizeof(struct lz_timer)) FAIL("manifest POSIX timer list is malformed");
-            img->timers = p; img->ntimers = n / sizeof(struct lz_timer); break;
-        case LZ_SEC_IPC: {
-            uint64_t cnt;
-            if (n < 8) FAIL("manifest IPC section is malformed");
-            memcpy(&cnt, p, 8);
-            if (cnt > (n - 8) / sizeof(struct lz_ipc)) FAIL("manifest IPC section is malformed");
-            img->ipc = (const void *)((const char *)p + 8); img->nipc = (size_t)cnt;
-            img->ipc_bytes = (const char *)p + 8 + cnt * sizeof(struct lz_ipc);
-            img->ipc_len = n - 8 - cnt * sizeof(struct lz_ipc);
-            break;
-        }
-        case LZ_SEC_SIGQUEUE:
-            if (n % sizeof(struct lz_siginfo_rec)) FAIL("manifest pending signal list is malformed");
-            img->sigq = p; img->nsigq = n / sizeof(struct lz_siginfo_rec); break;
-        case LZ_SEC_EXCLUDE:
-            if (n % sizeof(struct lz_exclusion)) FAIL("manifest exclusion list is malformed");
-            img->excl = p; img->nexcl = n / sizeof(struct lz_exclusion);
-            for (size_t i = 0; i < img->nexcl; i++) { /* sorted, disjoint, of a known kind */
-                const struct lz_exclusion *e = &img->excl[i];
-                if (e->start >= e->end || (e->kind != LZ_EXCL_DEAD && e->kind != LZ_EXCL_READONLY) ||
-                    (i && e->start < img->excl[i - 1].end))
-                    FAIL("manifest exclusion list is malformed (record %zu)", i);
-            }
-            break;
-        case LZ_SEC_THREADS:
-            if (n % sizeof(struct lz_thread)) FAIL("manifest thread list is malformed");
-            img->threads = p; img->nthreads = n / sizeof(struct lz_thread); break;
-        default: break; /* unknown sections of the same version are skipped */
-        }
-        off += (n + 7) & ~(size_t)7;
+        uint32_t type = sec->type & ~LZ_SEC_MUST;
+        const struct sec_kind *k = NULL;
+        for (size_t i = 0; i < sizeof kinds / sizeof kinds[0] && !k; i++)
+            if (kinds[i].type == type) k = &kinds[i];
+        if (k) {
+            if ((rc = read_section(img, k, sec, (char *)buf + off, why, whylen)) < 0) return rc;
+        } else if (sec->type & LZ_SEC_MUST) {
+            REFUSE("the checkpoint was written by a newer Lazarus: section %u it must understand", type);
+        } /* else: a section of a newer build an older reader may skip */
+        off += (sec->length + 7) & ~(size_t)7;
         if (off > end) FAIL("manifest section table is malformed");
     }
+    for (size_t i = 0; i < img->nexcl; i++) { /* sorted, disjoint, of a known kind */
+        const struct lz_exclusion *e = &img->excl[i];
+        if (e->start >= e->end || (e->kind != LZ_EXCL_DEAD && e->kind != LZ_EXCL_READONLY) ||
+            (i && e->start < img->excl[i - 1].end))
+            FAIL("manifest exclusion list is malformed (record %zu)", i);
+    }
     return check_contents(img, why, whylen);
+}
+
+/* The machine the checkpoint was taken on is this one's kind: 0, or
+ * LZ_UNREADABLE and a line naming what differs. */
+int lz_image_fits_host(const struct lz_image *img, char *why, size_t whylen)
+{
+    const struct lz_header *h = img->hdr;
+    long page = sysconf(_SC_PAGESIZE);
+    if (h->machine != LZ_MACHINE_X86_64)
+        REFUSE("the checkpoint was taken on another architecture (ELF machine %u; this one is x86_64, 62)", h->machine);
+    if ((long)h->page_size != page)
+        REFUSE("the checkpoint was taken with a page size of %u bytes (this machine's: %ld)", h->page_size, page);
+    return 0;
 }
 
 int lz_manifest_load(const char *ckpt_dir, struct lz_image *img, char *why, size_t whylen)
@@ -518,10 +612,11 @@ int lz_manifest_load(const char *ckpt_dir, struct lz_image *img, char *why, size
     memset(img, 0, sizeof *img);
     if (!buf) { snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno)); return -1; }
     char inner[512];
-    if (lz_manifest_parse(buf, len, img, inner, sizeof inner) < 0) {
+    int rc = lz_manifest_parse(buf, len, img, inner, sizeof inner);
+    if (rc < 0) {
         snprintf(why, whylen, "%s: %s", path, inner);
         lz_image_free(img);
-        return -1;
+        return rc;
     }
     /* intact, but is it this checkpoint's, of this process, of this job? */
     if (lz_place_check(ckpt_dir, "its manifest", img->hdr->job, img->hdr->index, img->proc->pid, inner, sizeof inner) < 0) {
@@ -535,5 +630,6 @@ int lz_manifest_load(const char *ckpt_dir, struct lz_image *img, char *why, size
 void lz_image_free(struct lz_image *img)
 {
     free(img->buf);
+    for (size_t i = 0; i < img->nowned; i++) free(img->owned[i]);
     memset(img, 0, sizeof *img);
 }

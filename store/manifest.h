@@ -8,7 +8,10 @@
 struct lz_image {
     void *buf;             /* the whole manifest (owned) */
     size_t size;
-    const struct lz_header *hdr;
+    const struct lz_header *hdr; /* in buf, or a copy in owned: a version-5 header completed (manifest.c) */
+    void *owned[24];       /* copies of the header and of records longer than this build's (owned;
+                            * copies of the struct share them, as they share buf) */
+    size_t nowned;
     const struct lz_proc *proc;
     const struct lz_thread *threads; size_t nthreads; /* the main thread (tid = pid) first */
     const struct lz_region *regions; size_t nregions;
@@ -33,9 +36,16 @@ struct lz_image {
     size_t ngroups_listed;
 };
 
-/* Takes ownership of buf (malloc'ed).  On failure returns -1 and writes a
- * one-line reason (without the path) into why. */
+/* Takes ownership of buf (malloc'ed).  On failure returns -1 (damage) or
+ * LZ_UNREADABLE (a version, byte order or section this build cannot read:
+ * intact, written by another Lazarus) and writes a one-line reason (without
+ * the path) into why.  Reads every version from LZ_VERSION_MIN to LZ_VERSION;
+ * records longer than this build's are read by their known prefix. */
+#define LZ_UNREADABLE (-2)
 int lz_manifest_parse(void *buf, size_t size, struct lz_image *img, char *why, size_t whylen);
+/* The checkpoint's machine (architecture, page size) is this one's kind: 0,
+ * or LZ_UNREADABLE and a line naming what differs (a restart's check). */
+int lz_image_fits_host(const struct lz_image *img, char *why, size_t whylen);
 /* Reads DIR/ckpt.N/manifest and parses it; why gets a full one-line reason. */
 int lz_manifest_load(const char *ckpt_dir, struct lz_image *img, char *why, size_t whylen);
 void lz_image_free(struct lz_image *img);

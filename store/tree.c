@@ -53,7 +53,9 @@ int lz_tree_load(const char *ckpt_dir, struct lz_tree *t, char *why, size_t whyl
     if (!buf) { snprintf(why, whylen, "cannot read its process tree (%s): %s", LZ_TREE, strerror(errno)); return -1; }
     const struct lz_tree_header *h = (const void *)buf;
     if (len < sizeof *h + sizeof(struct lz_trailer) || memcmp(h->magic, LZ_TREE_MAGIC, 8)) FAIL("its process tree is not a Lazarus tree file");
-    if (h->version != LZ_VERSION) FAIL("its process tree has format version %u (this build reads version %u)", h->version, LZ_VERSION);
+    /* the tree's layout is version 5's in version 6 too */
+    if (h->version < LZ_VERSION_MIN || h->version > LZ_VERSION)
+        FAIL("its process tree has format version %u (this build reads versions %u to %u)", h->version, LZ_VERSION_MIN, LZ_VERSION);
     if (h->nprocs == 0 || h->nprocs > LZ_MAX_PROCS || h->nshared > 64u * LZ_MAX_PROCS ||
         len != sizeof *h + h->nprocs * sizeof(struct lz_tree_proc) + h->nshared * sizeof(struct lz_tree_shared) + sizeof(struct lz_trailer))
         FAIL("its process tree is truncated or has impossible counts");

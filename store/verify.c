@@ -79,8 +79,10 @@ static int verify_part(const char *dir, uint64_t index, const char *ck, char *wh
 {
     char path[LZ_PATH_MAX + 600], shown[LZ_PATH_MAX + 600], inner[1024];
     struct lz_image img;
-    if (lz_manifest_load(ck, &img, inner, sizeof inner) < 0) {
-        snprintf(why, whylen, "checkpoint %" PRIu64 " is damaged: %s", index, inner);
+    int mrc = lz_manifest_load(ck, &img, inner, sizeof inner);
+    if (mrc < 0) { /* intact but of another Lazarus, or damaged */
+        snprintf(why, whylen, "checkpoint %" PRIu64 " %s: %s", index,
+                 mrc == LZ_UNREADABLE ? "cannot be read by this build" : "is damaged", inner);
         return -1;
     }
     int rc = 0;

@@ -538,7 +538,8 @@ TIERS = {
              "test_s3_crypt.py::test_encrypted_flush_and_restart_elsewhere", "test_s3_crypt.py::test_refusals",
              "test_libckpt.py::test_killed_at_random_instants",
              "test_lazy_restart.py::test_heap_killed_at_random_instants_lazy",
-             "test_lazy_restart.py::test_threads_killed_at_random_instants_lazy"],
+             "test_lazy_restart.py::test_threads_killed_at_random_instants_lazy",
+             "test_format_versions.py::test_version5_store_lists_verifies_restarts"],
     "integrity": ["test_store_integrity.py", "test_corrupt_image.py", "test_frame_check.py"],
 }
 

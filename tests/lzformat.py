@@ -1,10 +1,12 @@
 """The tests' one decoder (and encoder) of Lazarus's on-disk formats.
 
-Format version 5, as common/format.h and files/journal.h define it:
+Format version 6, as common/format.h and files/journal.h define it and
+docs/format.md specifies (version 5 manifests are decoded too):
 
-  manifest   ckpt.N/manifest, ckpt.N/proc.P/manifest: a 128-byte header,
-             `nsections` sections (a 16-byte {type, reserved, length} head,
-             the payload padded to 8), a trailer (XXH3-64 of every byte before it)
+  manifest   ckpt.N/manifest, ckpt.N/proc.P/manifest: a 160-byte header (128
+             in version 5), `nsections` sections (a 16-byte {type | MUST,
+             record_size, length} head, the payload padded to 8), a trailer
+             (XXH3-64 of every byte before it)
   tree       ckpt.N/tree: a 48-byte header, nprocs 72-byte procs, nshared
              16-byte shared descriptions, the trailer
   journal    files.log: records of a 24-byte head {u32 magic "LZFJ", u16 type,
@@ -52,7 +54,14 @@ def xxh3(data: bytes) -> int:
 # --------------------------------------------------------------------------
 # Constants (common/format.h, files/journal.h)
 # --------------------------------------------------------------------------
-VERSION = 5
+VERSION = 6
+VERSION_MIN = 5  # the oldest version the C reader accepts
+SEC_MUST = 0x80000000  # in a section's type: a reader that does not know it must refuse
+MACHINE_X86_64 = 62
+BYTE_ORDER = 0x01020304
+PAGE_SIZE = 4096
+HEADER_V5_SIZE = 128
+FJ_VERSION = 1  # fj_begin.version (0 in journals of format 5)
 MAGIC = b"LZRSCKPT"
 TREE_MAGIC = b"LZRSTREE"
 
@@ -174,11 +183,16 @@ def _L(name, size, spec):
     return Layout(name, size, fields)
 
 
-HEADER = _L("lz_header", 128,
+HEADER = _L("lz_header", 160,
             "8s magic, I version, I header_size, Q manifest_size, Q index, Q parent, Q created_ns, "
             "I trigger, I nsections, Q mem_bytes, Q data_bytes, Q stored_bytes, Q pause_ns, "
-            "Q changed_bytes, Q durable_ns, I codec, I pad, Q job0, Q job1")
-SECTION = _L("lz_section", 16, "I type, I reserved, Q length")
+            "Q changed_bytes, Q durable_ns, I codec, I pad, Q job0, Q job1, "
+            "I machine, I page_size, I byte_order, I pad2, 16s reserved")
+HEADER_V5 = _L("lz_header (version 5)", 128,
+               "8s magic, I version, I header_size, Q manifest_size, Q index, Q parent, Q created_ns, "
+               "I trigger, I nsections, Q mem_bytes, Q data_bytes, Q stored_bytes, Q pause_ns, "
+               "Q changed_bytes, Q durable_ns, I codec, I pad, Q job0, Q job1")
+SECTION = _L("lz_section", 16, "I type, I record_size, Q length")
 TRAILER_SIZE = 8
 PROC = _L("lz_proc", 11320,
           "i pid, i ppid, i pgid, i sid, I uid, I gid, I umask, I personality, 16s comm, "
@@ -234,7 +248,7 @@ FJ_NAME_L = _L("fj_name", 64,
                "I was, I mode, I uid, I gid, Q dev, Q ino, Q rdev, q atime_ns, q mtime_ns, q btime_ns")
 FJ_MOVED_L = _L("fj_moved", 16, "Q dev, Q ino")
 FJ_DIRTIME_L = _L("fj_dirtime", 16, "q atime_ns, q mtime_ns")
-FJ_BEGIN_L = _L("fj_begin", 32, "Q job0, Q job1, Q index, i pid, I pad")
+FJ_BEGIN_L = _L("fj_begin", 32, "Q job0, Q job1, Q index, i pid, I version")
 FJ_END_L = _L("fj_end", 8, "Q records")
 
 # the fixed part of each journal record's payload
@@ -252,7 +266,12 @@ LAYOUTS = [HEADER, SECTION, PROC, SIGINFO_REC, EXCLUSION, REGION, EXTENT, FRAME,
 # the arrays of records a section holds
 SECTION_LAYOUT = {SEC_REGIONS: REGION, SEC_EXTENTS: EXTENT, SEC_FDS: FD, SEC_PACKS: PACK,
                   SEC_FRAMES: FRAME, SEC_THREADS: THREAD, SEC_CHANS: CHAN, SEC_EVENTS: EVENT,
-                  SEC_USOCKS: USOCK, SEC_INET: INET, SEC_TIMERS: TIMER, SEC_EXCLUDE: EXCLUSION}
+                  SEC_USOCKS: USOCK, SEC_INET: INET, SEC_TIMERS: TIMER, SEC_EXCLUDE: EXCLUSION,
+                  SEC_SIGQUEUE: SIGINFO_REC}
+# lz_section.record_size of each known section as this version writes it (0: not an array)
+RECORD_SIZE = {**{t: lay.size for t, lay in SECTION_LAYOUT.items()},
+               SEC_PROC: PROC.size, SEC_GROUPS: 4, SEC_PTYS: PTY.size, SEC_IPC: IPC.size,
+               SEC_STRINGS: 0, SEC_AUXV: 0}
 
 
 def _pad8(n: int) -> int:
@@ -269,10 +288,17 @@ def cstr(b: bytes) -> str:
 # --------------------------------------------------------------------------
 @dataclass
 class Section:
-    type: int
+    type: int     # without SEC_MUST
     head: int     # offset of its lz_section
     off: int      # offset of its payload
     length: int   # payload bytes (without the padding)
+    raw_type: int = 0     # as stored: type | SEC_MUST when flagged
+    record_size: int = 0  # as stored (version 5: 0 always)
+
+    @property
+    def stride(self) -> int:
+        """Bytes per record of an array section (version 5: this build's size)."""
+        return self.record_size or RECORD_SIZE.get(self.type, 0)
 
     @property
     def name(self) -> str:
@@ -289,10 +315,11 @@ class Manifest:
         d = self.data
         if len(d) < HEADER.size + TRAILER_SIZE or d[:8] != MAGIC:
             raise FormatError(f"not a manifest ({len(d)} bytes, magic {bytes(d[:8])!r})")
-        self.header = HEADER.unpack(d, 0)
-        if self.header.version != VERSION:
-            raise FormatError(f"format version {self.header.version}, this decoder reads {VERSION}")
-        if self.header.header_size != HEADER.size:
+        version = struct.unpack_from("<I", d, 8)[0]
+        if not VERSION_MIN <= version <= VERSION:
+            raise FormatError(f"format version {version}, this decoder reads {VERSION_MIN} to {VERSION}")
+        self.header = (HEADER_V5 if version == 5 else HEADER).unpack(d, 0)
+        if self.header.header_size != (HEADER_V5_SIZE if version == 5 else HEADER.size):
             raise FormatError(f"header_size {self.header.header_size}")
         self.sections: list[Section] = []
         off, end = self.header.header_size, len(d) - TRAILER_SIZE
@@ -302,7 +329,7 @@ class Manifest:
             s = SECTION.unpack(d, off)
             if off + SECTION.size + s.length > end:
                 raise FormatError(f"section of type {s.type} runs past the end")
-            self.sections.append(Section(s.type, off, off + SECTION.size, s.length))
+            self.sections.append(Section(s.type & ~SEC_MUST, off, off + SECTION.size, s.length, s.type, s.record_size))
             off += SECTION.size + _pad8(s.length)
         self.end = off  # where the trailer should start
 
@@ -344,12 +371,16 @@ class Manifest:
         s = self.section(typ)
         if s is None:
             return []
-        return SECTION_LAYOUT[typ].array(self.data, s.off, s.length)
+        lay = SECTION_LAYOUT[typ]
+        if s.stride == lay.size:
+            return lay.array(self.data, s.off, s.length)
+        # records of a newer, longer layout: the prefix this decoder knows
+        return [lay.unpack(self.data, s.off + i) for i in range(0, s.length - s.stride + 1, s.stride)]
 
     @property
     def proc(self) -> Rec:
         s = self.section(SEC_PROC)
-        if s is None or s.length != PROC.size:
+        if s is None or s.length != s.stride or s.stride < PROC.size:
             raise FormatError("no process record")
         return PROC.unpack(self.data, s.off)
 
@@ -370,10 +401,11 @@ class Manifest:
         if not p:
             return []
         n = struct.unpack_from("<Q", p)[0]
-        base = 8 + n * PTY.size
+        stride = self.section(SEC_PTYS).stride
+        base = 8 + n * stride
         out = []
         for i in range(n):
-            r = PTY.unpack(p, 8 + i * PTY.size).fields()
+            r = PTY.unpack(p, 8 + i * stride).fields()
             r["data"] = p[base + r["data"]:base + r["data"] + r["to_slave"] + r["to_master"]]
             out.append(r)
         return out
@@ -388,7 +420,7 @@ class Manifest:
         if s is None:
             return []
         n = struct.unpack_from("<Q", self.data, s.off)[0]
-        return IPC.array(self.data, s.off + 8, n * IPC.size)
+        return [IPC.unpack(self.data, s.off + 8 + i * s.stride) for i in range(n)]
 
     @property
     def groups(self) -> list[int]:
@@ -442,24 +474,32 @@ class Manifest:
     # -- encoding -------------------------------------------------------
     @staticmethod
     def build(sections, **header) -> bytes:
-        """A sealed manifest from [(type, payload bytes)] and header fields
-        (version, index, job0, job1, ...; sizes and counts computed)."""
+        """A sealed manifest from [(type, payload bytes)] or [(type, payload,
+        record size)] (type as stored, SEC_MUST included; record size by
+        default this version's, 0 in version 5) and header fields (version,
+        index, job0, job1, ...; sizes and counts computed)."""
+        version = header.get("version", VERSION)
         body = bytearray()
-        for typ, payload in sections:
-            body += SECTION.pack(type=typ, length=len(payload))
+        for sec in sections:
+            typ, payload = sec[0], sec[1]
+            rs = sec[2] if len(sec) > 2 else (0 if version == 5 else RECORD_SIZE.get(typ & ~SEC_MUST, 0))
+            body += SECTION.pack(type=typ, record_size=rs, length=len(payload))
             body += payload + b"\0" * (_pad8(len(payload)) - len(payload))
-        h = dict(magic=MAGIC, version=VERSION, header_size=HEADER.size)
+        lay = HEADER_V5 if version == 5 else HEADER
+        h = dict(magic=MAGIC, version=VERSION, header_size=lay.size)
+        if lay is HEADER:
+            h.update(machine=MACHINE_X86_64, page_size=PAGE_SIZE, byte_order=BYTE_ORDER)
         h.update(header)
         h["nsections"] = header.get("nsections", len(sections))
-        h["manifest_size"] = header.get("manifest_size", HEADER.size + len(body) + TRAILER_SIZE)
-        out = HEADER.pack(**h) + bytes(body)
+        h["manifest_size"] = header.get("manifest_size", lay.size + len(body) + TRAILER_SIZE)
+        out = lay.pack(**h) + bytes(body)
         return out + struct.pack("<Q", xxh3(out))
 
     def rebuild(self, sections=None, **header) -> bytes:
         """This manifest's header with other sections (default: its own),
         sealed: [(type, payload)]."""
         if sections is None:
-            sections = [(s.type, bytes(self.data[s.off:s.off + s.length])) for s in self.sections]
+            sections = [(s.raw_type, bytes(self.data[s.off:s.off + s.length]), s.record_size) for s in self.sections]
         h = self.header.fields()
         for k in ("manifest_size", "nsections"):
             h.pop(k)
@@ -558,7 +598,7 @@ def encode_record(type_: int, payload: bytes, stamp: int = 0, flags: int = 0, ma
 
 
 def begin_payload(job: tuple[int, int], index: int, pid: int) -> bytes:
-    return FJ_BEGIN_L.pack(job0=job[0], job1=job[1], index=index, pid=pid)
+    return FJ_BEGIN_L.pack(job0=job[0], job1=job[1], index=index, pid=pid, version=FJ_VERSION)
 
 
 def end_payload(records: int) -> bytes:

@@ -234,7 +234,7 @@ def test_store_layout_and_permissions(r):
         assert (d / "manifest").is_file(), sorted(os.listdir(d))
         assert not (d / "pages").exists(), "since version 2 page data is in DIR/packs, not in ckpt.N"
         head = lzformat.HEADER.unpack((d / "manifest").read_bytes())
-        assert head.magic == lzformat.MAGIC and head.version == 5, head
+        assert head.magic == lzformat.MAGIC and head.version == 6 and head.machine == 62 and head.page_size == 4096, head
     # page data: DIR/packs/pack.N, written by checkpoint N (the first holds
     # the whole memory, so it is never empty)
     packs = store / "packs"

@@ -47,7 +47,9 @@ from store_damage import build_scenario
 # The decoder's layouts are the compiler's
 # --------------------------------------------------------------------------
 CONSTANTS = {
-    "LZ_VERSION": F.VERSION, "LZ_FRAME_ZERO": F.FRAME_ZERO, "FJ_REC_MAGIC": F.FJ_MAGIC,
+    "LZ_VERSION": F.VERSION, "LZ_VERSION_MIN": F.VERSION_MIN, "LZ_SEC_MUST": F.SEC_MUST,
+    "LZ_MACHINE_X86_64": F.MACHINE_X86_64, "LZ_BYTE_ORDER": F.BYTE_ORDER, "LZ_PAGE_SIZE": F.PAGE_SIZE,
+    "LZ_HEADER_V5_SIZE": F.HEADER_V5_SIZE, "FJ_VERSION": F.FJ_VERSION, "LZ_FRAME_ZERO": F.FRAME_ZERO, "FJ_REC_MAGIC": F.FJ_MAGIC,
     "FJ_DATA_MAX": F.FJ_DATA_MAX, "LZ_TH_CKPT": F.TH_CKPT,
     "LZ_SEC_PROC": F.SEC_PROC, "LZ_SEC_REGIONS": F.SEC_REGIONS, "LZ_SEC_EXTENTS": F.SEC_EXTENTS,
     "LZ_SEC_FDS": F.SEC_FDS, "LZ_SEC_STRINGS": F.SEC_STRINGS, "LZ_SEC_PACKS": F.SEC_PACKS,
@@ -482,6 +484,20 @@ def _drop(typ):
     return _sections_edit(lambda secs: [(t, p) for t, p in secs if t != typ])
 
 
+def _widen(m, delta, only=None):
+    """Every array section's records (or only's) delta bytes longer (zeros
+    after each) or shorter, its record size said so: a newer (older) layout."""
+    secs = []
+    for s in m.sections:
+        p, rs = bytes(m.data[s.off:s.off + s.length]), s.record_size
+        if rs and s.type in F.SECTION_LAYOUT and (only is None or s.type == only):
+            recs = [p[i:i + rs] for i in range(0, len(p), rs)]
+            p = b"".join(r + b"\0" * delta if delta > 0 else r[:delta] for r in recs)
+            rs += delta
+        secs.append((s.raw_type, p, rs))
+    m.data[:] = m.rebuild(secs)
+
+
 def _thread_swap(m):
     th = m.threads
     assert len(th) >= 1
@@ -532,7 +548,15 @@ MANIFEST = {
     "other-job": (_m_set(lambda m: m.header, "job0", 12345), r"its manifest belongs to another job"),
     "other-index": (_m_set(lambda m: m.header, "index", 99), r"its manifest is checkpoint 99's, not checkpoint \d+'s"),
     "foreign-version": (_m_set(lambda m: m.header, "version", F.VERSION + 1),
-                        rf"checkpoint format version {F.VERSION + 1} is not supported \(this build reads version {F.VERSION}\)"),
+                        rf"checkpoint format version {F.VERSION + 1} was written by a newer Lazarus "
+                        rf"\(this build reads versions {F.VERSION_MIN} to {F.VERSION}\)"),
+    "version-4": (_m_set(lambda m: m.header, "version", 4), r"checkpoint format version 4 is too old for this build"),
+    "byte-order": (_m_set(lambda m: m.header, "byte_order", 0x04030201), r"written on a machine of the other byte order"),
+    "must-understand-section": (_sections_edit(lambda secs: secs + [(77 | F.SEC_MUST, b"future")]),
+                                r"written by a newer Lazarus: section 77 it must understand"),
+    "longer-records": (lambda m: _widen(m, 8), None),
+    "shorter-records": (lambda m: _widen(m, -8, F.SEC_REGIONS),
+                        r"manifest regions are malformed \(records of 96 bytes, shorter than the 104 of this version\)"),
 }
 
 
@@ -555,7 +579,7 @@ TREE = {
     "no-procs": (lambda t: t.set(t.header, "nprocs", 0), r"truncated or has impossible counts"),
     "other-job": (lambda t: t.set(t.header, "job1", 5), r"its process tree belongs to another job"),
     "other-index": (lambda t: t.set(t.header, "index", 98), r"its process tree is checkpoint 98's"),
-    "version": (lambda t: t.set(t.header, "version", 4), r"its process tree has format version 4 \(this build reads version 5\)"),
+    "version": (lambda t: t.set(t.header, "version", 4), r"its process tree has format version 4 \(this build reads versions 5 to 6\)"),
     "not-sealed": (lambda t: t.data.__setitem__(len(t.data) - 1, t.data[-1] ^ 1), r"its process tree fails its checksum"),
 }
 
