@@ -109,7 +109,8 @@ def test_processes_outlive_supervisor(mode, runner, rng):
     """`programs/busy_stream.sh` (a long awk | tee -a | cat >> pipeline in
     each round): the supervisor SIGKILLed, its processes left running 1-2 s
     longer, twice: they end themselves as soon as they find it gone (none
-    is left when the second half of the kill comes), the restart takes what
+    is left when the second half of the kill comes, 5 s later at most for
+    one the disk holds up in a call), the restart takes what
     they changed before for the job's own (no refusal), and the files end
     as uninterrupted."""
     need_mode(mode)
@@ -119,7 +120,7 @@ def test_processes_outlive_supervisor(mode, runner, rng):
     for seg in cr.segments:
         if seg[5]:
             assert not seg[5]["alive_after_sup"], (
-                f"processes of the job still ran {seg[5]['later']:.1f} s after their supervisor died: "
+                f"processes of the job still ran {seg[5]['later'] + 5:.1f} s after their supervisor died: "
                 f"{seg[5]['alive_after_sup']}\n{cr.describe()}")
 
 

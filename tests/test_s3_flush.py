@@ -149,7 +149,10 @@ def proxy(s3server):
 def test_connection_cut_mid_flush(runner, programs, s3server, proxy):
     b = s3server.bucket()
     url = f"s3://{b}/cut"
-    setup_env(runner, s3server, proxy.endpoint, LAZARUS_S3_PART_MIB="5", LAZARUS_S3_ATTEMPTS="2")
+    # a stall (a server the machine's I/O holds up) ends an attempt after 10 s, not 30:
+    # the cut flush fails within the deadline below however the parts go
+    setup_env(runner, s3server, proxy.endpoint, LAZARUS_S3_PART_MIB="5", LAZARUS_S3_ATTEMPTS="2",
+              LAZARUS_S3_STALL_S="10")
     store = runner.base / "store"
     job = start_job(runner, programs, store, url)
     proxy.set("cut", cut_after=3 * 1024 * 1024)
