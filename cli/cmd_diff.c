@@ -1,5 +1,6 @@
 /* lazarus diff [-d DIR|s3://...] [--at N]: what `restart --at N` would do to files. */
 #include "cli.h"
+#include "exit_codes.h"
 #include "remote_store.h"
 #include "rollback.h"
 #include "s3.h"
@@ -53,7 +54,7 @@ int cmd_diff(int argc, char **argv)
         lz_err("diff: --endpoint, --ca-file, --insecure and --addressing go with -d s3://BUCKET/PREFIX");
         return 2;
     }
-    if (access(o.dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
+    if (access(o.dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return LZ_EXIT_NOT_FOUND; }
     return diff_dir(o.dir, o.have_at, o.at);
 }
 
@@ -62,7 +63,7 @@ static int diff_dir(const char *d, int have_at, uint64_t at)
     char *dir = abs_dir(d);
     char why[LZ_PATH_MAX + 512];
     uint64_t index;
-    if (lz_store_pick(dir, have_at, at, &index, why, sizeof why) < 0) { lz_err("%s", why); free(dir); return 1; }
+    if (lz_store_pick(dir, have_at, at, &index, why, sizeof why) < 0) { lz_err("%s", why); free(dir); return LZ_EXIT_NOT_FOUND; }
     /* when the job stopped: what is gone since was deleted or replaced by
      * someone else (a rollback under way: nothing is told apart) */
     struct lz_job job;

@@ -2,6 +2,7 @@
  * checkpoint needs (retention does it after each checkpoint; this is for a
  * store left as it was by a crash, or to see what it frees). */
 #include "cli.h"
+#include "exit_codes.h"
 #include "util.h"
 #include "remote_store.h"
 #include <inttypes.h>
@@ -41,7 +42,7 @@ int cmd_gc(int argc, char **argv)
     if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || stat(job, &st) < 0) {
         lz_err("no checkpoint store at %s", o.dir);
         free(dir);
-        return 1;
+        return LZ_EXIT_NOT_FOUND;
     }
     struct lz_gc_stats gs;
     char why[LZ_PATH_MAX + 1200];

@@ -9,6 +9,7 @@
 #include "resume.h"
 #include "batch.h"
 #include "ckptrc.h"
+#include "exit_codes.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -249,20 +250,21 @@ int cmd_run(int argc, char **argv)
     free(dir);
     dir = abs_dir(o.dir);
     int lock = lz_store_lock(dir);
+    int busy = lock < 0 && errno == EWOULDBLOCK;
     if (lock < 0 && o.resume) {
         lz_err("run --resume: the job in %s is running (its supervisor holds %s/%s); nothing was started", o.dir, o.dir, LZ_LOCKFILE);
-        return 1;
+        return busy ? LZ_EXIT_RUNNING : LZ_EXIT_FAIL;
     }
     if (lock < 0) {
         lz_err("a job is already running with %s: checkpoint it with `lazarus checkpoint -d %s`, resume it with "
                "`lazarus restart -d %s` once it has stopped, or start anew with another directory (-d DIR)", o.dir, o.dir, o.dir);
-        return 1;
+        return busy ? LZ_EXIT_RUNNING : LZ_EXIT_FAIL;
     }
     if (o.resume) {
         int status;
         int64_t at;
         switch (resume_decide(dir, o.dir, argv + first, &status, &at)) {
-        case RESUME_REFUSE: return 1;
+        case RESUME_REFUSE: return status;
         case RESUME_FINISHED: return status;
         case RESUME_RESTART: close(lock); return resume_restart(o.dir, at, o.compress, o.ckpt_signal);
         case RESUME_START: break;
@@ -277,7 +279,7 @@ int cmd_run(int argc, char **argv)
     if (n > 0 && jr == LZ_JOB_DAMAGED) {
         lz_err("the store's job file is damaged (%s/%s); %s holds checkpoints: check them with `lazarus verify -d %s`, "
                "or start anew with another directory (-d DIR)", o.dir, LZ_JOBFILE, o.dir, o.dir);
-        return 1;
+        return LZ_EXIT_DAMAGED;
     }
     if (n > 0 && (!have_job || strcmp(job.state, "finished") != 0)) {
         lz_err("%s holds an unfinished job (newest checkpoint %" PRIu64 "): resume it with `lazarus restart -d %s`, "
@@ -347,7 +349,7 @@ int cmd_run(int argc, char **argv)
             }
             free(parent);
         }
-        return 1;
+        return LZ_EXIT_REMOTE;
     }
     if (stream) lz_err("checkpoints to %s pass through %s (the fallback: what is published leaves it)", job.remote, o.dir);
     if (fl && !*job.journal_dir)

@@ -197,7 +197,7 @@ static int prepare_cache(const char *cache, const uint64_t job[2], uint64_t newe
     if (nh >= 0) free(have);
     if (lz_store_prepare(cache, why, sizeof why) < 0) { lz_err("cannot restart: %s; nothing was changed", why); return -1; }
     *lock = lz_store_lock(cache);
-    if (*lock < 0) { lz_err("cannot restart: a job is running with %s", cache); return -1; }
+    if (*lock < 0) { lz_err("cannot restart: a job is running with %s", cache); return -2; }
     /* the job file first: what is removed below is the cache's, never the
      * journals in the job's --journal-dir (they are what a rollback needs) */
     char jf[LZ_PATH_MAX + 32];
@@ -326,7 +326,8 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
         snprintf(cache_out, cache_len, "%s/lazarus-%s", t && *t ? t : "/tmp", id);
     }
     int lock;
-    if (prepare_cache(cache_out, cm.job, newest->index, &lock) < 0) { free(jobbuf); rc_commit_free(&cm); free(refs); return -1; }
+    int pr = prepare_cache(cache_out, cm.job, newest->index, &lock);
+    if (pr < 0) { free(jobbuf); rc_commit_free(&cm); free(refs); return pr; }
     if (!ro->quiet) lz_err("restarting checkpoint %" PRIu64 " of %s through the local store %s", cm.index, shown_url(&c), cache_out);
     int rc = 0;
     if (remote_key()) /* sealed objects: opened one after another, not written in place */

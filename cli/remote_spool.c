@@ -113,7 +113,7 @@ int spool_publish_before_restart(const char *spool, const char *url)
     if (lock < 0) {
         lz_err("cannot restart: the job is running with its fallback %s (checkpoint it with `lazarus checkpoint -d %s`); "
                "nothing was changed", spool, url);
-        return -1;
+        return -2;
     }
     char why[4096], jp[700];
     struct s3_conf c;

@@ -96,7 +96,8 @@ void spool_trim(const char *dir, uint64_t published, const struct rc_commit *cm)
 /* The checkpoints of a spool newer than its newest published one (ascending, malloc'ed). */
 int spool_unpublished(const char *dir, uint64_t **out);
 /* restart -d s3://URL on the machine whose spool holds checkpoints not
- * published yet: they are published first.  0, or -1 having said why. */
+ * published yet: they are published first.  0, or -1 having said why (-2:
+ * the job runs with that spool). */
 int spool_publish_before_restart(const char *spool, const char *url);
 /* `list -d s3://URL`: the rows of what is only in this machine's spool. */
 void spool_list(const char *url, const char *fallback);
@@ -105,7 +106,7 @@ void spool_list(const char *url, const char *fallback);
  * the newest) of the job under URL, in cache (made; refused if it holds
  * anything but a store of the same job that is not running): every object
  * fetched, checked against its commit, in place.  0 and the index, or -1
- * having said why on one line. */
+ * having said why on one line (-2: a job runs with cache). */
 struct remote_opts {
     const char *endpoint, *ca_file, *addressing, *cache;
     int insecure;

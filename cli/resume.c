@@ -15,6 +15,7 @@
  * a wish to continue that job with other arguments. */
 #include "cli.h"
 #include "resume.h"
+#include "exit_codes.h"
 #include "hash.h"
 #include "store_admin.h"
 #include "util.h"
@@ -90,6 +91,7 @@ static int heartbeat_alive(const char *dir)
 enum resume_what resume_decide(const char *dir, const char *shown, char **argv, int *exit_status, int64_t *at)
 {
     *at = -1;
+    *exit_status = LZ_EXIT_FAIL;
     struct lz_job job;
     int jr = lz_job_read(dir, &job);
     uint64_t *v;
@@ -103,6 +105,7 @@ enum resume_what resume_decide(const char *dir, const char *shown, char **argv, 
     if (jr == LZ_JOB_DAMAGED && n > 0) {
         lz_err("run --resume: the job file of %s is damaged and it holds checkpoints: check them with `lazarus verify -d %s`; "
                "nothing was started", shown, shown);
+        *exit_status = LZ_EXIT_DAMAGED;
         return RESUME_REFUSE;
     }
     if (jr != 0) { /* a new DIR (or one whose job file never got written: no checkpoint either) */
@@ -125,6 +128,7 @@ enum resume_what resume_decide(const char *dir, const char *shown, char **argv, 
     if (!strcmp(job.state, "running") && heartbeat_alive(dir)) {
         lz_err("run --resume: the job in %s is still running elsewhere (its heartbeat on %s/%s advances, though its "
                "lock is not held here: another machine?); nothing was started", shown, shown, LZ_LOCKFILE);
+        *exit_status = LZ_EXIT_RUNNING;
         return RESUME_REFUSE;
     }
     if (n == 0) {

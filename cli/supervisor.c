@@ -11,6 +11,7 @@
 #include "util.h"
 #include "batch.h"
 #include "store_admin.h"
+#include "exit_codes.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -252,6 +253,7 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
          * ran (those waiting for go see its pipe end) */
         if (s->restoring && !st->restore_failed) {
             st->restore_failed = 1;
+            st->restore_damaged = msg[6] == ' ' && strstr(msg + 7, " is damaged") != NULL;
             if (msg[6] == ' ') lz_err("%s%s", msg + 7, s->files_rolled ? "" : "; nothing was changed");
             if (!st->child_gone) kill(s->child, SIGKILL);
             if (s->go_fd >= 0) { close(s->go_fd); s->go_fd = -1; }
@@ -513,7 +515,7 @@ int supervise(struct supervisor *s)
     if (s->restoring) {
         /* the restorer failed (it said why) or was killed: nothing changed */
         code = st.have_status && WIFEXITED(st.status) && WEXITSTATUS(st.status) ? WEXITSTATUS(st.status) : 1;
-        if (st.restore_failed) code = 1;
+        if (st.restore_failed) code = st.restore_damaged ? LZ_EXIT_DAMAGED : LZ_EXIT_FAIL;
         else if ((!st.have_status || !WIFEXITED(st.status)) && !st.lazy_failed) /* the server said why */
             lz_err("restart of checkpoint %" PRIu64 " did not complete%s", s->restore_index,
                    s->files_rolled ? "" : "; nothing was changed");

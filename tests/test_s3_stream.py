@@ -197,7 +197,7 @@ def test_restart_here_publishes_the_fallback(runner, programs, s3server):
         r = runner.lz("list", "-d", url, timeout=60)
         assert re.search(rf"^\s*{kept}\s+only in the fallback ", r.stdout, re.M), str(r)
         r = runner.lz("restart", "-d", url, timeout=60)
-        assert r.rc == 1 and len(r.stderr_lines()) == 1 and "is running" in r.stderr, str(r)
+        assert r.rc == 242 and len(r.stderr_lines()) == 1 and "is running" in r.stderr, str(r)
         job.kill()
         spool = spool_of(runner.base)
         # the store still down: refused, nothing changed
