@@ -11,6 +11,7 @@
 #include "remote_key.h"
 #include "lazy.h"
 #include "exit_codes.h"
+#include "log_out.h"
 #include <sys/stat.h>
 #include <dirent.h>
 #include <errno.h>
@@ -25,13 +26,21 @@
 
 static const char help[] =
     "usage: lazarus restart [-d DIR|s3://BUCKET/PREFIX] [--at N] [--force] [--lazy] [--compress SPEC] [--checkpoint-signal SIG]\n"
+    "                       [--quiet] [--log FILE] [--json]\n"
     "Resume the job in DIR from checkpoint N (default: the newest) and stay in the\n"
     "foreground as its supervisor, with the settings it was started with.  First\n"
     "every change the job made to files since N is undone (`lazarus diff` shows\n"
     "them); checkpoints after N are then gone.\n"
-    "Exits with the program's status (128+signal if it was killed).\n\n"
+    "Says in one line what it did (restarted from checkpoint N taken at T, K files\n"
+    "rolled back, program resumed).  Exits with the program's status (128+signal if\n"
+    "it was killed); if it never resumed, with Lazarus' own code (240 no such store\n"
+    "or checkpoint, 242 the job runs, 244 damaged, 245 files changed outside the job;\n"
+    "man lazarus).\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
     "  --at N    the checkpoint to resume from (see `lazarus list`)\n"
+    "  --quiet   no informational line of Lazarus' own (errors still print)\n"
+    "  --log FILE  Lazarus' own lines appended to FILE, one per event with its time\n"
+    "  --json    those lines as JSON objects, one per line (docs/json.md)\n"
     "  --force   roll back files even if something outside the job changed them\n"
     "            after it stopped (refused otherwise, naming them); restart a job\n"
     "            that finished (refused otherwise: it would undo its results)\n"
@@ -179,6 +188,8 @@ static void job_running(void *arg)
     if (lz_job_write(p->dir, p->job) < 0) lz_warn("cannot write %s/%s: %s", p->dir, LZ_JOBFILE, strerror(errno));
 }
 
+static void count_file(const char *kind, const char *path, void *arg) { (void)kind; (void)path; (void)arg; }
+
 /* Every thread ID but the PID is free here (the restorer makes the threads). */
 static int thread_ids_free(const struct lz_image *img)
 {
@@ -231,8 +242,9 @@ static int lazy_refused(int several, uint64_t index)
 int cmd_restart(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "restart", "dafcGEAIPZFLYB", help, &o);
+    int first = parse_opts(argc, argv, "restart", "dafcGEAIPZFLYBjql", help, &o);
     if (first < 0) return 2;
+    if (log_setup("restart", o.log, o.json, o.quiet) < 0) return 2;
     if (batch_setup(o.ckpt_signal, "restart") < 0) return 1;
     if (first < argc) { lz_err("restart: unexpected argument '%s'", argv[first]); return 2; }
     char why[1200], cache[LZ_PATH_MAX];
@@ -335,6 +347,7 @@ int cmd_restart(int argc, char **argv)
     int refused;
     struct fj_plan *plan = plan_rollback(dir, index, &job, o.force, &refused);
     if (!plan) return refused;
+    uint64_t files = fj_plan_changes(plan, INT64_MAX, count_file, NULL);
     trace("journals proven, outside changes looked for");
     for (size_t k = 0; k < (several ? rt.tree.nprocs : 1); k++) {
         const struct lz_image *im = several ? &rt.imgs[k] : &img;
@@ -390,6 +403,8 @@ int cmd_restart(int argc, char **argv)
     s.flusher = fl;
     s.restoring = 1;
     s.restore_index = index;
+    s.restore_taken_ns = img.hdr->created_ns;
+    s.restore_files = files;
     s.lazy = o.lazy;
     s.files_rolled = several;
     int ids_free;

@@ -58,7 +58,8 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"journal-dir", required_argument, 0, 'J'}, {"older-than", required_argument, 0, 'O'},
         {"check-exclusions", no_argument, 0, 'X'}, {"no-incremental", no_argument, 0, 'N'}, {"no-fork", no_argument, 0, 'W'},
         {"mintime", required_argument, 0, 'U'}, {"encrypt-key", required_argument, 0, 'Y'},
-        {"lazy", no_argument, 0, 'L'}, {"fallback", required_argument, 0, 'B'}, {0, 0, 0, 0}};
+        {"lazy", no_argument, 0, 'L'}, {"fallback", required_argument, 0, 'B'},
+        {"quiet", no_argument, 0, 'q'}, {"log", required_argument, 0, 'l'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -112,6 +113,8 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         }
         if (c == 'C') { o->compact = 1; continue; }
         if (c == 'L') { o->lazy = 1; continue; }
+        if (c == 'q') { o->quiet = 1; continue; }
+        if (c == 'l') { o->log = optarg; continue; }
         if (c == 'R') { o->resume = 1; continue; }
         if (c == 'X') { o->check_excl = 1; continue; }
         if (c == 'N') { o->no_incremental = 1; continue; }

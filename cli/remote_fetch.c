@@ -21,6 +21,7 @@
 #include "rollback.h"
 #include "tree.h"
 #include "util.h"
+#include "log_out.h"
 #include "jobid.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -328,7 +329,7 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
     int lock;
     int pr = prepare_cache(cache_out, cm.job, newest->index, &lock);
     if (pr < 0) { free(jobbuf); rc_commit_free(&cm); free(refs); return pr; }
-    if (!ro->quiet) lz_err("restarting checkpoint %" PRIu64 " of %s through the local store %s", cm.index, shown_url(&c), cache_out);
+    if (!ro->quiet) log_info("restarting checkpoint %" PRIu64 " of %s through the local store %s", cm.index, shown_url(&c), cache_out);
     int rc = 0;
     if (remote_key()) /* sealed objects: opened one after another, not written in place */
         for (size_t i = 0; i < cm.nobjs && rc == 0; i++) {
