@@ -19,19 +19,19 @@ static const char usage[] =
     "  run [-d DIR|s3://BUCKET/PREFIX [--fallback DIR]] [-i SECONDS] [-k N] [--compress SPEC] [--durability process|machine] [--exclude DIR]...\n"
     "      [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG]\n"
     "      [--remote s3://BUCKET/PREFIX [--keep-remote N] [--encrypt-key FILE]] [--mintime S] [--no-incremental] [--no-fork]\n"
-    "      [--check-exclusions] [--] PROGRAM [ARG...]\n"
+    "      [--check-exclusions] [--quiet] [--log FILE] [--json] [--] PROGRAM [ARG...]\n"
     "                           run PROGRAM under Lazarus (--resume: or go on from DIR's newest checkpoint)\n"
-    "  checkpoint [-d DIR|s3://...]  checkpoint the running job now; prints its index once durable\n"
-    "  restart [-d DIR|s3://BUCKET/PREFIX] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG]\n"
+    "  checkpoint [-d DIR|s3://...] [--json]  checkpoint the running job now; prints its index once durable\n"
+    "  restart [-d DIR|s3://BUCKET/PREFIX] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG] [--quiet] [--log FILE] [--json]\n"
     "                           resume from checkpoint N (default: the newest), its files rolled back to N\n"
-    "  diff [-d DIR] [--at N]   what a restart to N would change in the files\n"
+    "  diff [-d DIR] [--at N] [--json]  what a restart to N would change in the files\n"
     "  list [-d DIR|s3://...] [--json]   one row per checkpoint\n"
     "  verify [-d DIR|s3://...] [--at N] [--json]  re-read everything a restart trusts; exit 0 only if all is intact\n"
-    "  gc [-d DIR|s3://...]     free the page data and file journals no retained checkpoint needs\n"
+    "  gc [-d DIR|s3://...] [--json]  free the page data and file journals no retained checkpoint needs\n"
     "  show [-d DIR|s3://...] [--at N] [--json] [tree|threads|regions|fds|chans|journal|packs]\n"
     "                           what checkpoint N holds (default: the newest, all of it)\n\n"
     "DIR is the job's checkpoint store (default ./lazarus.ckpt). `lazarus COMMAND --help` for more;\n"
-    "`lazarus --version` prints the version; man lazarus.\n";
+    "`lazarus --version` prints the version; man lazarus (EXIT STATUS: what each exit code means).\n";
 
 void human_bytes(char *buf, size_t len, uint64_t b)
 {
