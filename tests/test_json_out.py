@@ -107,7 +107,7 @@ def test_run_restart_events(r):
     log = r.base / "restart.log"
     go.unlink()
     p = r.start_lz("restart", "-d", store, "--json", "--log", log)
-    wait_for("restarted event", lambda: '"restarted"' in log.read_text())
+    wait_for("restarted event", lambda: log.exists() and '"restarted"' in log.read_text())
     assert f.read_text() == "one\n"
     p.kill()
     ev = events(log.read_text())
