@@ -158,5 +158,6 @@ def test_program_status_passes_through(r, code):
     deadline = time.monotonic() + 60
     while "restarted from checkpoint" not in p.stderr and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert "restarted from checkpoint" in p.stderr, p.stderr
     r.touch(go)
     assert p.wait(timeout=60) == want, p.stderr

@@ -288,8 +288,8 @@ def test_bad_inputs(runner, programs, s3server):
     runner.env["TMPDIR"] = str(tmp)
     marker = runner.base / "started"
     cases = [("s3://Bad_Bucket!/x", {}, 2, "valid bucket"),
-             (f"s3://{b}-none/x", {}, 1, "NoSuchBucket"),
-             (f"s3://{b}/x", {"AWS_SECRET_ACCESS_KEY": "wrong-" + SECRET}, 1, "HTTP 403")]
+             (f"s3://{b}-none/x", {}, 246, "NoSuchBucket"),  # the remote store refused
+             (f"s3://{b}/x", {"AWS_SECRET_ACCESS_KEY": "wrong-" + SECRET}, 246, "HTTP 403")]
     for url, env, rc, says in cases:
         saved = dict(runner.env)
         runner.env.update(env)
