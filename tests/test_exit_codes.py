@@ -106,6 +106,21 @@ def test_damaged(r):
     assert snapshot(store) == before
 
 
+def test_damaged_page_data(r):
+    """Damage the restorer finds (a page frame failing its checksum) is 244 too."""
+    store, go = r.base / "st", r.base / "go"
+    proc = r.start_lz("run", "-d", store, "-i", "0", "--", r.programs.heap_mutator, "8", "1000000")
+    time.sleep(0.5)
+    n = r.checkpoint_when_up(store)
+    kill_program(proc, "heap_mutator")
+    packs = sorted((store / "packs").iterdir(), key=lambda p: p.stat().st_size)
+    data = bytearray(packs[-1].read_bytes())
+    data[len(data) // 2] ^= 0x10
+    packs[-1].write_bytes(data)
+    res = r.lz("restart", "-d", store, timeout=120)
+    assert res.rc == DAMAGED and f"checkpoint {n} is damaged" in res.stderr, str(res)
+
+
 def test_outside_changes(r):
     """A file the job wrote, changed by someone else after the job stopped:
     restart refuses (245) and changes nothing; --force rolls it back."""
