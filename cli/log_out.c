@@ -41,7 +41,12 @@ static void emit(enum log_level level, const char *event, const struct log_kv *k
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    if (!f) return;
+    if (!f) { /* out of memory: the plain line all the same */
+        char line[2200];
+        int n = snprintf(line, sizeof line, "%s: %s%s\n", lz_prog, level == LOG_WARN ? "warning: " : "", text);
+        if (n > 0) put_line(line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        return;
+    }
     char when[40];
     now_text(when, sizeof when);
     if (L.json) {
