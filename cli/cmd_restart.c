@@ -257,10 +257,10 @@ int cmd_restart(int argc, char **argv)
         char spool[LZ_PATH_MAX];
         spool_path(spool, sizeof spool, o.dir, o.fallback);
         int r = spool_publish_before_restart(spool, o.dir);
-        if (r < 0) return r == -2 ? LZ_EXIT_RUNNING : LZ_EXIT_FAIL;
+        if (r < 0) return r == -1 ? LZ_EXIT_FAIL : -r;
         if (!ro.cache) ro.cache = spool;
         r = remote_fetch_store(o.dir, &ro, o.have_at, o.at, cache, sizeof cache, &at);
-        if (r < 0) return r == -2 ? LZ_EXIT_RUNNING : LZ_EXIT_FAIL;
+        if (r < 0) return r == -1 ? LZ_EXIT_FAIL : -r;
         o.dir = cache;
         o.have_at = 1;
         o.at = at;

@@ -151,12 +151,17 @@ def test_outside_changes(r):
 
 
 def test_remote_unreachable(r):
-    """--remote to an endpoint nothing listens on: nothing started (246)."""
+    """--remote to an endpoint nothing listens on: nothing started (246);
+    a command reading a remote store there: 246 too."""
     store = r.base / "st"
-    r.env.update({"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1"})
+    r.env.update({"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1", "LAZARUS_S3_ATTEMPTS": "1"})
     res = r.lz("run", "-d", store, "--remote", "s3://bucket/x", "--endpoint", "http://127.0.0.1:9", "--",
                r.programs.exit_code, "0", timeout=120)
     assert res.rc == REMOTE and "remote store" in res.stderr and "ready" not in res.stdout, str(res)
+    r.env["TMPDIR"] = str(r.base)
+    for cmd in ("restart", "list", "verify", "diff", "show"):
+        res = r.lz(cmd, "-d", "s3://bucket/x", "--endpoint", "http://127.0.0.1:9", timeout=120)
+        assert res.rc == REMOTE and len(res.stderr_lines()) == 1, str(res)
 
 
 @pytest.mark.parametrize("code", ["0", "1", "7", "240", "term"])

@@ -202,7 +202,7 @@ def test_restart_here_publishes_the_fallback(runner, programs, s3server):
         spool = spool_of(runner.base)
         # the store still down: refused, nothing changed
         r = runner.lz("restart", "-d", url, timeout=120)
-        assert r.rc == 1 and len(r.stderr_lines()) == 1 and "cannot be published" in r.stderr, str(r)
+        assert r.rc == 246 and len(r.stderr_lines()) == 1 and "cannot be published" in r.stderr, str(r)
         assert kept in runner.indexes(spool)
         r = runner.lz("restart", "-d", spool, timeout=60)
         assert r.rc == 1 and len(r.stderr_lines()) == 1 and f"restart -d {url}" in r.stderr, str(r)
