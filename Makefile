@@ -139,6 +139,7 @@ CLI_SRC := \
 	cli/show_proc.c \
 	cli/show_store.c \
 	cli/json_out.c \
+	cli/log_out.c \
 	cli/pidns.c \
 	cli/identity.c \
 	cli/job.c \

@@ -56,6 +56,8 @@ struct cli_opts {
     int no_fork;           /* run --no-fork */
     int have_mintime; uint64_t mintime_ms; /* run --mintime S */
     int lazy;              /* restart --lazy */
+    int quiet;             /* run, restart --quiet: no informational line (log_out.c) */
+    const char *log;       /* run, restart --log FILE: Lazarus' own lines appended there */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* "1.2 GiB" */
@@ -91,6 +93,8 @@ struct supervisor {
     void *rollback_arg;
     int files_rolled;    /* phase 2 began: a failure from now on changed files */
     uint64_t restore_index;
+    uint64_t restore_taken_ns; /* when checkpoint restore_index was taken (CLOCK_REALTIME) */
+    uint64_t restore_files;    /* the files its rollback changes (as `lazarus diff` lists them) */
     uint64_t interval, keep, next_index;
     uint64_t first_index;  /* the first index this run can take */
     int durability;

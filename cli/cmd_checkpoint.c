@@ -1,8 +1,11 @@
-/* lazarus checkpoint [-d DIR]: asks the job's supervisor for a checkpoint and
+/* lazarus checkpoint [-d DIR] [--json]: asks the job's supervisor for a checkpoint and
  * prints its index once it is durable. */
 #include "cli.h"
 #include "remote_store.h"
 #include "util.h"
+#include "exit_codes.h"
+#include "json_out.h"
+#include <time.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -14,17 +17,20 @@
 #define UNDER_WAY_MS 1000
 
 static const char help[] =
-    "usage: lazarus checkpoint [-d DIR | -d s3://BUCKET/PREFIX [--fallback DIR]]\n"
+    "usage: lazarus checkpoint [-d DIR | -d s3://BUCKET/PREFIX [--fallback DIR]] [--json]\n"
     "Checkpoint the job running with DIR now; print the checkpoint's index once it\n"
-    "is durable. Exits non-zero, saying why, if no checkpoint was taken.\n\n"
+    "is durable. Exits non-zero, saying why, if no checkpoint was taken (241: no job\n"
+    "runs with DIR; 243: the job did not take it).\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
+    "  --json    one JSON object instead of the index: {\"index\", \"time\", \"duration\",\n"
+    "            \"pause\", \"processes\", \"threads\", \"bytes\"} (docs/json.md)\n"
     "  -d s3://BUCKET/PREFIX  the job `run -d s3://...` streams there, found on this\n"
     "            machine by its spool (--fallback DIR if it was given one)\n";
 
 int cmd_checkpoint(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "checkpoint", "dB", help, &o);
+    int first = parse_opts(argc, argv, "checkpoint", "dBj", help, &o);
     if (first < 0) return 2;
     char spool[LZ_PATH_MAX];
     const char *shown = o.dir;
@@ -40,9 +46,10 @@ int cmd_checkpoint(int argc, char **argv)
     if (s < 0) {
         if (shown != o.dir) lz_err("no job streaming to %s is running on this machine (its spool %s)", shown, o.dir);
         else lz_err("no job is running with %s (start one with `lazarus run -d %s ...`)", o.dir, o.dir);
-        return 1;
+        return LZ_EXIT_NOT_RUNNING;
     }
-    if (send(s, "CHECKPOINT", 10, MSG_NOSIGNAL) < 0) { lz_err("the job's supervisor went away"); return 1; }
+    uint64_t t0 = lz_now_ns(CLOCK_MONOTONIC);
+    if (send(s, "CHECKPOINT", 10, MSG_NOSIGNAL) < 0) { lz_err("the job's supervisor went away"); return LZ_EXIT_CKPT_FAILED; }
     char buf[1400];
     int waited = 0;
     for (;;) {
@@ -57,13 +64,28 @@ int cmd_checkpoint(int argc, char **argv)
     }
     ssize_t n = recv(s, buf, sizeof buf - 1, 0);
     close(s);
-    if (n <= 0) { lz_err("the job ended before the checkpoint was complete"); return 1; }
+    if (n <= 0) { lz_err("the job ended before the checkpoint was complete"); return LZ_EXIT_CKPT_FAILED; }
     buf[n] = 0;
     if (!strncmp(buf, "OK ", 3)) {
         /* OK index pause_ns stored processes threads: the index alone on stdout (scripts read
          * it), what the checkpoint holds on stderr */
         unsigned long long v[5] = {0};
         int got = sscanf(buf + 3, "%llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4]);
+        if (o.json) {
+            struct jw w;
+            jw_init(&w, stdout);
+            jw_obj(&w, NULL);
+            jw_u64(&w, "index", v[0]);
+            jw_u64(&w, "time", (uint64_t)time(NULL));
+            jw_fixed(&w, "duration", (double)(lz_now_ns(CLOCK_MONOTONIC) - t0) / 1e9, 3);
+            jw_fixed(&w, "pause", (double)v[1] / 1e9, 6);
+            jw_u64(&w, "processes", v[3]);
+            jw_u64(&w, "threads", v[4]);
+            jw_u64(&w, "bytes", v[2]);
+            jw_end_obj(&w);
+            putchar('\n');
+            return 0;
+        }
         printf("%llu\n", v[0]);
         fflush(stdout);
         if (got == 5 && v[4] > 0) {
@@ -75,5 +97,5 @@ int cmd_checkpoint(int argc, char **argv)
         return 0;
     }
     lz_err("%s", !strncmp(buf, "ERR ", 4) ? buf + 4 : buf);
-    return 1;
+    return LZ_EXIT_CKPT_FAILED;
 }

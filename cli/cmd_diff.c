@@ -1,16 +1,18 @@
-/* lazarus diff [-d DIR|s3://...] [--at N]: what `restart --at N` would do to files. */
+/* lazarus diff [-d DIR|s3://...] [--at N] [--json]: what `restart --at N` would do to files. */
 #include "cli.h"
+#include "exit_codes.h"
 #include "remote_store.h"
 #include "rollback.h"
 #include "s3.h"
 #include "util.h"
+#include "json_out.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 static const char help[] =
-    "usage: lazarus diff [-d DIR|s3://BUCKET/PREFIX] [--at N]\n"
+    "usage: lazarus diff [-d DIR|s3://BUCKET/PREFIX] [--at N] [--json]\n"
     "List the changes to files that `lazarus restart --at N` would undo, one line\n"
     "per path, without changing anything:\n"
     "  modified PATH   its content, size, permissions or times go back to N\n"
@@ -21,17 +23,18 @@ static const char help[] =
     "A damaged store is said in one line, and diff exits 1.\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
     "  --at N    the checkpoint (default: the newest)\n"
+    "  --json    one JSON object: {\"index\", \"changes\": [{\"kind\", \"path\"}...]}\n"
+    "            (kind as above; docs/json.md)\n"
     "-d s3://BUCKET/PREFIX: checkpoint N of that remote store, fetched into a scratch\n"
     "directory of $TMPDIR (removed after), its journals read where the job kept them\n"
     "(run --journal-dir); --endpoint, --ca-file, --insecure, --addressing and\n"
     "--encrypt-key as for restart.\n";
 
-static int diff_dir(const char *d, int have_at, uint64_t at);
+static int diff_dir(const char *d, int have_at, uint64_t at, int json);
 
 static int diff_fetched(const char *dir, uint64_t index, void *arg)
 {
-    (void)arg;
-    return diff_dir(dir, 1, index);
+    return diff_dir(dir, 1, index, *(const int *)arg);
 }
 
 /* -d s3://...: the checkpoint fetched as `restart` would (its journals must be
@@ -39,13 +42,13 @@ static int diff_fetched(const char *dir, uint64_t index, void *arg)
 static int diff_remote(const struct cli_opts *o)
 {
     struct remote_opts ro = {o->endpoint, o->ca_file, o->addressing, NULL, o->insecure, 0, 1};
-    return remote_in_scratch(o->dir, ro, o->have_at, o->at, "diff", diff_fetched, NULL);
+    return remote_in_scratch(o->dir, ro, o->have_at, o->at, "diff", diff_fetched, (void *)&o->json);
 }
 
 int cmd_diff(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "diff", "daEAIPY", help, &o);
+    int first = parse_opts(argc, argv, "diff", "daEAIPYj", help, &o);
     if (first < 0) return 2;
     if (first < argc) { lz_err("diff: unexpected argument '%s'", argv[first]); return 2; }
     if (s3_is_url(o.dir)) return diff_remote(&o);
@@ -53,23 +56,43 @@ int cmd_diff(int argc, char **argv)
         lz_err("diff: --endpoint, --ca-file, --insecure and --addressing go with -d s3://BUCKET/PREFIX");
         return 2;
     }
-    if (access(o.dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
-    return diff_dir(o.dir, o.have_at, o.at);
+    if (access(o.dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return LZ_EXIT_NOT_FOUND; }
+    return diff_dir(o.dir, o.have_at, o.at, o.json);
 }
 
-static int diff_dir(const char *d, int have_at, uint64_t at)
+/* --json: one member of "changes" */
+static void json_change(const char *kind, const char *path, void *arg)
+{
+    struct jw *w = arg;
+    jw_obj(w, NULL);
+    jw_str(w, "kind", kind);
+    jw_str(w, "path", path);
+    jw_end_obj(w);
+}
+
+static int diff_dir(const char *d, int have_at, uint64_t at, int json)
 {
     char *dir = abs_dir(d);
     char why[LZ_PATH_MAX + 512];
     uint64_t index;
-    if (lz_store_pick(dir, have_at, at, &index, why, sizeof why) < 0) { lz_err("%s", why); free(dir); return 1; }
+    if (lz_store_pick(dir, have_at, at, &index, why, sizeof why) < 0) { lz_err("%s", why); free(dir); return LZ_EXIT_NOT_FOUND; }
     /* when the job stopped: what is gone since was deleted or replaced by
      * someone else (a rollback under way: nothing is told apart) */
     struct lz_job job;
     int64_t stop = lz_job_read(dir, &job) == 0 && job.rolling_to < 0 ? lz_job_stop_ns(dir, &job) : INT64_MAX;
     struct fj_plan *plan = rollback_plan_load(dir, index, stop, why, sizeof why);
     if (!plan) { lz_err("%s", why); free(dir); return 1; }
-    if (fj_plan_diff(plan, stop, stdout) == 0) printf("no file changes since checkpoint %" PRIu64 "\n", index);
+    if (json) {
+        struct jw w;
+        jw_init(&w, stdout);
+        jw_obj(&w, NULL);
+        jw_u64(&w, "index", index);
+        jw_arr(&w, "changes");
+        fj_plan_changes(plan, stop, json_change, &w);
+        jw_end_arr(&w);
+        jw_end_obj(&w);
+        putchar('\n');
+    } else if (fj_plan_diff(plan, stop, stdout) == 0) printf("no file changes since checkpoint %" PRIu64 "\n", index);
     fj_plan_free(plan);
     free(dir);
     return 0;

@@ -1,5 +1,6 @@
 /* lazarus list [-d DIR] [--json] */
 #include "cli.h"
+#include "exit_codes.h"
 #include "tree.h"
 #include "codec.h"
 #include "util.h"
@@ -79,7 +80,7 @@ int cmd_list(int argc, char **argv)
     rs_load(dir, &rs);
     uint64_t *v;
     int n = lz_store_list(dir, &v);
-    if (n < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
+    if (n < 0) { lz_err("no checkpoint store at %s", o.dir); return LZ_EXIT_NOT_FOUND; }
     uint64_t *fstat_files = lz_xcalloc((size_t)n + 1, sizeof *fstat_files), *fstat_bytes = lz_xcalloc((size_t)n + 1, sizeof *fstat_bytes);
     fj_store_stats(dir, v, n, fstat_files, fstat_bytes);
     struct jw w; /* --json: the array, one object per checkpoint */
@@ -189,5 +190,5 @@ int cmd_list(int argc, char **argv)
     free(fstat_files);
     free(fstat_bytes);
     free(dir);
-    return bad;
+    return bad ? LZ_EXIT_DAMAGED : 0;
 }

@@ -10,6 +10,8 @@
 #include "remote_store.h"
 #include "remote_key.h"
 #include "lazy.h"
+#include "exit_codes.h"
+#include "log_out.h"
 #include <sys/stat.h>
 #include <dirent.h>
 #include <errno.h>
@@ -24,13 +26,21 @@
 
 static const char help[] =
     "usage: lazarus restart [-d DIR|s3://BUCKET/PREFIX] [--at N] [--force] [--lazy] [--compress SPEC] [--checkpoint-signal SIG]\n"
+    "                       [--quiet] [--log FILE] [--json]\n"
     "Resume the job in DIR from checkpoint N (default: the newest) and stay in the\n"
     "foreground as its supervisor, with the settings it was started with.  First\n"
     "every change the job made to files since N is undone (`lazarus diff` shows\n"
     "them); checkpoints after N are then gone.\n"
-    "Exits with the program's status (128+signal if it was killed).\n\n"
+    "Says in one line what it did (restarted from checkpoint N taken at T, K files\n"
+    "rolled back, program resumed).  Exits with the program's status (128+signal if\n"
+    "it was killed); if it never resumed, with Lazarus' own code (240 no such store\n"
+    "or checkpoint, 242 the job runs, 244 damaged, 245 files changed outside the job;\n"
+    "man lazarus).\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
     "  --at N    the checkpoint to resume from (see `lazarus list`)\n"
+    "  --quiet   no informational line of Lazarus' own (errors still print)\n"
+    "  --log FILE  Lazarus' own lines appended to FILE, one per event with its time\n"
+    "  --json    those lines as JSON objects, one per line (docs/json.md)\n"
     "  --force   roll back files even if something outside the job changed them\n"
     "            after it stopped (refused otherwise, naming them); restart a job\n"
     "            that finished (refused otherwise: it would undo its results)\n"
@@ -71,8 +81,9 @@ static void trace(const char *step)
  * they would touch since it stopped (or --force), and nothing they need is
  * gone (not even with --force: outside.c).  Changes nothing.  NULL with a
  * message said. */
-static struct fj_plan *plan_rollback(const char *dir, uint64_t index, const struct lz_job *job, int force)
+static struct fj_plan *plan_rollback(const char *dir, uint64_t index, const struct lz_job *job, int force, int *code)
 {
+    *code = LZ_EXIT_FAIL;
     char why[LZ_PATH_MAX + 512];
     if (job->rolling_to >= 0 && index > (uint64_t)job->rolling_to) {
         lz_err("cannot restart from checkpoint %" PRIu64 ": a rollback of the files to checkpoint %" PRId64
@@ -111,6 +122,7 @@ static struct fj_plan *plan_rollback(const char *dir, uint64_t index, const stru
     }
     fj_outside_free(&out);
     if (refuse) {
+        *code = LZ_EXIT_OUTSIDE;
         fj_plan_free(plan);
         return NULL;
     }
@@ -176,6 +188,8 @@ static void job_running(void *arg)
     if (lz_job_write(p->dir, p->job) < 0) lz_warn("cannot write %s/%s: %s", p->dir, LZ_JOBFILE, strerror(errno));
 }
 
+static void count_file(const char *kind, const char *path, void *arg) { (void)kind; (void)path; (void)arg; }
+
 /* Every thread ID but the PID is free here (the restorer makes the threads). */
 static int thread_ids_free(const struct lz_image *img)
 {
@@ -228,8 +242,9 @@ static int lazy_refused(int several, uint64_t index)
 int cmd_restart(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "restart", "dafcGEAIPZFLYB", help, &o);
+    int first = parse_opts(argc, argv, "restart", "dafcGEAIPZFLYBjql", help, &o);
     if (first < 0) return 2;
+    if (log_setup("restart", o.log, o.json, o.quiet) < 0) return 2;
     if (batch_setup(o.ckpt_signal, "restart") < 0) return 1;
     if (first < argc) { lz_err("restart: unexpected argument '%s'", argv[first]); return 2; }
     char why[1200], cache[LZ_PATH_MAX];
@@ -241,9 +256,11 @@ int cmd_restart(int argc, char **argv)
          * and it is the local store of the job from here on (`checkpoint -d URL` finds it) */
         char spool[LZ_PATH_MAX];
         spool_path(spool, sizeof spool, o.dir, o.fallback);
-        if (spool_publish_before_restart(spool, o.dir) < 0) return 1;
+        int r = spool_publish_before_restart(spool, o.dir);
+        if (r < 0) return r == -1 ? LZ_EXIT_FAIL : -r;
         if (!ro.cache) ro.cache = spool;
-        if (remote_fetch_store(o.dir, &ro, o.have_at, o.at, cache, sizeof cache, &at) < 0) return 1;
+        r = remote_fetch_store(o.dir, &ro, o.have_at, o.at, cache, sizeof cache, &at);
+        if (r < 0) return r == -1 ? LZ_EXIT_FAIL : -r;
         o.dir = cache;
         o.have_at = 1;
         o.at = at;
@@ -253,7 +270,7 @@ int cmd_restart(int argc, char **argv)
     }
     char *dir = abs_dir(o.dir);
     trace_t0 = lz_now_ns(CLOCK_MONOTONIC);
-    if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
+    if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return LZ_EXIT_NOT_FOUND; }
     struct lz_job sj;
     if (o.dir != cache && lz_job_read(dir, &sj) == 0 && sj.stream) {
         /* a spool has let its published packs go: the remote store is the whole of it */
@@ -265,9 +282,10 @@ int cmd_restart(int argc, char **argv)
     if (privilege_become_store_owner(dir, o.have_at, o.at, why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return 1; }
     int lock = lz_store_lock(dir);
     if (lock < 0) {
-        lz_err(errno == EWOULDBLOCK ? "a job is already running with %s; it cannot be restarted twice"
-                                    : "cannot lock the checkpoint store %s", o.dir);
-        return 1;
+        int busy = errno == EWOULDBLOCK;
+        lz_err(busy ? "a job is already running with %s; it cannot be restarted twice"
+                    : "cannot lock the checkpoint store %s", o.dir);
+        return busy ? LZ_EXIT_RUNNING : LZ_EXIT_FAIL;
     }
     /* a checkpoint torn by a crash: its part becomes the journal it is */
     lz_store_cleanup_tmp(dir);
@@ -275,7 +293,7 @@ int cmd_restart(int argc, char **argv)
     /* ---- phase 1: read and check everything; change nothing */
     struct lz_job job;
     int jr = lz_job_read(dir, &job);
-    if (jr == LZ_JOB_DAMAGED) { lz_err("cannot restart: the store's job file is damaged (%s/%s); nothing was changed", o.dir, LZ_JOBFILE); return 1; }
+    if (jr == LZ_JOB_DAMAGED) { lz_err("cannot restart: the store's job file is damaged (%s/%s); nothing was changed", o.dir, LZ_JOBFILE); return LZ_EXIT_DAMAGED; }
     if (jr < 0) { lz_err("cannot restart: cannot read %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
     /* a job that encrypts what it flushes goes on only with its key (given again: it is recorded nowhere) */
     if (*job.remote && remote_key_fits(job.encrypt_fp, o.dir, why, sizeof why) < 0) {
@@ -290,7 +308,7 @@ int cmd_restart(int argc, char **argv)
         return 1;
     }
     uint64_t index;
-    if (lz_store_pick(dir, o.have_at, o.at, &index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
+    if (lz_store_pick(dir, o.have_at, o.at, &index, why, sizeof why) < 0) { lz_err("%s", why); return LZ_EXIT_NOT_FOUND; }
     /* a finished job's files are its results: a restart would undo them */
     if (!strcmp(job.state, "finished") && !o.force) {
         lz_err("cannot restart: the job in %s finished (exit status %d); a restart would undo its results and run it again "
@@ -308,13 +326,13 @@ int cmd_restart(int argc, char **argv)
     }
     if (mrc < 0) {
         lz_err("cannot restart: checkpoint %" PRIu64 " is damaged: %s; nothing was changed", index, inner);
-        return 1;
+        return LZ_EXIT_DAMAGED;
     }
     struct restart_tree rt;
     memset(&rt, 0, sizeof rt);
     if (lz_tree_load(ckpt, &rt.tree, inner, sizeof inner) < 0) {
         lz_err("cannot restart: checkpoint %" PRIu64 " is damaged: %s; nothing was changed", index, inner);
-        return 1;
+        return LZ_EXIT_DAMAGED;
     }
     int several = rt.tree.nprocs > 1;
     trace("job file, manifest and tree read");
@@ -331,8 +349,10 @@ int cmd_restart(int argc, char **argv)
          * data is read once, overlapped with expanding it */
     }
     trace("identity and channels checked");
-    struct fj_plan *plan = plan_rollback(dir, index, &job, o.force);
-    if (!plan) return 1;
+    int refused;
+    struct fj_plan *plan = plan_rollback(dir, index, &job, o.force, &refused);
+    if (!plan) return refused;
+    uint64_t files = fj_plan_changes(plan, INT64_MAX, count_file, NULL);
     trace("journals proven, outside changes looked for");
     for (size_t k = 0; k < (several ? rt.tree.nprocs : 1); k++) {
         const struct lz_image *im = several ? &rt.imgs[k] : &img;
@@ -388,6 +408,8 @@ int cmd_restart(int argc, char **argv)
     s.flusher = fl;
     s.restoring = 1;
     s.restore_index = index;
+    s.restore_taken_ns = img.hdr->created_ns;
+    s.restore_files = files;
     s.lazy = o.lazy;
     s.files_rolled = several;
     int ids_free;

@@ -9,6 +9,8 @@
 #include "resume.h"
 #include "batch.h"
 #include "ckptrc.h"
+#include "exit_codes.h"
+#include "log_out.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -23,9 +25,12 @@
 static const char help[] =
     "usage: lazarus run [-d DIR|s3://BUCKET/PREFIX [--fallback DIR]] [-i SECONDS] [-k N] [--compress SPEC] [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume]\n"
     "                   [--checkpoint-signal SIG] [--remote s3://BUCKET/PREFIX [--keep-remote N] [--endpoint URL] [--ca-file FILE] [--insecure]]\n"
-    "                   [--mintime S] [--no-incremental] [--no-fork] [--check-exclusions] [--] PROGRAM [ARG...]\n"
+    "                   [--mintime S] [--no-incremental] [--no-fork] [--check-exclusions] [--quiet] [--log FILE] [--json]\n"
+    "                   [--] PROGRAM [ARG...]\n"
     "Run PROGRAM (an unmodified, dynamically linked program) under Lazarus and stay\n"
-    "in the foreground as its supervisor; exit with its status (128+signal if killed).\n\n"
+    "in the foreground as its supervisor; exit with its status (128+signal if killed).\n"
+    "If PROGRAM never started, exit with Lazarus' own code (2 usage, 242 a job runs\n"
+    "with DIR, 244 DIR damaged, 246 the remote store refused; man lazarus).\n\n"
     "  -d DIR      checkpoint store (default ./lazarus.ckpt); refused if it holds an\n"
     "              unfinished job (resume that with `lazarus restart -d DIR`)\n"
     "  -d s3://BUCKET/PREFIX\n"
@@ -35,6 +40,10 @@ static const char help[] =
     "              published when it answers; the program never waits for it\n"
     "  --fallback DIR  the spool and fallback of -d s3:// (default\n"
     "              $TMPDIR/lazarus-spool-<hash of the URL>)\n"
+    "  --quiet     no informational line of Lazarus' own (errors still print)\n"
+    "  --log FILE  Lazarus' own lines appended to FILE, one per event with its time\n"
+    "              (started, checkpoint N taken or failed, exited), not on stderr\n"
+    "  --json      those lines as JSON objects, one per line (docs/json.md)\n"
     "  -i SECONDS  checkpoint every SECONDS (default 600, 0 = only on request)\n"
     "  -k N        keep the N newest checkpoints (default 3)\n"
     "  --compress SPEC\n"
@@ -198,8 +207,9 @@ static int run_user_env(const struct cli_opts *o)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGMKEAIPJUNWXYB", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGMKEAIPJUNWXYBjql", help, &o);
     if (first < 0) return 2;
+    if (log_setup("run", o.log, o.json, o.quiet) < 0) return 2;
     if (run_ckptrc(&o) < 0) return 2;
     if (batch_setup(o.ckpt_signal, "run") < 0) return 1;
     char why[1024];
@@ -249,20 +259,21 @@ int cmd_run(int argc, char **argv)
     free(dir);
     dir = abs_dir(o.dir);
     int lock = lz_store_lock(dir);
+    int busy = lock < 0 && errno == EWOULDBLOCK;
     if (lock < 0 && o.resume) {
         lz_err("run --resume: the job in %s is running (its supervisor holds %s/%s); nothing was started", o.dir, o.dir, LZ_LOCKFILE);
-        return 1;
+        return busy ? LZ_EXIT_RUNNING : LZ_EXIT_FAIL;
     }
     if (lock < 0) {
         lz_err("a job is already running with %s: checkpoint it with `lazarus checkpoint -d %s`, resume it with "
                "`lazarus restart -d %s` once it has stopped, or start anew with another directory (-d DIR)", o.dir, o.dir, o.dir);
-        return 1;
+        return busy ? LZ_EXIT_RUNNING : LZ_EXIT_FAIL;
     }
     if (o.resume) {
         int status;
         int64_t at;
         switch (resume_decide(dir, o.dir, argv + first, &status, &at)) {
-        case RESUME_REFUSE: return 1;
+        case RESUME_REFUSE: return status;
         case RESUME_FINISHED: return status;
         case RESUME_RESTART: close(lock); return resume_restart(o.dir, at, o.compress, o.ckpt_signal);
         case RESUME_START: break;
@@ -277,7 +288,7 @@ int cmd_run(int argc, char **argv)
     if (n > 0 && jr == LZ_JOB_DAMAGED) {
         lz_err("the store's job file is damaged (%s/%s); %s holds checkpoints: check them with `lazarus verify -d %s`, "
                "or start anew with another directory (-d DIR)", o.dir, LZ_JOBFILE, o.dir, o.dir);
-        return 1;
+        return LZ_EXIT_DAMAGED;
     }
     if (n > 0 && (!have_job || strcmp(job.state, "finished") != 0)) {
         lz_err("%s holds an unfinished job (newest checkpoint %" PRIu64 "): resume it with `lazarus restart -d %s`, "
@@ -347,9 +358,9 @@ int cmd_run(int argc, char **argv)
             }
             free(parent);
         }
-        return 1;
+        return LZ_EXIT_REMOTE;
     }
-    if (stream) lz_err("checkpoints to %s pass through %s (the fallback: what is published leaves it)", job.remote, o.dir);
+    if (stream) log_info("checkpoints to %s pass through %s (the fallback: what is published leaves it)", job.remote, o.dir);
     if (fl && !*job.journal_dir)
         lz_warn("the journal of the job's changes to its files stays in %s on this machine: a restart from %s elsewhere cannot "
                 "roll them back (--journal-dir DIR on the file system of the job's files keeps it there)", o.dir, o.remote);
@@ -368,5 +379,7 @@ int cmd_run(int argc, char **argv)
     s.child = s.prog = spawn_program(&s, child_ctl, argv + first);
     close(child_ctl);
     if (s.child < 0) { lz_err("fork: %s", strerror(errno)); return 1; }
+    struct log_kv kv[] = {LOG_NUM("pid", s.child), LOG_STR("command", job.command), LOG_STR("dir", dir)};
+    log_event(LOG_EVENT, "started", kv, 3, "started %s (pid %d), checkpoints in %s", job.command, (int)s.child, dir);
     return supervise(&s);
 }

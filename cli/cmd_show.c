@@ -3,6 +3,7 @@
  * manifest, the journals, the packs) and never written to: no lock is
  * taken, so a running job's store can be shown. */
 #include "cli.h"
+#include "exit_codes.h"
 #include "show.h"
 #include "remote_store.h"
 #include "s3.h"
@@ -135,7 +136,7 @@ static int show_dir(const char *d, int have_at, uint64_t at, const struct show_a
     char why[LZ_PATH_MAX + 512];
     s.dir = dir;
     s.json = a->json;
-    if (lz_store_pick(dir, have_at, at, &s.index, why, sizeof why) < 0) { lz_err("%s", why); free(dir); return 1; }
+    if (lz_store_pick(dir, have_at, at, &s.index, why, sizeof why) < 0) { lz_err("%s", why); free(dir); return LZ_EXIT_NOT_FOUND; }
     if (show_load(&s) < 0) { show_free(&s); free(dir); return 1; }
     int rc = 0;
     if (s.json) { jw_init(&s.w, stdout); jw_obj(&s.w, NULL); }
@@ -193,6 +194,6 @@ int cmd_show(int argc, char **argv)
         lz_err("show: --endpoint, --ca-file, --insecure, --addressing and --encrypt-key go with -d s3://BUCKET/PREFIX");
         return 2;
     }
-    if (access(o.dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
+    if (access(o.dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return LZ_EXIT_NOT_FOUND; }
     return show_dir(o.dir, o.have_at, o.at, &a);
 }

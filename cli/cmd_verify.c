@@ -3,6 +3,7 @@
  * manifests, every frame they reference, pipe and socket data, and every file
  * journal (records, saved bytes, where each belongs); changes nothing. */
 #include "cli.h"
+#include "exit_codes.h"
 #include "journal_read.h"
 #include "json_out.h"
 #include "place.h"
@@ -96,7 +97,7 @@ static int verify_dir(struct cli_opts *o_)
     struct cli_opts o = *o_;
     char *dir = abs_dir(o.dir);
     char why[LZ_PATH_MAX + 1400];
-    if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return 1; }
+    if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return LZ_EXIT_NOT_FOUND; }
     int bad = 0;
     if (o.json) printf("[");
     /* the job file first: every piece is checked against the identity it holds */
@@ -110,12 +111,12 @@ static int verify_dir(struct cli_opts *o_)
     if (n <= 0) {
         if (o.json) printf("]\n");
         lz_err("no checkpoint in %s", o.dir);
-        return 1;
+        return LZ_EXIT_NOT_FOUND;
     }
     uint64_t lowest = v[0];
     if (o.have_at) {
         uint64_t idx;
-        if (lz_store_pick(dir, 1, o.at, &idx, why, sizeof why) < 0) { if (o.json) printf("]\n"); lz_err("%s", why); return 1; }
+        if (lz_store_pick(dir, 1, o.at, &idx, why, sizeof why) < 0) { if (o.json) printf("]\n"); lz_err("%s", why); return LZ_EXIT_NOT_FOUND; }
         v[0] = idx;
         n = 1;
         lowest = idx;
@@ -149,5 +150,5 @@ static int verify_dir(struct cli_opts *o_)
     }
     if (nj > 0) { free(v); free(jr); }
     if (o.json) printf("]\n");
-    return bad;
+    return bad ? LZ_EXIT_DAMAGED : 0;
 }

@@ -3,6 +3,7 @@
  * written, one rename; or, failed, the parts cleaned up.  The clients waiting
  * are told either way. */
 #include "job_ckpt.h"
+#include "log_out.h"
 #include "remote_store.h"
 #include "store_admin.h"
 #include "tree.h"
@@ -89,9 +90,13 @@ void jc_finish_failed(struct sv_state *st)
             snprintf(job.failed_why, sizeof job.failed_why, "%.511s", st->fail_why);
             lz_job_write(s->dir, &job);
         }
-        lz_err("checkpoint %" PRIu64 " failed: %s; the program keeps running", st->index, st->fail_why);
+        struct log_kv kv[] = {LOG_NUM("index", st->index), LOG_STR("reason", st->fail_why)};
+        log_event(LOG_ERROR, "checkpoint_failed", kv, 2, "checkpoint %" PRIu64 " failed: %s; the program keeps running",
+                  st->index, st->fail_why);
         snprintf(out, sizeof out, "ERR checkpoint %" PRIu64 " failed: %s", st->index, st->fail_why);
     } else {
+        struct log_kv kv[] = {LOG_NUM("index", st->index), LOG_STR("reason", st->fail_why)};
+        log_event(LOG_EVENT, "checkpoint_failed", kv, 2, "checkpoint %" PRIu64 " not taken: %s", st->index, st->fail_why);
         snprintf(out, sizeof out, "ERR %s", st->fail_why);
     }
     sv_finish_clients(st, out);
@@ -128,6 +133,11 @@ void jc_finish_ok(struct sv_state *st)
         threads += p->threads;
         nproc += !p->zombie;
     }
+    struct log_kv kv[] = {LOG_NUM("index", st->index), LOG_NUM("pause_ns", pause), LOG_NUM("bytes", stored),
+                          LOG_NUM("processes", nproc), LOG_NUM("threads", threads)};
+    log_event(LOG_EVENT, "checkpoint", kv, 5, "checkpoint %" PRIu64 " taken: %" PRIu64 " process%s, %" PRIu64 " thread%s, "
+              "paused %.1f ms, %" PRIu64 " bytes stored", st->index, nproc, nproc == 1 ? "" : "es", threads,
+              threads == 1 ? "" : "s", (double)pause / 1e6, stored);
     snprintf(out, sizeof out, "OK %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64, st->index, pause, stored, nproc, threads);
     sv_finish_clients(st, out);
 }

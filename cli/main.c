@@ -19,19 +19,19 @@ static const char usage[] =
     "  run [-d DIR|s3://BUCKET/PREFIX [--fallback DIR]] [-i SECONDS] [-k N] [--compress SPEC] [--durability process|machine] [--exclude DIR]...\n"
     "      [--job-stdio] [--tcp=reset|refuse] [--compact] [--resume] [--checkpoint-signal SIG]\n"
     "      [--remote s3://BUCKET/PREFIX [--keep-remote N] [--encrypt-key FILE]] [--mintime S] [--no-incremental] [--no-fork]\n"
-    "      [--check-exclusions] [--] PROGRAM [ARG...]\n"
+    "      [--check-exclusions] [--quiet] [--log FILE] [--json] [--] PROGRAM [ARG...]\n"
     "                           run PROGRAM under Lazarus (--resume: or go on from DIR's newest checkpoint)\n"
-    "  checkpoint [-d DIR|s3://...]  checkpoint the running job now; prints its index once durable\n"
-    "  restart [-d DIR|s3://BUCKET/PREFIX] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG]\n"
+    "  checkpoint [-d DIR|s3://...] [--json]  checkpoint the running job now; prints its index once durable\n"
+    "  restart [-d DIR|s3://BUCKET/PREFIX] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG] [--quiet] [--log FILE] [--json]\n"
     "                           resume from checkpoint N (default: the newest), its files rolled back to N\n"
-    "  diff [-d DIR] [--at N]   what a restart to N would change in the files\n"
+    "  diff [-d DIR] [--at N] [--json]  what a restart to N would change in the files\n"
     "  list [-d DIR|s3://...] [--json]   one row per checkpoint\n"
     "  verify [-d DIR|s3://...] [--at N] [--json]  re-read everything a restart trusts; exit 0 only if all is intact\n"
-    "  gc [-d DIR|s3://...]     free the page data and file journals no retained checkpoint needs\n"
+    "  gc [-d DIR|s3://...] [--json]  free the page data and file journals no retained checkpoint needs\n"
     "  show [-d DIR|s3://...] [--at N] [--json] [tree|threads|regions|fds|chans|journal|packs]\n"
     "                           what checkpoint N holds (default: the newest, all of it)\n\n"
     "DIR is the job's checkpoint store (default ./lazarus.ckpt). `lazarus COMMAND --help` for more;\n"
-    "`lazarus --version` prints the version; man lazarus.\n";
+    "`lazarus --version` prints the version; man lazarus (EXIT STATUS: what each exit code means).\n";
 
 void human_bytes(char *buf, size_t len, uint64_t b)
 {
@@ -58,7 +58,8 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"journal-dir", required_argument, 0, 'J'}, {"older-than", required_argument, 0, 'O'},
         {"check-exclusions", no_argument, 0, 'X'}, {"no-incremental", no_argument, 0, 'N'}, {"no-fork", no_argument, 0, 'W'},
         {"mintime", required_argument, 0, 'U'}, {"encrypt-key", required_argument, 0, 'Y'},
-        {"lazy", no_argument, 0, 'L'}, {"fallback", required_argument, 0, 'B'}, {0, 0, 0, 0}};
+        {"lazy", no_argument, 0, 'L'}, {"fallback", required_argument, 0, 'B'},
+        {"quiet", no_argument, 0, 'q'}, {"log", required_argument, 0, 'l'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -112,6 +113,8 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         }
         if (c == 'C') { o->compact = 1; continue; }
         if (c == 'L') { o->lazy = 1; continue; }
+        if (c == 'q') { o->quiet = 1; continue; }
+        if (c == 'l') { o->log = optarg; continue; }
         if (c == 'R') { o->resume = 1; continue; }
         if (c == 'X') { o->check_excl = 1; continue; }
         if (c == 'N') { o->no_incremental = 1; continue; }

@@ -21,6 +21,8 @@
 #include "rollback.h"
 #include "tree.h"
 #include "util.h"
+#include "log_out.h"
+#include "exit_codes.h"
 #include "jobid.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -39,12 +41,13 @@ static const char *shown_url(const struct s3_conf *c)
     return buf;
 }
 
-/* The commits of the one job under the URL: count (0 = none), or -1 having said why. */
+/* The commits of the one job under the URL: count (0 = none), or -1 having
+ * said why (-LZ_EXIT_REMOTE: the store did not answer, or refused, the listing). */
 static ssize_t job_commits(const struct s3_conf *c, struct rc_ref **out)
 {
     char why[2048];
     ssize_t n = rc_list_commits(c, out, why, sizeof why);
-    if (n < 0) { lz_err("%s", why); return -1; }
+    if (n < 0) { lz_err("%s", why); return -LZ_EXIT_REMOTE; }
     for (ssize_t i = 1; i < n; i++)
         if ((*out)[i].job[0] != (*out)[0].job[0] || (*out)[i].job[1] != (*out)[0].job[1]) {
             lz_err("%s holds the checkpoints of more than one job; give each job a prefix of its own", shown_url(c));
@@ -197,7 +200,7 @@ static int prepare_cache(const char *cache, const uint64_t job[2], uint64_t newe
     if (nh >= 0) free(have);
     if (lz_store_prepare(cache, why, sizeof why) < 0) { lz_err("cannot restart: %s; nothing was changed", why); return -1; }
     *lock = lz_store_lock(cache);
-    if (*lock < 0) { lz_err("cannot restart: a job is running with %s", cache); return -1; }
+    if (*lock < 0) { lz_err("cannot restart: a job is running with %s", cache); return -LZ_EXIT_RUNNING; }
     /* the job file first: what is removed below is the cache's, never the
      * journals in the job's --journal-dir (they are what a rollback needs) */
     char jf[LZ_PATH_MAX + 32];
@@ -232,8 +235,8 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
     }
     struct rc_ref *refs;
     ssize_t n = job_commits(&c, &refs);
-    if (n < 0) return -1;
-    if (n == 0) { lz_err("no checkpoint in %s", shown_url(&c)); free(refs); return -1; }
+    if (n < 0) return (int)n;
+    if (n == 0) { lz_err("no checkpoint in %s", shown_url(&c)); free(refs); return -LZ_EXIT_NOT_FOUND; }
     ssize_t pick = -1;
     for (ssize_t i = 0; i < n; i++)
         if (!have_at || refs[i].index == at) pick = i; /* the newest (a tie of two flushers: the last writer id) */
@@ -243,7 +246,7 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
         for (ssize_t i = 0; i < n && l < sizeof list - 24; i++) l += (size_t)snprintf(list + l, sizeof list - l, "%s%" PRIu64, i ? ", " : "", refs[i].index);
         lz_err("no checkpoint %" PRIu64 " in %s (published: %s)", at, shown_url(&c), list);
         free(refs);
-        return -1;
+        return -LZ_EXIT_NOT_FOUND;
     }
     const struct rc_ref *newest = &refs[n - 1];
     struct rc_commit cm;
@@ -326,8 +329,9 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
         snprintf(cache_out, cache_len, "%s/lazarus-%s", t && *t ? t : "/tmp", id);
     }
     int lock;
-    if (prepare_cache(cache_out, cm.job, newest->index, &lock) < 0) { free(jobbuf); rc_commit_free(&cm); free(refs); return -1; }
-    if (!ro->quiet) lz_err("restarting checkpoint %" PRIu64 " of %s through the local store %s", cm.index, shown_url(&c), cache_out);
+    int pr = prepare_cache(cache_out, cm.job, newest->index, &lock);
+    if (pr < 0) { free(jobbuf); rc_commit_free(&cm); free(refs); return pr; }
+    if (!ro->quiet) log_info("restarting checkpoint %" PRIu64 " of %s through the local store %s", cm.index, shown_url(&c), cache_out);
     int rc = 0;
     if (remote_key()) /* sealed objects: opened one after another, not written in place */
         for (size_t i = 0; i < cm.nobjs && rc == 0; i++) {
@@ -426,7 +430,7 @@ int remote_list(const char *url, const struct remote_opts *ro, int json)
     if (s3_conf_load(&c, url, ro->endpoint, ro->addressing, ro->ca_file, ro->insecure, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
     struct rc_ref *refs;
     ssize_t n = job_commits(&c, &refs);
-    if (n < 0) return 1;
+    if (n < 0) return n == -1 ? LZ_EXIT_FAIL : (int)-n;
     if (json) printf("[");
     else printf("%6s  %-20s  %12s  %7s  %s\n", "INDEX", "TIME (UTC)", "BYTES", "OBJECTS", "WHERE");
     int bad = 0, shown = 0;
@@ -476,7 +480,8 @@ int remote_in_scratch(const char *url, struct remote_opts ro, int have_at, uint6
     }
     ro.cache = tmpl;
     uint64_t index;
-    int rc = remote_fetch_store(url, &ro, have_at, at, cache, sizeof cache, &index) == 0 ? fn(cache, index, arg) : 1;
+    int rc = remote_fetch_store(url, &ro, have_at, at, cache, sizeof cache, &index);
+    rc = rc == 0 ? fn(cache, index, arg) : rc == -1 ? LZ_EXIT_FAIL : -rc;
     char *slash = strrchr(tmpl, '/');
     *slash = 0;
     int pfd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

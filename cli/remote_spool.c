@@ -3,6 +3,7 @@
  * the flusher publishes at once; what is published leaves it, and what could
  * not be published stays in it (the fallback) until the remote answers. */
 #include "cli.h"
+#include "exit_codes.h"
 #include "remote_store.h"
 #include "hash.h"
 #include "store_admin.h"
@@ -113,7 +114,7 @@ int spool_publish_before_restart(const char *spool, const char *url)
     if (lock < 0) {
         lz_err("cannot restart: the job is running with its fallback %s (checkpoint it with `lazarus checkpoint -d %s`); "
                "nothing was changed", spool, url);
-        return -1;
+        return -LZ_EXIT_RUNNING;
     }
     char why[4096], jp[700];
     struct s3_conf c;
@@ -129,7 +130,7 @@ int spool_publish_before_restart(const char *spool, const char *url)
     if (rc < 0) {
         lz_err("cannot restart: checkpoint %" PRIu64 " is only in the fallback %s on this machine and cannot be published: %s; "
                "nothing was changed", newest, spool, why);
-        return -1;
+        return -LZ_EXIT_REMOTE;
     }
     lz_err("checkpoint %" PRIu64 " of the fallback %s published to %s", newest, spool, url);
     return 0;

@@ -96,7 +96,8 @@ void spool_trim(const char *dir, uint64_t published, const struct rc_commit *cm)
 /* The checkpoints of a spool newer than its newest published one (ascending, malloc'ed). */
 int spool_unpublished(const char *dir, uint64_t **out);
 /* restart -d s3://URL on the machine whose spool holds checkpoints not
- * published yet: they are published first.  0, or -1 having said why. */
+ * published yet: they are published first.  0, or -1 having said why
+ * (-LZ_EXIT_RUNNING: the job runs with that spool; cli/exit_codes.h). */
 int spool_publish_before_restart(const char *spool, const char *url);
 /* `list -d s3://URL`: the rows of what is only in this machine's spool. */
 void spool_list(const char *url, const char *fallback);
@@ -105,7 +106,9 @@ void spool_list(const char *url, const char *fallback);
  * the newest) of the job under URL, in cache (made; refused if it holds
  * anything but a store of the same job that is not running): every object
  * fetched, checked against its commit, in place.  0 and the index, or -1
- * having said why on one line. */
+ * having said why on one line, or minus the exit status that says why better
+ * (cli/exit_codes.h: the store did not answer, no such checkpoint, a job runs
+ * with cache). */
 struct remote_opts {
     const char *endpoint, *ca_file, *addressing, *cache;
     int insecure;
@@ -116,7 +119,7 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
                        size_t cache_len, uint64_t *index);
 /* A store fetched only to be read (verify, diff): checkpoint `at` (have_at) or the newest of url
  * fetched into a scratch directory of $TMPDIR ("lazarus-WHAT-XXXXXX", ro's cache ignored), fn run
- * on it with its index, the directory removed: fn's result, or 1 having said why. */
+ * on it with its index, the directory removed: fn's result, or an exit status having said why. */
 int remote_in_scratch(const char *url, struct remote_opts ro, int have_at, uint64_t at, const char *what,
                       int (*fn)(const char *dir, uint64_t index, void *arg), void *arg);
 /* `gc -d s3://...` (remote_gc.c): every object no commit lists and every

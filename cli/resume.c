@@ -15,6 +15,8 @@
  * a wish to continue that job with other arguments. */
 #include "cli.h"
 #include "resume.h"
+#include "exit_codes.h"
+#include "log_out.h"
 #include "hash.h"
 #include "store_admin.h"
 #include "util.h"
@@ -90,6 +92,7 @@ static int heartbeat_alive(const char *dir)
 enum resume_what resume_decide(const char *dir, const char *shown, char **argv, int *exit_status, int64_t *at)
 {
     *at = -1;
+    *exit_status = LZ_EXIT_FAIL;
     struct lz_job job;
     int jr = lz_job_read(dir, &job);
     uint64_t *v;
@@ -103,10 +106,11 @@ enum resume_what resume_decide(const char *dir, const char *shown, char **argv, 
     if (jr == LZ_JOB_DAMAGED && n > 0) {
         lz_err("run --resume: the job file of %s is damaged and it holds checkpoints: check them with `lazarus verify -d %s`; "
                "nothing was started", shown, shown);
+        *exit_status = LZ_EXIT_DAMAGED;
         return RESUME_REFUSE;
     }
     if (jr != 0) { /* a new DIR (or one whose job file never got written: no checkpoint either) */
-        lz_err("resume: no job in %s yet: starting %s", shown, cmd);
+        log_info("resume: no job in %s yet: starting %s", shown, cmd);
         return RESUME_START;
     }
     if (job.command_hash && job.command_hash != hash) {
@@ -116,24 +120,25 @@ enum resume_what resume_decide(const char *dir, const char *shown, char **argv, 
         return RESUME_REFUSE;
     }
     if (!job.command_hash)
-        lz_err("resume: %s was made by an older Lazarus that did not record its program: taken to be %s", shown, cmd);
+        log_info("resume: %s was made by an older Lazarus that did not record its program: taken to be %s", shown, cmd);
     if (!strcmp(job.state, "finished")) {
-        lz_err("resume: the job in %s finished (exit status %d): nothing to do", shown, job.exit_status);
+        log_info("resume: the job in %s finished (exit status %d): nothing to do", shown, job.exit_status);
         *exit_status = job.exit_status;
         return RESUME_FINISHED;
     }
     if (!strcmp(job.state, "running") && heartbeat_alive(dir)) {
         lz_err("run --resume: the job in %s is still running elsewhere (its heartbeat on %s/%s advances, though its "
                "lock is not held here: another machine?); nothing was started", shown, shown, LZ_LOCKFILE);
+        *exit_status = LZ_EXIT_RUNNING;
         return RESUME_REFUSE;
     }
     if (n == 0) {
-        lz_err("resume: the job in %s stopped before its first checkpoint: starting %s again", shown, cmd);
+        log_info("resume: the job in %s stopped before its first checkpoint: starting %s again", shown, cmd);
         return RESUME_START;
     }
     /* an interrupted rollback is finished first (restart refuses any other target) */
     if (job.rolling_to >= 0) *at = job.rolling_to;
-    lz_err("resume: restarting the job in %s from checkpoint %" PRIu64, shown, *at >= 0 ? (uint64_t)*at : newest);
+    log_info("resume: restarting the job in %s from checkpoint %" PRIu64, shown, *at >= 0 ? (uint64_t)*at : newest);
     return RESUME_RESTART;
 }
 

@@ -8,7 +8,7 @@ enum resume_what {
     RESUME_START,    /* nothing to resume: start the program */
     RESUME_RESTART,  /* restart from the newest checkpoint (or *at, an interrupted rollback's) */
     RESUME_FINISHED, /* the job finished: exit with *exit_status */
-    RESUME_REFUSE,   /* said why on stderr: exit 1 */
+    RESUME_REFUSE,   /* said why on stderr: exit with *exit_status (exit_codes.h) */
 };
 /* Called with DIR/lock held (flock): decides from the job file, the
  * checkpoints and the heartbeat, and says its decision in one line. */

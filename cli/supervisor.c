@@ -11,6 +11,8 @@
 #include "util.h"
 #include "batch.h"
 #include "store_admin.h"
+#include "exit_codes.h"
+#include "log_out.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -177,6 +179,33 @@ static void lazy_ended(struct sv_state *st, int status)
     /* our copy of the userfaultfd stays until the job is gone */
 }
 
+/* What a restart did, in one line whether or not a person watches. */
+static void restarted_line(const struct supervisor *s, pid_t pid)
+{
+    char taken[40];
+    time_t t = (time_t)(s->restore_taken_ns / 1000000000ull);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(taken, sizeof taken, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    struct log_kv kv[] = {LOG_NUM("index", s->restore_index), LOG_STR("taken", taken),
+                          LOG_NUM("files_rolled_back", s->restore_files), LOG_NUM("pid", pid)};
+    log_event(LOG_INFO, "restarted", kv, 4, "restarted from checkpoint %" PRIu64 " taken at %s: %" PRIu64 " file%s rolled back, "
+              "program resumed", s->restore_index, taken, s->restore_files, s->restore_files == 1 ? "" : "s");
+}
+
+/* How the program ended, for the log. */
+static void exited_line(int status)
+{
+    if (WIFSIGNALED(status)) {
+        struct log_kv kv[] = {LOG_NUM("status", 128 + WTERMSIG(status)), LOG_NUM("signal", WTERMSIG(status))};
+        log_event(LOG_EVENT, "exited", kv, 2, "program killed by signal %d (exit status %d)", WTERMSIG(status),
+                  128 + WTERMSIG(status));
+    } else {
+        struct log_kv kv[] = {LOG_NUM("status", WEXITSTATUS(status))};
+        log_event(LOG_EVENT, "exited", kv, 1, "program exited with status %d", WEXITSTATUS(status));
+    }
+}
+
 /* One message from process `pid` of the job; `fd` came with it (or -1). */
 static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd)
 {
@@ -216,7 +245,7 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
         }
         st->runtime_ready = 1;
         s->restoring = 0;
-        if (st->restore_msg_shown) lz_err("restarted from checkpoint %" PRIu64, s->restore_index);
+        restarted_line(s, pid);
         if (st->deferred) {
             uint32_t trigger = st->deferred == 2 ? LZ_TRIG_API : LZ_TRIG_REQUEST;
             st->deferred = 0;
@@ -254,6 +283,7 @@ static void on_runtime_message(struct sv_state *st, pid_t pid, char *msg, int fd
          * ran (those waiting for go see its pipe end) */
         if (s->restoring && !st->restore_failed) {
             st->restore_failed = 1;
+            st->restore_damaged = msg[6] == ' ' && strstr(msg + 7, " is damaged") != NULL;
             if (msg[6] == ' ') lz_err("%s%s", msg + 7, s->files_rolled ? "" : "; nothing was changed");
             if (!st->child_gone) kill(s->child, SIGKILL);
             if (s->go_fd >= 0) { close(s->go_fd); s->go_fd = -1; }
@@ -515,7 +545,7 @@ int supervise(struct supervisor *s)
     if (s->restoring) {
         /* the restorer failed (it said why) or was killed: nothing changed */
         code = st.have_status && WIFEXITED(st.status) && WEXITSTATUS(st.status) ? WEXITSTATUS(st.status) : 1;
-        if (st.restore_failed) code = 1;
+        if (st.restore_failed) code = st.restore_damaged ? LZ_EXIT_DAMAGED : LZ_EXIT_FAIL;
         else if ((!st.have_status || !WIFEXITED(st.status)) && !st.lazy_failed) /* the server said why */
             lz_err("restart of checkpoint %" PRIu64 " did not complete%s", s->restore_index,
                    s->files_rolled ? "" : "; nothing was changed");
@@ -536,6 +566,7 @@ int supervise(struct supervisor *s)
         nanosleep(&ms, NULL);
     }
     code = st.have_status ? exit_code_of(st.status) : 1;
+    if (st.have_status) exited_line(st.status);
     snprintf(job.state, sizeof job.state, "%s", st.have_status && WIFEXITED(st.status) ? "finished" : "stopped");
     job.exit_status = code;
     lz_job_write(s->dir, &job);

@@ -83,6 +83,7 @@ struct sv_state {
     int restore_msg_shown;
     size_t nready;      /* restart of several processes: restorers that said READY */
     int restore_failed; /* one said FAILED: all were killed */
+    int restore_damaged; /* ... because the checkpoint is damaged (exit_codes.h) */
     int lazy_failed;    /* restart --lazy: the fault server failed or was killed, the job with it */
     char unckpt[600];     /* the main program exec'd one Lazarus cannot checkpoint: why ("" = none) */
 };

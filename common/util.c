@@ -12,9 +12,16 @@
 
 const char *lz_prog = "lazarus";
 
+void (*lz_msg_sink)(const char *kind, const char *text);
+
 static void vmsg(const char *kind, const char *fmt, va_list ap)
 {
     char buf[2048];
+    if (lz_msg_sink) {
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        lz_msg_sink(*kind ? "warning" : "error", buf);
+        return;
+    }
     int n = snprintf(buf, sizeof buf, "%s: %s", lz_prog, kind);
     if (n < 0 || (size_t)n >= sizeof buf) n = 0;
     int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);

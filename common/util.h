@@ -12,6 +12,10 @@ extern const char *lz_prog; /* name used in messages */
 void lz_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void lz_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void lz_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Where those lines go instead of stderr, once set (`run --log`, `--json`:
+ * cli/log_out.c): called with "error" or "warning" and the text after
+ * "lazarus: " (and "warning: "), without the newline. */
+extern void (*lz_msg_sink)(const char *kind, const char *text);
 
 /* Allocations that do not fail: out of memory ends the process with one line
  * ("lazarus: out of memory"), for the CLI and the restorer (a rollback cut

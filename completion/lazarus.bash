@@ -14,14 +14,14 @@ _lazarus()
     case ${COMP_WORDS[1]} in
     run) opts="-d --dir -i --interval -k --keep --compress --durability -x --exclude --job-stdio --tcp=
                --compact --resume --checkpoint-signal --remote --keep-remote --journal-dir --encrypt-key
-               --fallback --mintime --no-incremental --no-fork --check-exclusions $s3 --help" ;;
-    checkpoint) opts="-d --dir --fallback --help" ;;
+               --fallback --mintime --no-incremental --no-fork --check-exclusions --quiet --log --json $s3 --help" ;;
+    checkpoint) opts="-d --dir --fallback --json --help" ;;
     restart) opts="-d --dir --at --force --lazy --compress --checkpoint-signal --cache --fallback
-                   --files-as-they-are --encrypt-key $s3 --help" ;;
-    diff) opts="-d --dir --at --encrypt-key $s3 --help" ;;
+                   --files-as-they-are --encrypt-key --quiet --log --json $s3 --help" ;;
+    diff) opts="-d --dir --at --json --encrypt-key $s3 --help" ;;
     list) opts="-d --dir --json --fallback --encrypt-key $s3 --help" ;;
     verify) opts="-d --dir --at --json --encrypt-key $s3 --help" ;;
-    gc) opts="-d --dir --older-than $s3 --help" ;;
+    gc) opts="-d --dir --older-than --json $s3 --help" ;;
     show) opts="-d --dir --at --json --encrypt-key $s3 --help tree threads regions fds chans journal packs" ;;
     *) return ;;
     esac
@@ -33,7 +33,7 @@ _lazarus()
     case $prev in
     -d|--dir|-x|--exclude|--fallback|--journal-dir|--cache)
         COMPREPLY=($(compgen -d -- "$cur")); return ;;
-    --encrypt-key|--ca-file)
+    --encrypt-key|--ca-file|--log)
         COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --durability) COMPREPLY=($(compgen -W "process machine" -- "$cur")); return ;;
     --addressing) COMPREPLY=($(compgen -W "path virtual" -- "$cur")); return ;;
@@ -50,7 +50,7 @@ _lazarus()
             case $w in
             --) break ;;
             -d|--dir|-i|--interval|-k|--keep|--compress|--durability|-x|--exclude|--checkpoint-signal|\
-            --remote|--keep-remote|--journal-dir|--encrypt-key|--fallback|--mintime|--endpoint|--ca-file|--addressing)
+            --remote|--keep-remote|--journal-dir|--encrypt-key|--fallback|--mintime|--endpoint|--ca-file|--addressing|--log)
                 ((i++)) ;;
             --tcp) ((i += 2)) ;;
             -*) ;;

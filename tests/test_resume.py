@@ -102,7 +102,7 @@ def test_dir_busy_is_refused(runner, programs, step_sim):
         time.sleep(0.05)
     before = snapshot(store)
     r = runner.lz("run", "--resume", "-d", store, "--", programs.exit_code, "0", go)
-    assert r.rc == 1 and r.stdout == "", str(r)
+    assert r.rc == 242 and r.stdout == "", str(r)  # a job is running with DIR
     assert r.stderr_lines() == [f"lazarus: run --resume: the job in {store} is running (its supervisor holds "
                                 f"{store}/lock); nothing was started"], str(r)
     assert snapshot(store) == before
@@ -137,7 +137,7 @@ def test_heartbeat_from_elsewhere_is_refused(runner, step_sim):
     finally:
         stop.set()
         t.join()
-    assert r.rc == 1, str(r)
+    assert r.rc == 242, str(r)  # a job is running with DIR
     assert len(r.stderr_lines()) == 1 and "is still running elsewhere" in r.stderr, str(r)
     before.pop("lock", None), after.pop("lock", None)
     assert after == before

@@ -215,16 +215,16 @@ def test_run_refuses_unreachable_remote(runner, programs, s3server):
     setup_env(runner, s3server, AWS_SECRET_ACCESS_KEY="wrong")
     store = runner.base / "store"
     r = runner.lz("run", "-d", store, "--remote", f"s3://{b}/x", "--", programs.heap_mutator, "1", "1")
-    assert r.rc == 1 and len(r.stderr_lines()) == 1 and "403" in r.stderr, str(r)
+    assert r.rc == 246 and len(r.stderr_lines()) == 1 and "403" in r.stderr, str(r)  # the remote refused
     setup_env(runner, s3server)
     r = runner.lz("run", "-d", store, "--remote", "s3://no-such-bucket-lz/x", "--", programs.heap_mutator, "1", "1")
-    assert r.rc == 1 and len(r.stderr_lines()) == 1 and "NoSuchBucket" in r.stderr, str(r)
+    assert r.rc == 246 and len(r.stderr_lines()) == 1 and "NoSuchBucket" in r.stderr, str(r)
     r = runner.lz("run", "-d", store, "--remote", "http://x/y", "--", programs.heap_mutator, "1", "1")
     assert r.rc == 2 and len(r.stderr_lines()) == 1 and "s3://" in r.stderr, str(r)
     # a certificate of a CA the system does not know: refused; with --ca-file the job runs
     setup_env(runner, s3server, s3server.tls_endpoint)
     r = runner.lz("run", "-d", store, "--remote", f"s3://{b}/x", "--", programs.heap_mutator, "1", "1")
-    assert r.rc == 1 and len(r.stderr_lines()) == 1 and "certificate" in r.stderr, str(r)
+    assert r.rc == 246 and len(r.stderr_lines()) == 1 and "certificate" in r.stderr, str(r)
     r = runner.lz("run", "-d", store, "--remote", f"s3://{b}/x", "--ca-file", s3server.ca_file, "--",
                   programs.heap_mutator, "1", "1", timeout=60)
     assert r.rc == 0 and "checksum" in r.stdout, str(r)

@@ -197,12 +197,12 @@ def test_restart_here_publishes_the_fallback(runner, programs, s3server):
         r = runner.lz("list", "-d", url, timeout=60)
         assert re.search(rf"^\s*{kept}\s+only in the fallback ", r.stdout, re.M), str(r)
         r = runner.lz("restart", "-d", url, timeout=60)
-        assert r.rc == 1 and len(r.stderr_lines()) == 1 and "is running" in r.stderr, str(r)
+        assert r.rc == 242 and len(r.stderr_lines()) == 1 and "is running" in r.stderr, str(r)
         job.kill()
         spool = spool_of(runner.base)
         # the store still down: refused, nothing changed
         r = runner.lz("restart", "-d", url, timeout=120)
-        assert r.rc == 1 and len(r.stderr_lines()) == 1 and "cannot be published" in r.stderr, str(r)
+        assert r.rc == 246 and len(r.stderr_lines()) == 1 and "cannot be published" in r.stderr, str(r)
         assert kept in runner.indexes(spool)
         r = runner.lz("restart", "-d", spool, timeout=60)
         assert r.rc == 1 and len(r.stderr_lines()) == 1 and f"restart -d {url}" in r.stderr, str(r)
@@ -288,8 +288,8 @@ def test_bad_inputs(runner, programs, s3server):
     runner.env["TMPDIR"] = str(tmp)
     marker = runner.base / "started"
     cases = [("s3://Bad_Bucket!/x", {}, 2, "valid bucket"),
-             (f"s3://{b}-none/x", {}, 1, "NoSuchBucket"),
-             (f"s3://{b}/x", {"AWS_SECRET_ACCESS_KEY": "wrong-" + SECRET}, 1, "HTTP 403")]
+             (f"s3://{b}-none/x", {}, 246, "NoSuchBucket"),  # the remote store refused
+             (f"s3://{b}/x", {"AWS_SECRET_ACCESS_KEY": "wrong-" + SECRET}, 246, "HTTP 403")]
     for url, env, rc, says in cases:
         saved = dict(runner.env)
         runner.env.update(env)

@@ -179,8 +179,8 @@ def test_bad_inputs_refused_store_untouched(runner, show_prog):
         assert r.rc == rc and r.stdout == "" and len(r.stderr_lines()) == 1, str(r)
         assert re.search(pattern, r.stderr), str(r)
 
-    refused(["-d", runner.base / "nothing"], 1, "no checkpoint store")
-    refused(["-d", store, "--at", str(idx + 40)], 1, rf"no checkpoint {idx + 40}")
+    refused(["-d", runner.base / "nothing"], 240, "no checkpoint store")  # lazarus(1) EXIT STATUS
+    refused(["-d", store, "--at", str(idx + 40)], 240, rf"no checkpoint {idx + 40}")
     refused(["-d", store, "memory"], 2, "'memory' is none of")
     refused(["-d", store, "tree", "fds"], 2, "unexpected argument")
     refused(["-d", store, "--at", "x"], 2, "whole number")
