@@ -195,7 +195,8 @@ def test_show_decodes_the_programs_registers(runner, show_regs):
     against /proc/PID/maps, read from outside the job).  The same after an
     incremental second checkpoint, whose chain may keep the frame in an older
     pack, and for the first one again; a manifest without the frame's address
-    (an older image) gives "program": null with the reason."""
+    (an older image) gives "program": null with the reason, and so does a
+    damaged frame under the signal frame (for that thread only, exit 0)."""
     work = runner.mkdir("w")
     store = runner.base / "store"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", show_regs, work)
@@ -261,6 +262,24 @@ def test_show_decodes_the_programs_registers(runner, show_regs):
     assert all(t["program"] is None and "not recorded" in t["program_reason"] for t in d["threads"]), d["threads"]
     t = runner.lz("show", "-d", store, "--at", idx2, "threads", timeout=60)
     assert t.rc == 0 and "program registers: not recorded" in t.stdout, str(t)
+
+    # a damaged frame under the spinning thread's signal frame: said for that thread, the others shown
+    m = lzformat.Manifest.load(ckpt_path(store, idx) / "manifest")
+    addr = threads[spin_tid]["program"]["frame"]
+    (x,) = [x for x in m.extents if x.addr <= addr < x.addr + x.length]
+    f = m.frames[x.frame]
+    pack = ckpt_path(store, idx) / m.string(m.packs[f.pack].path)
+    data = bytearray(pack.read_bytes())
+    data[f.offset + f.stored // 2] ^= 0x55
+    pack.write_bytes(bytes(data))
+    d = show(runner, store, "--at", idx, "threads")
+    got = {t["tid"]: t for t in d["threads"]}
+    assert got[spin_tid]["program"] is None, got[spin_tid]
+    assert re.search(r"unreadable: .*(fails its checksum|does not expand)", got[spin_tid]["program_reason"]), got[spin_tid]
+    main_at = threads[pid]["program"]["frame"]
+    (mx,) = [e for e in m.extents if e.addr <= main_at < e.addr + e.length]
+    if mx.frame != x.frame:  # its frame is another one: still read
+        assert got[pid]["program"] == threads[pid]["program"], got[pid]
 
 
 def test_bad_inputs_refused_store_untouched(runner, show_prog):
