@@ -21,7 +21,7 @@ OBJ     := $(B)/obj
 # link its own versions) and the static restorer.
 STATIC_CODECS := -l:libzstd.a -l:liblz4.a
 
-COMMON_SRC  := common/util.c common/hash_fast.c common/codec.c common/progress.c store/manifest.c store/chans.c store/usocks.c store/inet_data.c store/store.c store/job_file.c store/verify.c store/gc.c store/tree.c store/place.c store/frames_check.c
+COMMON_SRC  := common/util.c common/hash_fast.c common/codec.c common/progress.c store/manifest.c store/chans.c store/usocks.c store/inet_data.c store/store.c store/job_file.c store/verify.c store/gc.c store/tree.c store/place.c store/frames_check.c store/image_read.c
 RT_SRC := \
 	runtime/rt_windows.c \
 	runtime/rt_handlers.c \
@@ -137,6 +137,7 @@ CLI_SRC := \
 	cli/cmd_gc.c \
 	cli/cmd_show.c \
 	cli/show_proc.c \
+	cli/show_threads.c \
 	cli/show_store.c \
 	cli/json_out.c \
 	cli/log_out.c \

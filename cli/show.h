@@ -1,8 +1,8 @@
 /* `lazarus show` (cmd_show.c): one checkpoint read as restart reads it —
  * its tree and every live process's manifest — and printed a section at a
  * time, as aligned text or into one JSON document (json_out.h).  The
- * sections of the processes are show_proc.c's, those of the store and
- * its journals show_store.c's. */
+ * sections of the processes are show_proc.c's (threads: show_threads.c),
+ * those of the store and its journals show_store.c's. */
 #ifndef LZ_CLI_SHOW_H
 #define LZ_CLI_SHOW_H
 #include "json_out.h"
@@ -30,6 +30,14 @@ void show_fds(struct show *s);
 void show_chans(struct show *s);
 int show_journal(struct show *s);
 int show_packs(struct show *s);
+
+/* live processes only: a zombie has no manifest */
+#define EACH_LIVE(s, k, img)                                                                     \
+    for (size_t k = 0; k < (s)->tree.nprocs; k++)                                                \
+        for (const struct lz_image *img = &(s)->imgs[k]; img && (s)->tree.procs[k].state == LZ_TP_LIVE; img = NULL)
+
+/* text only: a blank line and the section's title */
+void show_heading(struct show *s, const char *title);
 
 /* "rw-p" */
 const char *show_prot(uint32_t prot, uint32_t kind, char buf[8]);

@@ -1,5 +1,5 @@
 /* `lazarus show`: the sections read from the processes' manifests (show.h):
- * the process tree, threads, memory regions, descriptors, pipes and sockets. */
+ * the process tree, memory regions, descriptors, pipes and sockets. */
 #include "show.h"
 #include "cli.h"
 #include <fcntl.h>
@@ -82,19 +82,14 @@ static const char *access_of(uint32_t flags)
     return "?";
 }
 
-static void heading(struct show *s, const char *title)
+void show_heading(struct show *s, const char *title)
 {
     if (!s->json) printf("\n%s\n", title);
 }
 
-/* live processes only: a zombie has no manifest */
-#define EACH_LIVE(s, k, img)                                                                     \
-    for (size_t k = 0; k < (s)->tree.nprocs; k++)                                                \
-        for (const struct lz_image *img = &(s)->imgs[k]; img && (s)->tree.procs[k].state == LZ_TP_LIVE; img = NULL)
-
 void show_tree(struct show *s)
 {
-    heading(s, "PROCESSES");
+    show_heading(s, "PROCESSES");
     if (s->json) jw_arr(&s->w, "tree");
     else printf("%7s %7s %7s %7s  %-6s %7s %10s  %s\n", "PID", "PPID", "PGID", "SID", "STATE", "THREADS", "MEMORY", "COMMAND");
     for (size_t k = 0; k < s->tree.nprocs; k++) {
@@ -127,54 +122,6 @@ void show_tree(struct show *s)
     if (s->json) jw_end_arr(&s->w);
 }
 
-/* The registers recorded for a thread: where it resumes inside the
- * runtime's checkpoint handler (lz_jmpctx, the callee-saved set).  The
- * program's own registers at the interruption are in the kernel's signal
- * frame on the thread's stack, restored by rt_sigreturn; the store does not
- * record where that frame is, so they are not shown. */
-void show_threads(struct show *s)
-{
-    heading(s, "THREADS (registers: where each resumes in the runtime's checkpoint handler; the program's own are in\n"
-               "the signal frame on its stack, not decoded)");
-    if (s->json) jw_arr(&s->w, "threads");
-    else printf("%7s %7s  %-16s %18s %18s %18s %18s  %s\n", "PID", "TID", "NAME", "RIP", "RSP", "RBP", "FS_BASE", "");
-    EACH_LIVE(s, k, img) {
-        for (size_t i = 0; i < img->nthreads; i++) {
-            const struct lz_thread *t = &img->threads[i];
-            char name[17];
-            snprintf(name, sizeof name, "%.16s", t->comm);
-            int ck = !!(t->flags & LZ_TH_CKPT);
-            if (s->json) {
-                jw_obj(&s->w, NULL);
-                jw_i64(&s->w, "pid", img->proc->pid);
-                jw_i64(&s->w, "tid", t->tid);
-                jw_str(&s->w, "name", name);
-                jw_bool(&s->w, "checkpointing", ck);
-                jw_u64(&s->w, "fs_base", t->fs_base);
-                jw_u64(&s->w, "gs_base", t->gs_base);
-                jw_u64(&s->w, "signal_mask", t->handler_sigmask);
-                jw_obj(&s->w, "registers");
-                jw_u64(&s->w, "rip", t->ctx.rip);
-                jw_u64(&s->w, "rsp", t->ctx.rsp);
-                jw_u64(&s->w, "rbp", t->ctx.rbp);
-                jw_u64(&s->w, "rbx", t->ctx.rbx);
-                jw_u64(&s->w, "r12", t->ctx.r12);
-                jw_u64(&s->w, "r13", t->ctx.r13);
-                jw_u64(&s->w, "r14", t->ctx.r14);
-                jw_u64(&s->w, "r15", t->ctx.r15);
-                jw_u64(&s->w, "mxcsr", t->ctx.mxcsr);
-                jw_u64(&s->w, "fpucw", t->ctx.fpucw);
-                jw_end_obj(&s->w);
-                jw_end_obj(&s->w);
-            } else {
-                printf("%7d %7d  %-16s 0x%016" PRIx64 " 0x%016" PRIx64 " 0x%016" PRIx64 " 0x%016" PRIx64 "  %s\n", img->proc->pid, t->tid,
-                       name, t->ctx.rip, t->ctx.rsp, t->ctx.rbp, t->fs_base, ck ? "(checkpointing)" : "");
-            }
-        }
-    }
-    if (s->json) jw_end_arr(&s->w);
-}
-
 /* Bytes of the region the checkpoint holds data for (its extents). */
 static uint64_t region_data(const struct lz_image *img, const struct lz_region *r)
 {
@@ -186,7 +133,7 @@ static uint64_t region_data(const struct lz_image *img, const struct lz_region *
 
 void show_regions(struct show *s)
 {
-    heading(s, "MEMORY REGIONS");
+    show_heading(s, "MEMORY REGIONS");
     if (s->json) jw_arr(&s->w, "regions");
     else printf("%7s  %-12s %-12s %10s %-4s  %-12s %10s  %s\n", "PID", "START", "END", "SIZE", "PROT", "KIND", "STORED", "PATH (FLAGS)");
     EACH_LIVE(s, k, img) {
@@ -245,7 +192,7 @@ static void fd_object(const struct lz_image *img, const struct lz_fd *f, char *b
 
 void show_fds(struct show *s)
 {
-    heading(s, "DESCRIPTORS");
+    show_heading(s, "DESCRIPTORS");
     if (s->json) jw_arr(&s->w, "fds");
     else printf("%7s %5s  %-12s %-3s %-14s %12s  %s\n", "PID", "FD", "KIND", "RW", "FLAGS", "OFFSET", "OBJECT");
     EACH_LIVE(s, k, img) {
@@ -375,7 +322,7 @@ static void inet_row(struct show *s, const struct lz_image *img, const struct lz
 
 void show_chans(struct show *s)
 {
-    heading(s, "PIPES AND SOCKETS (QUEUED: bytes in flight the restart puts back)");
+    show_heading(s, "PIPES AND SOCKETS (QUEUED: bytes in flight the restart puts back)");
     if (s->json) jw_arr(&s->w, "chans");
     else printf("%7s  %-11s %-9s %10s %10s %6s %10s %10s  %-10s %s\n", "PID", "OBJECT", "KIND", "INODE", "QUEUED", "MSGS", "CAPACITY", "PEER", "FDS", "NAME");
     EACH_LIVE(s, k, img) {

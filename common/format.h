@@ -203,8 +203,9 @@ struct lz_proc {
 /* One thread: what the kernel keeps for it outside its registers, and where
  * it resumes.  Each thread is stopped inside the runtime's checkpoint signal
  * handler; its general, FPU/SSE/AVX registers and the program's signal mask
- * are in the kernel's signal frame on its stack (part of the image), restored
- * by rt_sigreturn when the handler returns after a restart. */
+ * are in the kernel's signal frame on its stack (part of the image, at
+ * `ucontext`), restored by rt_sigreturn when the handler returns after a
+ * restart. */
 struct lz_thread {
     int32_t tid;
     uint32_t flags;              /* LZ_TH_* */
@@ -216,7 +217,11 @@ struct lz_thread {
     uint64_t altstack_sp, altstack_size; int32_t altstack_flags, pad0;
     uint64_t handler_sigmask;    /* mask in force inside the handler */
     struct lz_jmpctx ctx;        /* lz_save_context() inside the handler */
-    uint64_t reserved[4];
+    uint64_t ucontext;           /* where the kernel's signal frame (ucontext_t: the program's
+                                  * registers and signal mask at the interruption) is in the image:
+                                  * the `uc` the handler got, on the thread's stack or alternate
+                                  * signal stack; 0 = not recorded (older images: was reserved) */
+    uint64_t reserved[3];
 };
 #define LZ_TH_CKPT 0x1u /* the thread that ran the checkpoint (resumes the runtime) */
 

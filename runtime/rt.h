@@ -187,7 +187,7 @@ void rt_threads_release(void);
 /* Pending signals past the first LZ_MAX_PENDING (the SIGQUEUE section's records). */
 static inline size_t rt_sigq_extra(const struct rt_ckpt *ck) { return ck->nsigq > LZ_MAX_PENDING ? ck->nsigq - LZ_MAX_PENDING : 0; }
 /* In the handler, a request to stop from the checkpointing thread. */
-void rt_thread_stopped(uint32_t round);
+void rt_thread_stopped(uint32_t round, void *uc);
 /* After a restart: wait until every restored thread has left the restorer's
  * code (before unmapping it), then let them run (after the runtime is ready). */
 void rt_threads_landed(void);

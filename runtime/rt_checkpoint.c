@@ -71,6 +71,8 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     int rc = rt_disable_wait(ck), aborted = 0;
     if (rc > 0) ck->t0 = rt.last_ckpt_ns = t0 = rt_now_ns(CLOCK_MONOTONIC);
     if (rc >= 0) rc = rt_threads_stop(ck);
+    /* where the program's own registers are: the signal frame this handler got */
+    if (rc == 0) ck->ckpt_thread->ucontext = (uint64_t)(uintptr_t)uc;
     trace(t0, "threads stopped");
     /* every process of the job stops before any is captured (rt_job.c) */
     if (rc == 0) {
@@ -169,7 +171,7 @@ void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc)
     } else if (v & RT_STOP_VALUE) {
         if (si->si_pid != lz_sc0(SYS_getpid)) rt_chain_program_signal(sig, si, uc);
         else if (rt_self.busy) { rt_self.stop_value = v; rt_self.stop_deferred = 1; }
-        else rt_thread_stopped((uint32_t)v);
+        else rt_thread_stopped((uint32_t)v, uc);
     } else if (rt_self.busy) {
         rt_self.ckpt_value = v;
         rt_self.ckpt_deferred = 1;

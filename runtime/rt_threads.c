@@ -163,8 +163,9 @@ static void thread_capture(struct lz_thread *t, struct rt_ckpt *ck, int with_sha
     }
 }
 
-/* A thread asked to stop: record, count in, wait to be let go. */
-void rt_thread_stopped(uint32_t round)
+/* A thread asked to stop: record, count in, wait to be let go.  uc is the
+ * signal frame its handler got (the program's registers, for `show`). */
+void rt_thread_stopped(uint32_t round, void *uc)
 {
     /* late: that round is over (a request deferred by a long file call, say); counting it in
      * another round would let that round go on before a thread it asked has stopped */
@@ -174,6 +175,7 @@ void rt_thread_stopped(uint32_t round)
     if (k < LZ_MAX_THREADS) {
         struct lz_thread *t = &ck->threads[k];
         thread_capture(t, ck, 0);
+        t->ucontext = (uint64_t)(uintptr_t)uc;
         volatile uint32_t go = T.go;
         if (lz_save_context(&t->ctx) != 0) {
             /* restored: out of the restorer's code now; run once the runtime is back */

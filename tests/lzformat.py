@@ -216,7 +216,7 @@ FD = _L("lz_fd", 80,
 THREAD = _L("lz_thread", 216,
             "i tid, I flags, 16s comm, Q fs_base, Q gs_base, Q rseq_addr, I rseq_len, I rseq_sig, "
             "Q robust_list, Q robust_len, Q tid_address, Q altstack_sp, Q altstack_size, "
-            "i altstack_flags, i pad0, Q handler_sigmask, 72s ctx, 32s reserved")
+            "i altstack_flags, i pad0, Q handler_sigmask, 72s ctx, Q ucontext, 24s reserved")
 CHAN = _L("lz_chan", 80,
           "Q ino, Q peer, I kind, I path, Q bytes, Q xxh3, I nmsgs, I capacity, I sndbuf, "
           "I shutdown, i peek_off, I sockflags, 16s reserved")

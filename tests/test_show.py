@@ -6,7 +6,10 @@ live program said at that checkpoint (read from outside the job): its
 threads (TIDs and names), the mapped file, heap and stack by their ranges,
 its descriptors (numbers, kinds, paths, pipe and socket inodes), the pipe and
 the socket with their queued bytes, and the files the interval changed (the
-journal: what a rollback would undo, per file).  It reads a running job's
+journal: what a rollback would undo, per file).  A thread's own registers
+(programs/show_regs.c: known values in r12-r15 while it spins) are decoded
+from the signal frame the checkpoint holds, in a full checkpoint and an
+incremental one.  It reads a running job's
 store without blocking it and never writes to a store; bad inputs (no store,
 no such checkpoint, an unknown section, a damaged manifest) are refused with
 one line and a non-zero exit, the store untouched.  As root and as an
@@ -14,10 +17,12 @@ ordinary user."""
 import json
 import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
 
+import lzformat
 from conftest import _compile, ckpt_path, find_program, snapshot
 from s3server import s3server  # noqa: F401  (the fixture)
 
@@ -25,6 +30,11 @@ from s3server import s3server  # noqa: F401  (the fixture)
 @pytest.fixture(scope="module")
 def show_prog(programs):
     return _compile("show_prog", programs.dir, ["-pthread"])
+
+
+@pytest.fixture(scope="module")
+def show_regs(programs):
+    return _compile("show_regs", programs.dir, ["-pthread"])
 
 
 def show(runner, store, *args, check=True):
@@ -161,6 +171,115 @@ def test_show_names_what_the_live_program_holds(runner, show_prog):
     finally:
         runner.touch(work / "stop")
     assert proc.wait(timeout=60) == 0, proc.stderr
+
+
+SPIN_REGS = {"r12": 0x1122334455667788, "r13": 0x99aabbccddeeff00,
+             "r14": 0x0123456789abcdef, "r15": 0xfedcba9876543210}
+
+
+def _frame_pack(store, idx, addr) -> int:
+    """N of the pack.N that holds memory at addr in checkpoint idx (-1: zeros / not stored)."""
+    m = lzformat.Manifest.load(ckpt_path(store, idx) / "manifest")
+    ids, frames = m.pack_ids(), m.frames
+    for x in m.extents:
+        if x.addr <= addr < x.addr + x.length:
+            return -1 if x.frame == lzformat.FRAME_ZERO else ids[frames[x.frame].pack]
+    return -1
+
+
+def test_show_decodes_the_programs_registers(runner, show_regs):
+    """A thread spinning with known r12-r15, interrupted anywhere by the
+    checkpoint: `show --json threads` gives exactly those, a rip inside the
+    program's executable text and the signal mask it set; the main thread's
+    rsp is in its [stack] and its rip in executable memory (all checked
+    against /proc/PID/maps, read from outside the job).  The same after an
+    incremental second checkpoint, whose chain may keep the frame in an older
+    pack, and for the first one again; a manifest without the frame's address
+    (an older image) gives "program": null with the reason, and so does a
+    damaged frame under the signal frame (for that thread only, exit 0)."""
+    work = runner.mkdir("w")
+    store = runner.base / "store"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", show_regs, work)
+    try:
+        m = proc.wait_for_output(r"^ready (\d+)$", timeout=60)
+        spin_tid = int(m.group(1))
+        pid = find_program(proc.pid, "regs-main")
+        assert pid, proc.stderr
+        maps = []
+        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+            f = line.split(maxsplit=5)
+            a, b = (int(x, 16) for x in f[0].split("-"))
+            maps.append((a, b, f[1], f[5] if len(f) > 5 else ""))
+        exe = os.path.realpath(show_regs)
+        text = [(a, b) for a, b, perm, name in maps if name == exe and "x" in perm]
+        assert text, maps
+        (stack,) = [(a, b) for a, b, _, name in maps if name == "[stack]"]
+        blocked = (1 << (signal.SIGUSR2 - 1)) | (1 << (signal.SIGWINCH - 1))  # what the spinning thread set
+
+        def check(idx):
+            d = show(runner, store, "--at", idx, "threads")
+            threads = {t["tid"]: t for t in d["threads"] if t["pid"] == pid}
+            assert set(threads) == {pid, spin_tid}, d["threads"]
+            spin, main = threads[spin_tid]["program"], threads[pid]["program"]
+            assert spin is not None and main is not None, threads
+            assert {r: spin[r] for r in SPIN_REGS} == SPIN_REGS, (idx, spin)
+            assert any(a <= spin["rip"] < b for a, b in text), (hex(spin["rip"]), text)
+            assert spin["signal_mask"] == blocked, hex(spin["signal_mask"])
+            assert stack[0] <= main["rsp"] < stack[1], (hex(main["rsp"]), stack)
+            assert any(a <= main["rip"] < b and "x" in perm for a, b, perm, _ in maps), hex(main["rip"])
+            assert main["rbp"] != SPIN_REGS["r12"] and main["r12"] != SPIN_REGS["r12"], main
+            for t in threads.values():  # the handler's resume point stays, apart
+                assert t["registers"]["rip"] and t["registers"]["rip"] != t["program"]["rip"], t
+                assert t["program_reason"] is None, t
+            return threads
+
+        idx = runner.checkpoint_when_up(store)
+        threads = check(idx)
+        idx2 = runner.checkpoint(store)
+        threads2 = check(idx2)
+        check(idx)
+        # the second is incremental: its manifest reads pages of the first one's pack too (a signal
+        # frame itself is written anew at each checkpoint: it is in the pack of the one it belongs to)
+        chain = lzformat.Manifest.load(ckpt_path(store, idx2) / "manifest")
+        assert idx in chain.referenced_packs(), chain.referenced_packs()
+        assert {_frame_pack(store, idx2, v["program"]["frame"]) for v in threads2.values()} <= chain.referenced_packs()
+        assert threads[spin_tid]["program"]["rip"] == threads2[spin_tid]["program"]["rip"], (threads, threads2)
+
+        # the text form: a block per thread
+        t = runner.lz("show", "-d", store, "threads", timeout=60)
+        assert t.rc == 0 and "program registers" in t.stdout and "0x1122334455667788" in t.stdout, str(t)
+    finally:
+        runner.touch(work / "stop")
+    assert proc.wait(timeout=60) == 0, proc.stderr
+
+    # an older image: the field was reserved (0); "program" is null with the reason
+    path = ckpt_path(store, idx2) / "manifest"
+    m = lzformat.Manifest.load(path)
+    for th in m.threads:
+        m.set(th, "ucontext", 0)
+    m.save(path)
+    d = show(runner, store, "--at", idx2, "threads")
+    assert all(t["program"] is None and "not recorded" in t["program_reason"] for t in d["threads"]), d["threads"]
+    t = runner.lz("show", "-d", store, "--at", idx2, "threads", timeout=60)
+    assert t.rc == 0 and "program registers: not recorded" in t.stdout, str(t)
+
+    # a damaged frame under the spinning thread's signal frame: said for that thread, the others shown
+    m = lzformat.Manifest.load(ckpt_path(store, idx) / "manifest")
+    addr = threads[spin_tid]["program"]["frame"]
+    (x,) = [x for x in m.extents if x.addr <= addr < x.addr + x.length]
+    f = m.frames[x.frame]
+    pack = ckpt_path(store, idx) / m.string(m.packs[f.pack].path)
+    data = bytearray(pack.read_bytes())
+    data[f.offset + f.stored // 2] ^= 0x55
+    pack.write_bytes(bytes(data))
+    d = show(runner, store, "--at", idx, "threads")
+    got = {t["tid"]: t for t in d["threads"]}
+    assert got[spin_tid]["program"] is None, got[spin_tid]
+    assert re.search(r"unreadable: .*(fails its checksum|does not expand)", got[spin_tid]["program_reason"]), got[spin_tid]
+    main_at = threads[pid]["program"]["frame"]
+    (mx,) = [e for e in m.extents if e.addr <= main_at < e.addr + e.length]
+    if mx.frame != x.frame:  # its frame is another one: still read
+        assert got[pid]["program"] == threads[pid]["program"], got[pid]
 
 
 def test_bad_inputs_refused_store_untouched(runner, show_prog):
