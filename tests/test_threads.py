@@ -369,6 +369,18 @@ def test_thread_state_after_checkpoint(runner, tprogs):
 # threads starting and exiting while checkpoints are taken every 0.2 s
 # --------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ONE_MODE)
+def _ending(proc, r) -> bool:
+    """The checkpoint failed because the program ended in it (its supervisor
+    may still be finishing when the request returns): true once it exits."""
+    if "ended before the checkpoint was complete" not in r.stderr:
+        return False
+    try:
+        proc.wait(30)
+    except Exception:
+        return False
+    return True
+
+
 def test_thread_churn_checkpoints(mode, runner, tprogs):
     """64 threads at a time, each created for one job and exiting (12288 in
     all), `lazarus checkpoint` every 0.2 s: every request returns within
@@ -392,7 +404,7 @@ def test_thread_churn_checkpoints(mode, runner, tprogs):
             slow.append((dt, str(r)))
         if r.rc == 0:
             done.append(int(r.stdout))
-        elif proc.poll() is None:
+        elif proc.poll() is None and not _ending(proc, r):
             failed.append(str(r))
         time.sleep(max(0.0, 0.2 - dt))
     rc = proc.wait(30)
