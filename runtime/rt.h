@@ -313,6 +313,7 @@ int rt_handlers_sigaction(int (*real)(int, const struct sigaction *, struct siga
 void rt_shmaps_start(void);
 int rt_segv_sigaction(const struct sigaction *act, struct sigaction *old);
 int rt_segv_taken(void);
+void rt_requeue_to_self(uint64_t v); /* the checkpoint signal, value v, to this thread */
 void rt_redeliver_checkpoint(void);
 void rt_trace(uint64_t t0, const char *who, const char *step); /* LAZARUS_TRACE */
 /* A checkpoint asked through the C API ("API" or "HERE"): its result (lazarus.h). */

@@ -126,14 +126,7 @@ static void *hooks_thread(void *unused)
             __atomic_store_n(&before_done, b, __ATOMIC_RELEASE);
             /* the request again, to this thread: the checkpoint runs here, at a point where
              * nothing of the program's is half done */
-            siginfo_t si;
-            memset(&si, 0, sizeof si);
-            si.si_signo = LZ_SIGCKPT;
-            si.si_code = SI_QUEUE;
-            si.si_pid = (pid_t)lz_sc0(SYS_getpid);
-            si.si_uid = (uid_t)lz_sc0(SYS_getuid);
-            si.si_value.sival_ptr = (void *)v;
-            lz_sc4(SYS_rt_tgsigqueueinfo, si.si_pid, lz_sc0(SYS_gettid), LZ_SIGCKPT, &si);
+            rt_requeue_to_self(v);
             continue;
         }
         if (r != restart_done) {

@@ -144,9 +144,9 @@ static void do_checkpoint(uint64_t index, uint32_t trigger, void *uc)
     else lz_sc2(SYS_munmap, ck->arena.base, ck->arena.cap);
 }
 
-/* A checkpoint, or a request to stop, that came during a call the checkpoint
- * must not cut in two, now that the call is done. */
-void rt_redeliver_checkpoint(void)
+/* The checkpoint signal with value v queued to this thread, as the
+ * supervisor's request comes (SI_QUEUE). */
+void rt_requeue_to_self(uint64_t v)
 {
     siginfo_t si;
     memset(&si, 0, sizeof si);
@@ -154,9 +154,17 @@ void rt_redeliver_checkpoint(void)
     si.si_code = SI_QUEUE;
     si.si_pid = (pid_t)lz_sc0(SYS_getpid);
     si.si_uid = (uid_t)lz_sc0(SYS_getuid);
-    si.si_value.sival_ptr = (void *)(rt_self.ckpt_deferred ? rt_self.ckpt_value : rt_self.stop_value);
-    rt_self.ckpt_deferred = rt_self.stop_deferred = 0; /* a thread running a checkpoint stops no more */
+    si.si_value.sival_ptr = (void *)v;
     lz_sc4(SYS_rt_tgsigqueueinfo, si.si_pid, lz_sc0(SYS_gettid), LZ_SIGCKPT, &si);
+}
+
+/* A checkpoint, or a request to stop, that came during a call the checkpoint
+ * must not cut in two, now that the call is done. */
+void rt_redeliver_checkpoint(void)
+{
+    uint64_t v = rt_self.ckpt_deferred ? rt_self.ckpt_value : rt_self.stop_value;
+    rt_self.ckpt_deferred = rt_self.stop_deferred = 0; /* a thread running a checkpoint stops no more */
+    rt_requeue_to_self(v);
 }
 
 void rt_checkpoint_handler(int sig, siginfo_t *si, void *uc)

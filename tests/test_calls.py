@@ -253,7 +253,8 @@ def test_pending_signals_kept(runner, cprogs):
 
 def test_sigurg_blocker_named_at_once(runner, cprogs):
     """A thread that blocks SIGURG with a raw rt_sigprocmask: the checkpoint
-    fails within 2 s (not after 10 s) with one line naming the process, the
+    fails within 5 s on a busy machine (about 0.5 s idle; not after 10 s)
+    with one line naming the process, the
     thread's TID and name, and that it blocks SIGURG; the program runs on."""
     store = runner.base / "store"
     proc = runner.start_lz("run", "-d", store, "-i", "0", "--", cprogs["raw_sigblock"], 40, 2000000)
@@ -265,7 +266,7 @@ def test_sigurg_blocker_named_at_once(runner, cprogs):
     lines = r.stderr_lines()
     assert len(lines) == 1, str(r)
     assert re.search(rf"thread {tid} \(urg-blocker\) of process \d+ \(urg-main\) blocks SIGURG", lines[0]), lines[0]
-    assert dt < 2.0, f"the failed checkpoint took {dt:.1f}s\n{r}"
+    assert dt < 5.0, f"the failed checkpoint took {dt:.1f}s (the stop waits 10 s for other threads)\n{r}"
     assert proc.poll() is None, proc.stderr
     runner.touch(runner.base / "unblock")
     assert proc.wait(timeout=120) == 0, proc.stdout + proc.stderr
@@ -283,7 +284,7 @@ time.sleep(float(sys.argv[1]))
 
 def test_process_blocking_sigurg_named_at_once(runner):
     """A process whose only thread blocks SIGURG: the checkpoint fails within
-    2 s naming the process and that it blocks SIGURG."""
+    5 s on a busy machine (not after 10 s) naming the process and that it blocks SIGURG."""
     script = runner.base / "block_all.py"
     script.write_text(BLOCK_ALL)
     store = runner.base / "store"
@@ -294,7 +295,7 @@ def test_process_blocking_sigurg_named_at_once(runner):
     dt = time.monotonic() - t0
     assert r.rc != 0 and len(r.stderr_lines()) == 1, str(r)
     assert re.search(r"process \d+ \(python3\): every thread of it blocks SIGURG", r.stderr), str(r)
-    assert dt < 2.0, f"the failed checkpoint took {dt:.1f}s\n{r}"
+    assert dt < 5.0, f"the failed checkpoint took {dt:.1f}s (the stop waits 10 s for other threads)\n{r}"
     assert proc.wait(timeout=60) == 0, proc.stderr
 
 
