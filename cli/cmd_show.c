@@ -35,8 +35,8 @@ static const char help[] =
     "-d s3://BUCKET/PREFIX: checkpoint N of that remote store, fetched into a scratch\n"
     "directory of $TMPDIR (removed after); the journal only when asked for (`journal`:\n"
     "read where the job kept it, run --journal-dir); --endpoint, --ca-file, --insecure,\n"
-    "--addressing and --encrypt-key as for restart.  Exit 1 if there is no such store or checkpoint,\n"
-    "or it is damaged (one line on stderr), 2 on a usage error.\n";
+    "--addressing and --encrypt-key as for restart.  Exit 240 if there is no such store or checkpoint,\n"
+    "244 if it is damaged (one line on stderr), 2 on a usage error.\n";
 
 static const char *const whats[] = {"tree", "threads", "regions", "fds", "chans", "journal", "packs"};
 #define NWHATS (sizeof whats / sizeof *whats)
@@ -137,7 +137,7 @@ static int show_dir(const char *d, int have_at, uint64_t at, const struct show_a
     s.dir = dir;
     s.json = a->json;
     if (lz_store_pick(dir, have_at, at, &s.index, why, sizeof why) < 0) { lz_err("%s", why); free(dir); return LZ_EXIT_NOT_FOUND; }
-    if (show_load(&s) < 0) { show_free(&s); free(dir); return 1; }
+    if (show_load(&s) < 0) { show_free(&s); free(dir); return LZ_EXIT_DAMAGED; }
     int rc = 0;
     if (s.json) { jw_init(&s.w, stdout); jw_obj(&s.w, NULL); }
     show_header(&s);
