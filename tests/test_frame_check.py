@@ -110,6 +110,25 @@ def test_damaged_frame_refused_before_rollback(kind, runner):
     assert snapshot(store) == store_before, f"{kind}: `restart` changed DIR\n{r}"
 
 
+def test_verify_checks_stored_bytes(runner):
+    """`verify` checks a frame's stored bytes against their checksum, as the
+    restart of several processes does before its rollback, not only the
+    bytes they expand to: a frame whose recorded stored checksum no longer
+    matches (the manifest resealed) is damage, naming the pack."""
+    store, work, b = _job(runner)
+    path = ckpt_path(store, b) / "manifest"
+    m = lzformat.Manifest.load(path)
+    ids = m.pack_ids()
+    used = {x.frame for x in m.extents if x.frame != lzformat.FRAME_ZERO}
+    mine = [i for i in used if ids[m.frames[i].pack] == b]
+    assert mine, "checkpoint B references no frame of its own pack"
+    f = m.frames[max(mine, key=lambda i: m.frames[i].stored)]
+    m.set(f, "sxxh3", f.sxxh3 ^ 1)
+    m.save(path)
+    v = runner.lz("verify", "-d", store, "--at", b, timeout=120)
+    assert v.rc == 244 and f"pack.{b:06d}" in v.stderr and "fails its checksum" in v.stderr, str(v)
+
+
 def test_intact_store_restarts(runner):
     store, work, b = _job(runner)
     size = (work / "log.txt").stat().st_size
