@@ -55,6 +55,19 @@ static const struct lz_extent *extent_at(const struct lz_image *img, const struc
     return x && x->addr <= a ? x : NULL;
 }
 
+const char *lz_frame_load(int fd, const struct lz_frame *f, char *in, char *raw, void *work, int check_stored)
+{
+    if (f->codec == LZ_CODEC_NONE) { /* stored as is (the manifest holds stored == raw, sxxh3 of the same bytes) */
+        if (lz_pread_all(fd, raw, f->raw, (off_t)f->offset) < 0) return "cannot be read";
+        uint64_t h = lz_hash_fast(raw, f->raw);
+        return h != f->xxh3 || (check_stored && h != f->sxxh3) ? "fails its checksum" : NULL;
+    }
+    if (lz_pread_all(fd, in, f->stored, (off_t)f->offset) < 0) return "cannot be read";
+    if (check_stored && lz_hash_fast(in, f->stored) != f->sxxh3) return "fails its checksum";
+    if (lz_decompress((int)f->codec, in, f->stored, raw, f->raw, work, lz_dctx_size()) < 0) return "does not expand";
+    return lz_hash_fast(raw, f->raw) != f->xxh3 ? "fails its checksum" : NULL;
+}
+
 /* Frame f expanded and checked in rd->raw: 0, or -1 having said why. */
 static int load_frame(struct reader *rd, uint32_t f)
 {
@@ -77,17 +90,12 @@ static int load_frame(struct reader *rd, uint32_t f)
     snprintf(path, sizeof path, "%s/%s", rd->part_dir, rel);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) { snprintf(rd->why, rd->whylen, "cannot open %s: %s", path, strerror(errno)); return -1; }
-    char *stored = fr->codec == LZ_CODEC_NONE ? rd->raw : rd->in;
-    const char *what = NULL;
-    if (lz_pread_all(fd, stored, fr->codec == LZ_CODEC_NONE ? fr->raw : fr->stored, (off_t)fr->offset) < 0)
-        what = errno == ENODATA ? "cannot be read: the pack is shorter" : "cannot be read";
-    else if (fr->codec != LZ_CODEC_NONE && lz_decompress((int)fr->codec, rd->in, fr->stored, rd->raw, fr->raw, rd->work, lz_dctx_size()) < 0)
-        what = "does not expand";
-    else if (lz_hash_fast(rd->raw, fr->raw) != fr->xxh3)
-        what = "fails its checksum";
+    const char *what = lz_frame_load(fd, fr, rd->in, rd->raw, rd->work, 0);
+    int shorter = what && !strcmp(what, "cannot be read") && errno == ENODATA;
     close(fd);
     if (what) {
-        snprintf(rd->why, rd->whylen, "page data %s (frame %u at offset %" PRIu64 " of %s)", what, f, fr->offset, path);
+        snprintf(rd->why, rd->whylen, "page data %s%s (frame %u at offset %" PRIu64 " of %s)", what,
+                 shorter ? ": the pack is shorter" : "", f, fr->offset, path);
         return -1;
     }
     rd->cached = (long)f;

@@ -9,6 +9,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Frame f of a manifest read from its pack (fd), expanded and checked: its
+ * stored bytes go to `in` (at least f->stored bytes; unused for an
+ * uncompressed frame), its raw bytes to `raw` (LZ_FRAME_MAX); work is
+ * lz_dctx_size() bytes.  check_stored: the XXH3 of the stored bytes too, as
+ * the restart of several processes checks them (frames_check.c).  NULL, or
+ * what is wrong: "cannot be read" (errno says why: ENODATA, the pack is
+ * shorter), "does not expand", "fails its checksum". */
+const char *lz_frame_load(int fd, const struct lz_frame *f, char *in, char *raw, void *work, int check_stored);
+
 /* The image does not hold those bytes (why says what holds them instead). */
 #define LZ_NOT_HELD 1
 

@@ -5,6 +5,7 @@
 #include "tree.h"
 #include "store_admin.h"
 #include "codec.h"
+#include "image_read.h"
 #include "hash.h"
 #include "util.h"
 #include "journal_layout.h"
@@ -88,8 +89,8 @@ static int verify_part(const char *dir, uint64_t index, const char *ck, char *wh
     int rc = 0;
     int *fds = malloc((img.npacks ? img.npacks : 1) * sizeof *fds);
     uint32_t *order = malloc((img.nframes ? img.nframes : 1) * sizeof *order);
-    size_t wsize = lz_dctx_size(), cap = 0;
-    char *work = malloc(wsize), *raw = malloc(LZ_FRAME_MAX), *buf = NULL;
+    size_t cap = 0;
+    char *work = malloc(lz_dctx_size()), *raw = malloc(LZ_FRAME_MAX), *buf = NULL;
     if (!fds || !order || !work || !raw) { snprintf(why, whylen, "out of memory"); rc = -1; }
     for (size_t i = 0; fds && i < img.npacks; i++) fds[i] = -1;
     for (size_t i = 0; i < img.npacks && rc == 0; i++) {
@@ -119,21 +120,11 @@ static int verify_part(const char *dir, uint64_t index, const char *ck, char *wh
             buf = nb;
             cap = f->stored;
         }
-        const char *what = NULL;
-        int err = 0;
-        if (lz_pread_all(fds[f->pack], buf, f->stored, (off_t)f->offset) < 0) {
-            what = "cannot be read";
-            err = errno;
-        } else if (lz_hash_fast(buf, f->stored) != f->sxxh3) {
-            /* as the restart of several processes checks it (frames_check.c): stored
-             * bytes changed so that they still expand to the same page are damage too */
-            what = "fails its checksum";
-        } else if (f->codec != LZ_CODEC_NONE && lz_decompress((int)f->codec, buf, f->stored, raw, f->raw, work, wsize) < 0) {
-            what = "does not expand";
-        } else if (lz_hash(f->codec == LZ_CODEC_NONE ? buf : raw, f->raw) != f->xxh3) {
-            what = "fails its checksum";
-        }
+        /* the stored bytes checked too, as the restart of several processes checks them
+         * (frames_check.c): changed so that they still expand to the same page is damage */
+        const char *what = lz_frame_load(fds[f->pack], f, buf, raw, work, 1);
         if (!what) continue;
+        int err = !strcmp(what, "cannot be read") ? errno : 0;
         /* name memory that holds it, as the user sees a checkpoint */
         uint64_t addr = 0;
         for (size_t e = 0; e < img.nextents && !addr; e++)
