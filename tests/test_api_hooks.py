@@ -126,6 +126,19 @@ def test_api_checkpoint_returns_after_its_hooks(runner, hooks_prog):
                          "api 2 result 2 index 2 before=2 after=1 restart=1"], again.stdout
 
 
+def _checkpoint_in_a_section(runner, hooks_prog, seconds, where):
+    """The program opens a section of `seconds` (in the main thread, or with
+    `thread` another thread running beside it) and `lazarus checkpoint` is
+    asked inside it: (store, stop file, proc, the request's result, s it took)."""
+    store, stop = runner.base / "store", runner.base / "stop"
+    extra = ["thread"] if where == "thread" else []
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", hooks_prog, "disable", str(seconds), stop, *extra)
+    proc.wait_for_output(r"^in 1$", timeout=120)
+    t0 = time.monotonic()
+    r = runner.lz("checkpoint", "-d", store, timeout=120)
+    return store, stop, proc, r, time.monotonic() - t0
+
+
 @pytest.mark.parametrize("where", ["main", "thread"])
 def test_checkpoint_waits_for_a_section(runner, hooks_prog, where):
     """`lazarus checkpoint` asked during a 2 s section succeeds once the section
@@ -133,13 +146,7 @@ def test_checkpoint_waits_for_a_section(runner, hooks_prog, where):
     never ends that section again.  `main`: the request reaches the thread in
     the section (it waits there); `thread`: another thread takes it and
     waits before stopping any."""
-    store, stop = runner.base / "store", runner.base / "stop"
-    extra = ["thread"] if where == "thread" else []
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", hooks_prog, "disable", "2", stop, *extra)
-    proc.wait_for_output(r"^in 1$", timeout=120)
-    t0 = time.monotonic()
-    r = runner.lz("checkpoint", "-d", store, timeout=120)
-    waited = time.monotonic() - t0
+    store, stop, proc, r, waited = _checkpoint_in_a_section(runner, hooks_prog, 2, where)
     assert r.rc == 0 and r.stdout.strip() == "1", str(r)
     assert "out 1" in proc.stdout and waited > 0.5, (waited, proc.stdout)
     entries = runner.list_json(store)
@@ -157,13 +164,7 @@ def test_too_long_a_section_fails_the_checkpoint(runner, hooks_prog, where):
     """A section that sleeps on: the checkpoint fails after the stop timeout
     (10 s without progress) with one line naming the process and its
     section; nothing is stored, and the program goes on."""
-    store, stop = runner.base / "store", runner.base / "stop"
-    extra = ["thread"] if where == "thread" else []
-    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", hooks_prog, "disable", "40", stop, *extra)
-    proc.wait_for_output(r"^in 1$", timeout=120)
-    t0 = time.monotonic()
-    r = runner.lz("checkpoint", "-d", store, timeout=120)
-    waited = time.monotonic() - t0
+    store, stop, proc, r, waited = _checkpoint_in_a_section(runner, hooks_prog, 40, where)
     assert r.rc != 0, str(r)
     lines = r.stderr_lines()
     assert len(lines) == 1 and "api_hooks" in lines[0] and "is in a lazarus_disable() section" in lines[0], str(r)
