@@ -23,6 +23,7 @@ STATIC_CODECS := -l:libzstd.a -l:liblz4.a
 
 COMMON_SRC  := common/util.c common/hash_fast.c common/codec.c common/progress.c store/manifest.c store/chans.c store/usocks.c store/inet_data.c store/store.c store/job_file.c store/verify.c store/gc.c store/tree.c store/place.c store/frames_check.c store/image_read.c
 RT_SRC := \
+	runtime/rt_obj_lock.c \
 	runtime/rt_windows.c \
 	runtime/rt_handlers.c \
 	runtime/rt_term.c \

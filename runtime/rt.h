@@ -211,9 +211,12 @@ struct rt_senders { char *buf; size_t len, cap; }; /* per datagram: u32 length +
 struct unix_diag_msg;
 long rt_unix_diag(long nl, uint32_t ino, uint32_t show, void *buf, const struct unix_diag_msg **m);
 /* A lock of object KIND ("sock", "pty") ID among the job's processes while
- * one changes its state to read it (rt_pipes.c): its descriptor, -1 if none
- * could be had (go on unlocked), -2 when another held it for 10 s. */
+ * one changes its state to read it (rt_obj_lock.c): its descriptor, -1 if
+ * none could be had (names cannot be bound here: go on unlocked; a peek's
+ * byte count still catches a queue it could not see whole), -2 when another
+ * held it for 10 s.  rt_obj_unlock takes any of these. */
 long rt_obj_lock(const char *kind, uint64_t id);
+void rt_obj_unlock(long lock);
 int rt_peek_socket(struct rt_ckpt *ck, const struct lz_fd *f, int type, uint32_t shutdown, struct lz_chan *c, char **data,
                    size_t cap, struct rt_senders *from);
 /* Local sockets that are not one end of a connected pair (rt_usock.c):

@@ -274,7 +274,7 @@ static int take_send_queue(struct rt_ckpt *ck, const struct lz_inet *a, struct l
         long lock = lz_sc2(SYS_fstat, a->fd, &st) == 0 ? rt_obj_lock("sock", st.st_ino) : -1;
         if (lock == -2) return refuse(ck, a, "one end of a TCP connection that another process kept to itself for 10 s");
         if (lz_sc5(SYS_setsockopt, a->fd, IPPROTO_TCP, TCP_REPAIR, &on, sizeof on) < 0) {
-            if (lock >= 0) lz_sc1(SYS_close, lock);
+            rt_obj_unlock(lock);
         } else {
             int q = TCP_SEND_QUEUE, off = TCP_REPAIR_OFF_NO_WP, outq = 0;
             long e = lz_sc5(SYS_setsockopt, a->fd, IPPROTO_TCP, TCP_REPAIR_QUEUE, &q, sizeof q);
@@ -288,7 +288,7 @@ static int take_send_queue(struct rt_ckpt *ck, const struct lz_inet *a, struct l
             lz_sc5(SYS_setsockopt, a->fd, IPPROTO_TCP, TCP_REPAIR, &off, sizeof off);
             int reuse = !!(a->opts & LZ_INO_REUSEADDR); /* leaving repair mode clears it */
             lz_sc5(SYS_setsockopt, a->fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse);
-            if (lock >= 0) lz_sc1(SYS_close, lock);
+            rt_obj_unlock(lock);
             /* the queue holds [end - n, end); the peer's peek ended at end - left */
             if (n != outq || left > n)
                 return refuse(ck, a, "one end of a TCP connection whose send queue could not be read in repair mode");

@@ -9,7 +9,7 @@
  *   - a socket's receive queue is peeked with SO_PEEK_OFF set, so successive
  *     MSG_PEEK calls walk it, one message per call for datagrams.  The offset
  *     is the socket's, and every process holding the socket captures it at
- *     the same time: each peek is done under a lock of the socket (below).
+ *     the same time: each peek is done under a lock of the socket (rt_obj_lock.c).
  * The peer of a socket comes from sock_diag (UNIX_DIAG_PEER).  A pipe may be
  * shared with other processes of the job (all are stopped while this runs;
  * the restart makes one pipe for all its holders, by inode); a socket whose
@@ -221,42 +221,6 @@ static int check_socket(struct rt_ckpt *ck, const struct lz_fd *f, long *nl, str
     return 0;
 }
 
-/* The lock of an object while its state is changed to read it: a socket's
- * SO_PEEK_OFF (and TCP repair mode, rt_inet.c; a pty's settings, rt_pty.c)
- * belong to the object, not to a descriptor, and every process of the job
- * holding it captures it at the same time, each setting the offset to 0 and
- * moving it on.  The lock is the abstract name "\0lazarus-lock.KIND.ID"
- * bound by the holder (a socket's inode, a pty's index: unique while it
- * lives; the name goes with the process, so a killed holder leaves no lock
- * behind).  The other
- * holders wait, in 1 ms steps, up to 10 s.  The descriptor of the lock, or
- * -1 when names cannot be bound here (the peek then goes on unlocked: its
- * byte count still catches a queue it could not see whole); -2 on time out. */
-long rt_obj_lock(const char *kind, uint64_t id)
-{
-    long s = lz_sc3(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (s < 0) return -1;
-    struct sockaddr_un a;
-    memset(&a, 0, sizeof a);
-    a.sun_family = AF_UNIX;
-    int n = rt_fmt(a.sun_path + 1, sizeof a.sun_path - 1, "lazarus-lock.%s.%llu", kind, (unsigned long long)id);
-    long len = (long)offsetof(struct sockaddr_un, sun_path) + 1 + n;
-    uint64_t until = rt_now_ns(CLOCK_MONOTONIC) + 10000000000ull;
-    for (;;) {
-        long e = lz_sc3(SYS_bind, s, &a, len);
-        if (e == 0) return s;
-        if (e != -EADDRINUSE) break;
-        if (rt_now_ns(CLOCK_MONOTONIC) > until) {
-            lz_sc1(SYS_close, s);
-            return -2;
-        }
-        struct timespec ts = {0, 1000000};
-        lz_sc2(SYS_nanosleep, &ts, 0);
-    }
-    lz_sc1(SYS_close, s);
-    return -1;
-}
-
 /* Copies the receive queue of socket f into *data without consuming it:
  * with SO_PEEK_OFF on, each MSG_PEEK goes on where the previous one ended
  * (one whole message per call for datagrams, kept with its length). */
@@ -272,7 +236,7 @@ static int peek_queue(struct rt_ckpt *ck, const struct lz_fd *f, const struct so
     long e = lz_sc3(SYS_ioctl, f->fd, FIONREAD, &inq);
     if (e == 0) e = lz_sc5(SYS_setsockopt, f->fd, SOL_SOCKET, SO_PEEK_OFF, &zero, sizeof zero);
     if (e < 0) {
-        if (lock >= 0) lz_sc1(SYS_close, lock);
+        rt_obj_unlock(lock);
         return refuse_err(ck, f, "cannot look at the data queued on the socket", e);
     }
     char *buf = arena_alloc(&ck->arena, cap);
@@ -329,7 +293,7 @@ static int peek_queue(struct rt_ckpt *ck, const struct lz_fd *f, const struct so
         payload += (uint64_t)n;
     }
     lz_sc5(SYS_setsockopt, f->fd, SOL_SOCKET, SO_PEEK_OFF, &saved, sizeof saved);
-    if (lock >= 0) lz_sc1(SYS_close, lock);
+    rt_obj_unlock(lock);
     /* FIONREAD: every queued byte (STREAM, SEQPACKET), the first message's (DGRAM) */
     if (!why && (si->type == SOCK_DGRAM ? (c->nmsgs ? *(uint32_t *)buf : 0) != (uint32_t)inq : payload != (uint64_t)inq))
         why = "a local socket whose queued data could not all be seen";

@@ -233,7 +233,7 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *m, struct lz_pty 
     long peer = lz_sc3(SYS_ioctl, mfd, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
     if (lck) lz_sc3(SYS_ioctl, mfd, TIOCSPTLCK, &one);
     if (peer < 0) {
-        if (lock >= 0) lz_sc1(SYS_close, lock);
+        rt_obj_unlock(lock);
         return fail(ck, m, "cannot open its terminal end", peer);
     }
     long mflags = lz_sc2(SYS_fcntl, mfd, F_GETFL);
@@ -270,7 +270,7 @@ static int capture_one(struct rt_ckpt *ck, const struct lz_fd *m, struct lz_pty 
 out:
     if (rc < 0) lz_sc3(SYS_ioctl, mfd, K_TCSETS2, &t);
     lz_sc1(SYS_close, peer);
-    if (lock >= 0) lz_sc1(SYS_close, lock);
+    rt_obj_unlock(lock);
     return rc;
 }
 
