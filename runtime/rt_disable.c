@@ -63,28 +63,16 @@ void rt_disable_held(uint64_t index)
     rt_notify("HELD %llu disabled", (unsigned long long)index);
 }
 
-/* utime + stime (ticks) of a /proc stat file, or 0 */
-static uint64_t stat_cpu(const char *path)
+/* The CPU time (ticks) of the process's other threads: the waiting one's own
+ * looks are not progress (progress.h's look at the whole process would count them). */
+static uint64_t others_cpu(void)
 {
-    char buf[1024], *s = NULL;
-    long n = rt_read_file(path, buf, sizeof buf - 1);
-    if (n <= 0) return 0;
-    buf[n] = 0;
-    for (char *c = buf; *c; c++) if (*c == ')') s = c;
-    if (!s) return 0;
-    uint64_t f[16] = {0};
-    int k = 3;
-    for (char *c = s + 3; *c && k < 16; k++) {
-        while (*c == ' ') c++;
-        while (*c >= '0' && *c <= '9') f[k] = f[k] * 10 + (uint64_t)(*c++ - '0');
-        while (*c && *c != ' ') c++;
-    }
-    return f[14] + f[15];
+    char state;
+    uint64_t all = 0, mine = 0;
+    lz_task_look(0, 0, &state, &all);
+    lz_task_look(0, (int)lz_sc0(SYS_gettid), &state, &mine);
+    return all - mine;
 }
-
-/* The CPU time of the process's other threads: the waiting one's own looks
- * are not progress (progress.h's look at the whole process would count them). */
-static uint64_t others_cpu(void) { return stat_cpu("/proc/self/stat") - stat_cpu("/proc/thread-self/stat"); }
 
 int rt_disable_wait(struct rt_ckpt *ck)
 {
