@@ -9,7 +9,6 @@
  * restarts: since the program's start, not since this run. */
 #include "rt.h"
 #include "rt_api.h"
-#include <string.h>
 
 static volatile uint32_t taken;    /* checkpoints this process took part in (captured) */
 static volatile uint32_t restarts; /* restarts it went through */
@@ -18,23 +17,15 @@ static char abort_reason[700];     /* the supervisor's, from its ABORT */
 /* the reason of this thread's last C API failure, for lazarus_strerror() */
 static __thread char thread_error[700] __attribute__((tls_model("initial-exec")));
 
-static void copy(char *dst, size_t cap, const char *src)
-{
-    size_t n = rt_strlen(src);
-    if (n >= cap) n = cap - 1;
-    memcpy(dst, src, n);
-    dst[n] = 0;
-}
-
-void rt_api_abort_reason(const char *why) { copy(abort_reason, sizeof abort_reason, why); }
+void rt_api_abort_reason(const char *why) { rt_fmt(abort_reason, sizeof abort_reason, "%s", why); }
 
 void rt_api_taken(uint64_t index, int ok, const char *why)
 {
     (void)index;
     if (ok) { __atomic_add_fetch(&taken, 1, __ATOMIC_RELEASE); return; }
-    if (why && *why) copy(last_reason, sizeof last_reason, why);
-    else if (abort_reason[0]) copy(last_reason, sizeof last_reason, abort_reason);
-    else copy(last_reason, sizeof last_reason, "the checkpoint of the job failed");
+    if (why && *why) rt_fmt(last_reason, sizeof last_reason, "%s", why);
+    else if (abort_reason[0]) rt_fmt(last_reason, sizeof last_reason, "%s", abort_reason);
+    else rt_fmt(last_reason, sizeof last_reason, "the checkpoint of the job failed");
     abort_reason[0] = 0;
 }
 
@@ -46,7 +37,7 @@ void rt_api_restarted(void)
 }
 
 const char *rt_api_last_reason(void) { return last_reason; }
-void rt_api_set_error(const char *why) { copy(thread_error, sizeof thread_error, why); }
+void rt_api_set_error(const char *why) { rt_fmt(thread_error, sizeof thread_error, "%s", why); }
 uint32_t rt_api_restarts(void) { return __atomic_load_n(&restarts, __ATOMIC_ACQUIRE); }
 
 RT_API int lazarus_rt_is_enabled(void) { return rt.active && rt.ctl_fd >= 0; }
