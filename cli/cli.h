@@ -62,6 +62,8 @@ struct cli_opts {
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* "1.2 GiB" */
 void human_bytes(char *buf, size_t len, uint64_t bytes);
+/* "2026-11-26T14:24:22Z": ns since the epoch, in UTC to the second */
+void utc_text(char *buf, size_t len, uint64_t ns);
 /* Absolute path of DIR (which may not exist yet). */
 char *abs_dir(const char *dir);
 /* bin/ and lib/ next to the running `lazarus` */

@@ -34,14 +34,6 @@ static const char help[] =
     "fallback holds (--fallback DIR if it was given one).  The spool of such a job\n"
     "(-d SPOOL) says remote (published: its packs left the machine) or fallback.\n";
 
-static void utc(char *buf, size_t len, uint64_t ns)
-{
-    time_t t = (time_t)(ns / 1000000000ull);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 /* "1/4": processes / threads */
 static const char *procs_threads(size_t p, size_t t)
 {
@@ -132,7 +124,7 @@ int cmd_list(int argc, char **argv)
         if (t.trigger) tot.trigger = t.trigger; /* the job's own (a batch system's), not the runtime's view */
         lz_tree_free(&t);
         uint64_t files = fstat_files[i], undo = fstat_bytes[i];
-        utc(when, sizeof when, h->created_ns);
+        utc_text(when, sizeof when, h->created_ns);
         if (o.json) {
             jw_obj(&w, NULL);
             jw_u64(&w, "index", h->index);
@@ -175,7 +167,7 @@ int cmd_list(int argc, char **argv)
     struct lz_job job;
     if (!o.json && lz_job_read(dir, &job) == 0 && job.failed_index > (n > 0 ? v[n - 1] : 0)) {
         char when[32];
-        utc(when, sizeof when, (uint64_t)job.failed_ns);
+        utc_text(when, sizeof when, (uint64_t)job.failed_ns);
         printf("checkpoint %" PRIu64 " failed at %s: %s\n", job.failed_index, when,
                *job.failed_why ? job.failed_why : "no reason recorded");
     }

@@ -45,14 +45,6 @@ static const char *const whats[] = {"tree", "threads", "regions", "fds", "chans"
  * where the job kept them, only `show -d s3://... journal` asks for them) */
 struct show_args { const char *what; int json, no_journal; };
 
-static void utc(char *buf, size_t len, uint64_t ns)
-{
-    time_t t = (time_t)(ns / 1000000000ull);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 /* The checkpoint's tree and the manifest of each live process, every one
  * checked as restart checks it: 0, or -1 having said why. */
 static int show_load(struct show *s)
@@ -102,7 +94,7 @@ static void show_header(struct show *s)
         stored += s->imgs[k].hdr->stored_bytes;
     }
     char when[32], job[40];
-    utc(when, sizeof when, h->created_ns);
+    utc_text(when, sizeof when, h->created_ns);
     snprintf(job, sizeof job, "%016" PRIx64 "%016" PRIx64, h->job[0], h->job[1]);
     const char *trigger = lz_trigger_name(s->tree.trigger ? s->tree.trigger : h->trigger);
     if (s->json) {

@@ -9,6 +9,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -40,6 +41,14 @@ void human_bytes(char *buf, size_t len, uint64_t b)
     int i = 0;
     while (v >= 1024 && i < 4) { v /= 1024; i++; }
     snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+}
+
+void utc_text(char *buf, size_t len, uint64_t ns)
+{
+    time_t t = (time_t)(ns / 1000000000ull);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o)

@@ -415,14 +415,6 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
     return rc;
 }
 
-static void utc(char *buf, size_t len, uint64_t ns)
-{
-    time_t t = (time_t)(ns / 1000000000ull);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 int remote_list(const char *url, const struct remote_opts *ro, int json)
 {
     struct s3_conf c;
@@ -452,7 +444,7 @@ int remote_list(const char *url, const struct remote_opts *ro, int json)
         uint64_t bytes = 0;
         for (size_t k = 0; k < cm.nobjs; k++) bytes += cm.objs[k].size;
         char when[32], id[33];
-        utc(when, sizeof when, cm.created_ns);
+        utc_text(when, sizeof when, cm.created_ns);
         lz_job_id_text(id, cm.job);
         if (json)
             printf("%s\n  {\"index\": %" PRIu64 ", \"time\": \"%s\", \"created_ns\": %" PRIu64 ", \"bytes\": %" PRIu64

@@ -183,10 +183,7 @@ static void lazy_ended(struct sv_state *st, int status)
 static void restarted_line(const struct supervisor *s, pid_t pid)
 {
     char taken[40];
-    time_t t = (time_t)(s->restore_taken_ns / 1000000000ull);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(taken, sizeof taken, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    utc_text(taken, sizeof taken, s->restore_taken_ns);
     struct log_kv kv[] = {LOG_NUM("index", s->restore_index), LOG_STR("taken", taken),
                           LOG_NUM("files_rolled_back", s->restore_files), LOG_NUM("pid", pid)};
     log_event(LOG_INFO, "restarted", kv, 4, "restarted from checkpoint %" PRIu64 " taken at %s: %" PRIu64 " file%s rolled back, "
