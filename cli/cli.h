@@ -162,6 +162,10 @@ void restart_inet_report(const struct lz_image *imgs, size_t nimgs, size_t k, in
  * gives them their state, after the files are rolled back. */
 int restart_ipc_check(const struct lz_image *imgs, size_t nimgs, char *why, size_t whylen);
 int restart_ipc_apply(char *why, size_t whylen);
+/* When the job of store DIR stopped, for telling what is gone since (deleted
+ * or replaced after it) from what the job did: INT64_MAX without a job file
+ * or while a rollback is under way (nothing is told apart then). */
+int64_t rollback_stop_ns(const char *dir);
 /* fj_plan_load (files/rollback.h) of a rollback of the store DIR to checkpoint
  * `target`, with what it needs of the store: the job's identity (DIR/job)
  * and every journal directory (ckpt.N/, jrnl.N/).  NULL with why. */

@@ -78,8 +78,7 @@ static int diff_dir(const char *d, int have_at, uint64_t at, int json)
     if (lz_store_pick(dir, have_at, at, &index, why, sizeof why) < 0) { lz_err("%s", why); free(dir); return LZ_EXIT_NOT_FOUND; }
     /* when the job stopped: what is gone since was deleted or replaced by
      * someone else (a rollback under way: nothing is told apart) */
-    struct lz_job job;
-    int64_t stop = lz_job_read(dir, &job) == 0 && job.rolling_to < 0 ? lz_job_stop_ns(dir, &job) : INT64_MAX;
+    int64_t stop = rollback_stop_ns(dir);
     struct fj_plan *plan = rollback_plan_load(dir, index, stop, why, sizeof why);
     if (!plan) { lz_err("%s", why); free(dir); return 1; }
     if (json) {

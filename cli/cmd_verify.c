@@ -104,8 +104,7 @@ static int verify_dir(struct cli_opts *o_)
     uint64_t job[2] = {0, 0};
     int have_job = lz_place_job(dir, job, why, sizeof why) == 0;
     if (!have_job) { report(o.json, -1, "job", why); bad = 1; }
-    struct lz_job jf;
-    int64_t stop = have_job && lz_job_read(dir, &jf) == 0 && jf.rolling_to < 0 ? lz_job_stop_ns(dir, &jf) : INT64_MAX;
+    int64_t stop = have_job ? rollback_stop_ns(dir) : INT64_MAX;
     uint64_t *v;
     int n = lz_store_list(dir, &v);
     if (n <= 0) {

@@ -10,6 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+int64_t rollback_stop_ns(const char *dir)
+{
+    struct lz_job job;
+    return lz_job_read(dir, &job) == 0 && job.rolling_to < 0 ? lz_job_stop_ns(dir, &job) : INT64_MAX;
+}
+
 struct fj_plan *rollback_plan_load(const char *dir, uint64_t target, int64_t stop_ns, char *why, size_t whylen)
 {
     uint64_t job[2];

@@ -68,8 +68,7 @@ int show_journal(struct show *s)
 {
     char why[LZ_PATH_MAX + 512];
     /* exactly what `diff` reads: when the job stopped tells what is gone since */
-    struct lz_job job;
-    int64_t stop = lz_job_read(s->dir, &job) == 0 && job.rolling_to < 0 ? lz_job_stop_ns(s->dir, &job) : INT64_MAX;
+    int64_t stop = rollback_stop_ns(s->dir);
     struct fj_plan *plan = rollback_plan_load(s->dir, s->index, stop, why, sizeof why);
     if (!plan) { lz_err("%s", why); return -1; }
     struct changes c = {0};
