@@ -487,17 +487,17 @@ static int read_header(const void *buf, size_t size, struct lz_image *img, char 
     size_t hs = h->header_size;
     if (v == 5 ? hs != LZ_HEADER_V5_SIZE : hs < sizeof *h || hs % 8 || hs > size - sizeof(struct lz_trailer))
         FAIL("manifest header is malformed");
+    struct lz_header *c = NULL; /* a copy, when the header is not this build's size */
     if (hs == sizeof *h) {
         img->hdr = h;
     } else { /* version 5's shorter header, or a newer longer one: the part this build knows */
-        struct lz_header *c = calloc(1, sizeof *c);
+        c = calloc(1, sizeof *c);
         if (!c) FAIL("out of memory reading the manifest");
         memcpy(c, buf, hs < sizeof *c ? hs : sizeof *c);
         img->owned[img->nowned++] = c;
         img->hdr = c;
     }
-    if (v == 5) {
-        struct lz_header *c = img->owned[0];
+    if (v == 5) { /* (shorter: always a copy) */
         c->machine = LZ_MACHINE_X86_64;
         c->page_size = LZ_PAGE_SIZE;
         c->byte_order = LZ_BYTE_ORDER;
