@@ -121,6 +121,8 @@ CLI_SRC := \
 	cli/install_path.c \
 	cli/cmd_run.c \
 	cli/cmd_restart.c \
+	cli/rollback_files.c \
+	cli/cmd_rollback.c \
 	cli/lazy_server.c \
 	cli/resume.c \
 	cli/batch_slurm.c \

@@ -16,6 +16,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_show(int argc, char **argv);
+int cmd_rollback(int argc, char **argv);
 
 /* The program's end of its channel to the supervisor is inherited across
  * exec at this number or above, one programs rarely use (the runtime's own

@@ -4,6 +4,7 @@
 #include "store_admin.h"
 #include "util.h"
 #include "rollback.h"
+#include "rollback_files.h"
 #include "privilege.h"
 #include "frames_check.h"
 #include "batch.h"
@@ -13,7 +14,6 @@
 #include "exit_codes.h"
 #include "log_out.h"
 #include <sys/stat.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -76,85 +76,6 @@ static void trace(const char *step)
     fprintf(stderr, "lazarus: restart %8.3f ms %s\n", (double)(lz_now_ns(CLOCK_MONOTONIC) - trace_t0) / 1e6, step);
 }
 
-/* Phase 1 of the file rollback: the journals of every interval since N are
- * read and proven (journal_read.c), nothing outside the job changed what
- * they would touch since it stopped (or --force), and nothing they need is
- * gone (not even with --force: outside.c).  Changes nothing.  NULL with a
- * message said. */
-static struct fj_plan *plan_rollback(const char *dir, uint64_t index, const struct lz_job *job, int force, int *code)
-{
-    *code = LZ_EXIT_FAIL;
-    char why[LZ_PATH_MAX + 512];
-    if (job->rolling_to >= 0 && index > (uint64_t)job->rolling_to) {
-        lz_err("cannot restart from checkpoint %" PRIu64 ": a rollback of the files to checkpoint %" PRId64
-               " was interrupted; finish it with `lazarus restart --at %" PRId64 "`", index, job->rolling_to, job->rolling_to);
-        return NULL;
-    }
-    /* finishing an interrupted rollback: it linked kept inodes back already */
-    int64_t stop = job->rolling_to >= 0 ? INT64_MAX : lz_job_stop_ns(dir, job);
-    struct fj_plan *plan = rollback_plan_load(dir, index, stop, why, sizeof why);
-    if (!plan) { lz_err("cannot restart: %s; nothing was changed", why); return NULL; }
-    /* finishing an interrupted rollback: what it changed already is newer
-     * than the stop, and its check was made */
-    if (fj_plan_empty(plan) || job->rolling_to >= 0) return plan;
-    /* also with --force: what is gone cannot be rolled back by any means */
-    struct fj_outside out;
-    fj_plan_outside_changes(plan, stop, &out);
-    int refuse = 1;
-    if (out.nlost == 1) {
-        lz_err("cannot restart from checkpoint %" PRIu64 ": the content of %s at checkpoint %" PRIu64 " is gone: it was %s "
-               "after the job stopped, and the journal holds only the bytes the job overwrote, not the whole file; "
-               "nothing was changed, and --force cannot roll it back", index, out.lost[0].path, index, out.lost[0].what);
-    } else if (out.nlost) {
-        char *list = fj_change_list(out.lost, out.nlost, 5, " was ", " after the job stopped");
-        lz_err("cannot restart from checkpoint %" PRIu64 ": the content of %zu files at checkpoint %" PRIu64 " is gone (%s), "
-               "and the journal holds only the bytes the job overwrote, not whole files; nothing was changed, and --force "
-               "cannot roll them back", index, out.nlost, index, list);
-        free(list);
-    } else if (out.nchanged && !force) {
-        size_t k = out.nchanged;
-        char *list = fj_change_list(out.changed, k, 5, ": ", "");
-        lz_err("cannot restart: %zu file%s changed outside the job after it stopped (%s); nothing was changed; "
-               "`lazarus restart --force` rolls %s back anyway", k, k == 1 ? "" : "s", list, k == 1 ? "it" : "them");
-        free(list);
-    } else {
-        refuse = 0;
-    }
-    fj_outside_free(&out);
-    if (refuse) {
-        *code = LZ_EXIT_OUTSIDE;
-        fj_plan_free(plan);
-        return NULL;
-    }
-    return plan;
-}
-
-/* Phase 2: undoes every change to files since checkpoint `index`.  A crash
- * here is finished by the next restart (job.rolling_to). */
-static int rollback_files(const char *dir, uint64_t index, struct lz_job *job, struct fj_plan *plan, uint64_t next)
-{
-    char why[LZ_PATH_MAX + 512];
-    /* no file to roll back: the checkpoints after N go once the program is
-     * back (the supervisor), so that a failed restart changes nothing */
-    if (fj_plan_empty(plan)) return 0;
-    job->rolling_to = (int64_t)index;
-    job->next_index = next; /* the checkpoints after N go: their indices stay used */
-    if (lz_job_write(dir, job) < 0) { lz_err("cannot write %s/%s: %s", dir, LZ_JOBFILE, strerror(errno)); return -1; }
-    const char *d = getenv("LAZARUS_TEST_ROLLBACK_DELAY_MS");
-    if (fj_plan_apply(plan, d ? atoi(d) : 0, why, sizeof why) < 0) {
-        lz_err("cannot roll the files back to checkpoint %" PRIu64 ": %s; run `lazarus restart --at %" PRIu64
-               "` again once that is fixed", index, why, index);
-        return -1;
-    }
-    /* the files are at N: later checkpoints describe files that are gone, and
-     * later journals (of failed checkpoints too) were just applied */
-    lz_store_drop_branch(dir, index, UINT64_MAX);
-    char ck[LZ_PATH_MAX + 64];
-    lz_journal_path(ck, sizeof ck, dir, index, 0);
-    fj_journal_reset(ck, job->id, index);
-    return 0;
-}
-
 /* Phase 2's first step: what a restart changes in the store and the files
  * (called by the supervisor once the restorer of one process has loaded its
  * memory, or before the restorers of several start).  0, or -1 having said
@@ -170,7 +91,7 @@ static int roll_files_back(void *arg)
 {
     struct phase2 *p = arg;
     lz_store_drop_spares(p->dir);
-    int rb = rollback_files(p->dir, p->index, p->job, p->plan, p->next);
+    int rb = rollback_files_apply("restart", p->dir, p->index, p->job, p->plan, p->next);
     fj_plan_free(p->plan);
     p->plan = NULL;
     char why[1200];
@@ -197,24 +118,6 @@ static int thread_ids_free(const struct lz_image *img)
     for (size_t i = 1; i < img->nthreads; i++)
         if (kill(img->threads[i].tid, 0) == 0 || errno != ESRCH) return 0;
     return 1;
-}
-
-/* Highest N of DIR/packs/pack.N, 0 if none. */
-static uint64_t newest_pack(const char *dir)
-{
-    char path[LZ_PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/" LZ_PACKS_DIR, dir);
-    DIR *d = opendir(path);
-    struct dirent *e;
-    uint64_t max = 0, id;
-    size_t l = strlen(LZ_PACK_PREFIX);
-    while (d && (e = readdir(d)))
-        if (!strncmp(e->d_name, LZ_PACK_PREFIX, l) && e->d_name[l] &&
-            strspn(e->d_name + l, "0123456789") == strlen(e->d_name + l) && lz_parse_u64(e->d_name + l, &id) == 0 &&
-            id > max)
-            max = id;
-    if (d) closedir(d);
-    return max;
 }
 
 /* restart --lazy where it cannot be done: one line, nothing changed. */
@@ -350,7 +253,7 @@ int cmd_restart(int argc, char **argv)
     }
     trace("identity and channels checked");
     int refused;
-    struct fj_plan *plan = plan_rollback(dir, index, &job, o.force, &refused);
+    struct fj_plan *plan = rollback_files_plan("restart", dir, index, &job, o.force, &refused);
     if (!plan) return refused;
     uint64_t files = fj_plan_changes(plan, INT64_MAX, count_file, NULL);
     trace("journals proven, outside changes looked for");
@@ -374,17 +277,7 @@ int cmd_restart(int argc, char **argv)
             restart_inet_report(several ? rt.imgs : &img, several ? rt.tree.nprocs : 1, k,
                                 several ? rt.tree.procs[k].pid : img.proc->pid);
 
-    /* indices are never reused, also of checkpoints the rollback drops and of
-     * failed ones (their jrnl.N and packs/pack.N may remain) */
-    uint64_t *v;
-    int *jrn;
-    int n = lz_store_list_journals(dir, &v, &jrn);
-    uint64_t next = (n > 0 && v[n - 1] > index ? v[n - 1] : index) + 1;
-    if (n >= 0) { free(v); free(jrn); }
-    if (job.failed_index >= next) next = job.failed_index + 1;
-    uint64_t pack = newest_pack(dir);
-    if (pack >= next) next = pack + 1;
-    if (job.next_index > next) next = job.next_index;
+    uint64_t next = rollback_next_index(dir, index, &job);
     if (*o.compress) snprintf(job.compress, sizeof job.compress, "%s", o.compress);
     trace("paths checked");
     struct phase2 p2 = {dir, index, next, &job, plan};

@@ -25,6 +25,8 @@ static const char usage[] =
     "  checkpoint [-d DIR|s3://...] [--json]  checkpoint the running job now; prints its index once durable\n"
     "  restart [-d DIR|s3://BUCKET/PREFIX] [--at N] [--force] [--compress SPEC] [--checkpoint-signal SIG] [--quiet] [--log FILE] [--json]\n"
     "                           resume from checkpoint N (default: the newest), its files rolled back to N\n"
+    "  rollback [-d DIR] [--at N] [--force] [--json]\n"
+    "                           the stopped job's files back to checkpoint N (default: the newest), nothing started\n"
     "  diff [-d DIR] [--at N] [--json]  what a restart to N would change in the files\n"
     "  list [-d DIR|s3://...] [--json]   one row per checkpoint\n"
     "  verify [-d DIR|s3://...] [--at N] [--json]  re-read everything a restart trusts; exit 0 only if all is intact\n"
@@ -225,9 +227,10 @@ int main(int argc, char **argv)
     if (!strcmp(c, "list")) return cmd_list(argc - 1, argv + 1);
     if (!strcmp(c, "verify")) return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(c, "diff")) return cmd_diff(argc - 1, argv + 1);
+    if (!strcmp(c, "rollback")) return cmd_rollback(argc - 1, argv + 1);
     if (!strcmp(c, "gc")) return cmd_gc(argc - 1, argv + 1);
     if (!strcmp(c, "show")) return cmd_show(argc - 1, argv + 1);
     if (!strcmp(c, "__lazy-serve")) return cmd_lazy_serve(argc - 1, argv + 1); /* restart --lazy's fault server */
-    lz_err("unknown command '%s' (commands: run, checkpoint, restart, list, verify, diff, gc, show; see `lazarus --help`)", c);
+    lz_err("unknown command '%s' (commands: run, checkpoint, restart, rollback, list, verify, diff, gc, show; see `lazarus --help`)", c);
     return 2;
 }

@@ -1,0 +1,132 @@
+/* The file rollback `restart` and `rollback` share: phase 1 proves the
+ * journals and looks for outside changes (changes nothing), phase 2 applies
+ * them and leaves the store as a restart from the target needs it. */
+#include "cli.h"
+#include "rollback_files.h"
+#include "exit_codes.h"
+#include "store_admin.h"
+#include "rollback.h"
+#include "util.h"
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* "restart from checkpoint N" / "roll the files back to checkpoint N" */
+static void act(char *buf, size_t len, const char *cmd, uint64_t index)
+{
+    if (!strcmp(cmd, "restart")) snprintf(buf, len, "restart from checkpoint %" PRIu64, index);
+    else snprintf(buf, len, "roll the files back to checkpoint %" PRIu64, index);
+}
+
+struct fj_plan *rollback_files_plan(const char *cmd, const char *dir, uint64_t index, const struct lz_job *job, int force,
+                                    int *code)
+{
+    *code = LZ_EXIT_FAIL;
+    char why[LZ_PATH_MAX + 512], what[96];
+    const char *verb = strcmp(cmd, "restart") ? "roll back" : "restart";
+    act(what, sizeof what, cmd, index);
+    if (job->rolling_to >= 0 && index > (uint64_t)job->rolling_to) {
+        lz_err("cannot %s: a rollback of the files to checkpoint %" PRId64 " was interrupted; finish it with "
+               "`lazarus %s --at %" PRId64 "`", what, job->rolling_to, cmd, job->rolling_to);
+        return NULL;
+    }
+    /* finishing an interrupted rollback: it linked kept inodes back already */
+    int64_t stop = job->rolling_to >= 0 ? INT64_MAX : lz_job_stop_ns(dir, job);
+    struct fj_plan *plan = rollback_plan_load(dir, index, stop, why, sizeof why);
+    if (!plan) { lz_err("cannot %s: %s; nothing was changed", verb, why); return NULL; }
+    /* finishing an interrupted rollback: what it changed already is newer
+     * than the stop, and its check was made */
+    if (fj_plan_empty(plan) || job->rolling_to >= 0) return plan;
+    /* also with --force: what is gone cannot be rolled back by any means */
+    struct fj_outside out;
+    fj_plan_outside_changes(plan, stop, &out);
+    int refuse = 1;
+    if (out.nlost == 1) {
+        lz_err("cannot %s: the content of %s at checkpoint %" PRIu64 " is gone: it was %s "
+               "after the job stopped, and the journal holds only the bytes the job overwrote, not the whole file; "
+               "nothing was changed, and --force cannot roll it back", what, out.lost[0].path, index, out.lost[0].what);
+    } else if (out.nlost) {
+        char *list = fj_change_list(out.lost, out.nlost, 5, " was ", " after the job stopped");
+        lz_err("cannot %s: the content of %zu files at checkpoint %" PRIu64 " is gone (%s), "
+               "and the journal holds only the bytes the job overwrote, not whole files; nothing was changed, and --force "
+               "cannot roll them back", what, out.nlost, index, list);
+        free(list);
+    } else if (out.nchanged && !force) {
+        size_t k = out.nchanged;
+        char *list = fj_change_list(out.changed, k, 5, ": ", "");
+        lz_err("cannot %s: %zu file%s changed outside the job after it stopped (%s); nothing was changed; "
+               "`lazarus %s --force` rolls %s back anyway", verb, k, k == 1 ? "" : "s", list, cmd, k == 1 ? "it" : "them");
+        free(list);
+    } else {
+        refuse = 0;
+    }
+    fj_outside_free(&out);
+    if (refuse) {
+        *code = LZ_EXIT_OUTSIDE;
+        fj_plan_free(plan);
+        return NULL;
+    }
+    return plan;
+}
+
+/* Highest N of DIR/packs/pack.N, 0 if none. */
+static uint64_t newest_pack(const char *dir)
+{
+    char path[LZ_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/" LZ_PACKS_DIR, dir);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    uint64_t max = 0, id;
+    size_t l = strlen(LZ_PACK_PREFIX);
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, LZ_PACK_PREFIX, l) && e->d_name[l] &&
+            strspn(e->d_name + l, "0123456789") == strlen(e->d_name + l) && lz_parse_u64(e->d_name + l, &id) == 0 &&
+            id > max)
+            max = id;
+    if (d) closedir(d);
+    return max;
+}
+
+uint64_t rollback_next_index(const char *dir, uint64_t index, const struct lz_job *job)
+{
+    /* indices are never reused, also of checkpoints the rollback drops and of
+     * failed ones (their jrnl.N and packs/pack.N may remain) */
+    uint64_t *v;
+    int *jrn;
+    int n = lz_store_list_journals(dir, &v, &jrn);
+    uint64_t next = (n > 0 && v[n - 1] > index ? v[n - 1] : index) + 1;
+    if (n >= 0) { free(v); free(jrn); }
+    if (job->failed_index >= next) next = job->failed_index + 1;
+    uint64_t pack = newest_pack(dir);
+    if (pack >= next) next = pack + 1;
+    if (job->next_index > next) next = job->next_index;
+    return next;
+}
+
+int rollback_files_apply(const char *cmd, const char *dir, uint64_t index, struct lz_job *job, struct fj_plan *plan,
+                         uint64_t next)
+{
+    char why[LZ_PATH_MAX + 512];
+    /* no file to roll back: the checkpoints after N go once the program is
+     * back (the supervisor), so that a failed restart changes nothing */
+    if (fj_plan_empty(plan)) return 0;
+    job->rolling_to = (int64_t)index;
+    job->next_index = next; /* the checkpoints after N go: their indices stay used */
+    if (lz_job_write(dir, job) < 0) { lz_err("cannot write %s/%s: %s", dir, LZ_JOBFILE, strerror(errno)); return -1; }
+    const char *d = getenv("LAZARUS_TEST_ROLLBACK_DELAY_MS");
+    if (fj_plan_apply(plan, d ? atoi(d) : 0, why, sizeof why) < 0) {
+        lz_err("cannot roll the files back to checkpoint %" PRIu64 ": %s; run `lazarus %s --at %" PRIu64
+               "` again once that is fixed", index, why, cmd, index);
+        return -1;
+    }
+    /* the files are at N: later checkpoints describe files that are gone, and
+     * later journals (of failed checkpoints too) were just applied */
+    lz_store_drop_branch(dir, index, UINT64_MAX);
+    char ck[LZ_PATH_MAX + 64];
+    lz_journal_path(ck, sizeof ck, dir, index, 0);
+    fj_journal_reset(ck, job->id, index);
+    return 0;
+}
