@@ -212,18 +212,19 @@ $(B)/bin/lazarus-s3: $(patsubst %,$(OBJ)/cli/%.o,$(basename remote/s3_tool.c $(R
 
 # The public libraries: lib.so.MAJOR.MINOR with the soname lib.so.MAJOR, both
 # names as links (the loader's and the linker's), and a static archive.
-$(B)/lib/liblazarus.so.$(MAJOR).$(MINOR): $(OBJ)/pic/api/lazarus_api.o
+API_OBJ := $(OBJ)/pic/api/lazarus_api.o $(OBJ)/pic/api/lazarus_tx.o
+$(B)/lib/liblazarus.so.$(MAJOR).$(MINOR): $(API_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,liblazarus.so.$(MAJOR) -o $@ $^ -ldl
 $(B)/lib/liblazarus.so.$(MAJOR) $(B)/lib/liblazarus.so: $(B)/lib/liblazarus.so.$(MAJOR).$(MINOR)
 	ln -sf $(notdir $<) $@
-$(B)/lib/liblazarus.a: $(OBJ)/pic/api/lazarus_api.o
+$(B)/lib/liblazarus.a: $(API_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@; ar rcs $@ $^
 
 # libckpt's interface (-lckpt, shared and static): the C API and main(), which
 # finds `lazarus` next to the library, or else where this build put it.
-CKPT_OBJ := $(patsubst %,$(OBJ)/pic/%.o,api/libckpt api/lazarus_api common/ckptrc common/util)
+CKPT_OBJ := $(patsubst %,$(OBJ)/pic/%.o,api/libckpt api/lazarus_api api/lazarus_tx common/ckptrc common/util)
 $(OBJ)/pic/api/libckpt.o: CFLAGS += -DLZ_DEFAULT_BIN='"$(abspath $(B))/bin/lazarus"'
 $(B)/lib/libckpt.so.$(MAJOR).$(MINOR): $(CKPT_OBJ)
 	@mkdir -p $(dir $@)
@@ -268,7 +269,7 @@ sanitize: $(SAN)/bin/lazarus $(SAN)/bin/lazarus-s3 $(SAN)/bin/lazarus-restore $(
 
 # gcc's static analyzer over every C file of the tree, one report per file in
 # build/analyze/ (warnings do not stop it; the summary counts them).
-ANALYZE_SRC := $(sort $(filter %.c,$(COMMON_SRC) $(RT_SRC) $(RESTORE_SRC) $(CLI_SRC) $(REMOTE_SRC)) api/lazarus_api.c remote/s3_tool.c)
+ANALYZE_SRC := $(sort $(filter %.c,$(COMMON_SRC) $(RT_SRC) $(RESTORE_SRC) $(CLI_SRC) $(REMOTE_SRC)) api/lazarus_api.c api/lazarus_tx.c remote/s3_tool.c)
 ANALYZE_FLAGS := -fanalyzer -Wno-analyzer-too-complex
 $(B)/analyze/%.log: %.c
 	@mkdir -p $(dir $@)

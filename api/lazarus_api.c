@@ -1,17 +1,27 @@
 /* liblazarus.so: finds the runtime (preloaded by `lazarus run`) at run time,
- * so a program linked with it runs unchanged without Lazarus. */
+ * so a program linked with it runs unchanged without Lazarus.  dlsym is a
+ * weak reference: a program linked statically with liblazarus.a (which the
+ * runtime cannot enter) does not get the dynamic loader's code for it, and
+ * every call is a no-op there (lazarus_tx.c: the transaction API, which
+ * reaches the job's supervisor without the runtime, and lazarus_strerror). */
 #include "lazarus.h"
 #include <dlfcn.h>
+
+#pragma weak dlsym
+
+/* lazarus_tx.c: the reason is the runtime's from now on */
+void lz_api_reason_clear(void);
 
 __attribute__((visibility("default"))) int lazarus_checkpoint(unsigned long long *index)
 {
     static int (*rt)(unsigned long long *);
     static int looked;
     if (!looked) {
-        rt = (int (*)(unsigned long long *))dlsym(RTLD_DEFAULT, "lazarus_rt_checkpoint");
+        rt = dlsym ? (int (*)(unsigned long long *))dlsym(RTLD_DEFAULT, "lazarus_rt_checkpoint") : NULL;
         looked = 1;
     }
     if (index) *index = 0;
+    lz_api_reason_clear();
     return rt ? rt(index) : LAZARUS_INACTIVE;
 }
 
@@ -19,7 +29,7 @@ __attribute__((visibility("default"))) int lazarus_checkpoint(unsigned long long
 static void *rt_entry(void **slot, int *looked, const char *name)
 {
     if (!__atomic_load_n(looked, __ATOMIC_ACQUIRE)) {
-        *slot = dlsym(RTLD_DEFAULT, name);
+        *slot = dlsym ? dlsym(RTLD_DEFAULT, name) : NULL;
         __atomic_store_n(looked, 1, __ATOMIC_RELEASE);
     }
     return *slot;
@@ -52,6 +62,7 @@ __attribute__((visibility("default"))) int lazarus_checkpoint_here(unsigned long
     static int looked;
     here_fn f = (here_fn)rt_entry(&slot, &looked, "lazarus_rt_checkpoint_here");
     if (index) *index = 0;
+    lz_api_reason_clear();
     return f ? f(index) : LAZARUS_INACTIVE;
 }
 
@@ -106,10 +117,4 @@ __attribute__((visibility("default"))) int lazarus_restarts(void)
 {
     RT_CALL(int_fn, "lazarus_rt_restarts");
     return f ? f() : 0;
-}
-
-__attribute__((visibility("default"))) const char *lazarus_strerror(void)
-{
-    RT_CALL(str_fn, "lazarus_rt_strerror");
-    return f ? f() : "";
 }

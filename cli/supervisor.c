@@ -35,6 +35,12 @@
 #define TICK_IDLE_MS 250
 /* How long a restore runs before a person at the terminal is told about it. */
 #define RESTORE_MSG_NS 1000000000ull
+/* ABORT on DIR/ctl.sock (lazarus_tx_abort): the files back to the last
+ * commit while the program runs on.  The runtime's journal undoes an
+ * interval only with the program's memory (a restart); a files-only job
+ * under Lazarus' file system (`run --files-only --fs`) is what can do it. */
+#define SV_ABORT_REFUSED "abort needs a files-only job with --fs (lazarus run --files-only --fs PATH): " \
+                         "this job's files go back to a commit only with a restart (lazarus restart)"
 
 static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGALRM};
 
@@ -482,6 +488,7 @@ int supervise(struct supervisor *s)
                 char req[64];
                 ssize_t m = recv(c, req, sizeof req - 1, MSG_DONTWAIT);
                 if (m > 0 && !strncmp(req, "CHECKPOINT", 10)) request(&st, LZ_TRIG_REQUEST, c);
+                else if (m > 0 && !strncmp(req, "ABORT", 5)) sv_reply(c, "ERR " SV_ABORT_REFUSED);
                 else close(c);
             }
         }

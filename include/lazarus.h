@@ -98,10 +98,42 @@ const char *lazarus_store_dir(void);
 int lazarus_checkpoints(void);
 int lazarus_restarts(void);
 
-/* Why this thread's last lazarus_checkpoint() or lazarus_checkpoint_here()
- * returned LAZARUS_ERROR: the one-line reason `lazarus checkpoint` would
- * print; "" if none did (always without Lazarus).  Per thread: valid until
- * the thread's next call. */
+/* Transactions on the job's files.  The work between two commits is a
+ * transaction already (every checkpoint is one's end and the next one's
+ * begin; a restart rolls the files back to the last commit), so
+ * lazarus_tx_begin() only marks the start, for readers and for CprFS's
+ * interface (cprfs.h): 0 in a job, LAZARUS_INACTIVE (also 0) outside one.
+ *
+ * lazarus_tx_commit() commits the files as they are: a checkpoint, as
+ * lazarus_checkpoint() (the same results, *index the checkpoint's).  It
+ * works without the runtime too, in a statically linked program (link
+ * liblazarus.a: no dynamic loader is needed) that `lazarus run` started:
+ * the job is found from the environment the supervisor gives its programs
+ * (LAZARUS_DIR) and the commit is asked of the supervisor on DIR/ctl.sock,
+ * as `lazarus checkpoint` asks it; LAZARUS_CONTINUED once it is durable, or
+ * LAZARUS_ERROR and the supervisor's reason (a job whose program the runtime
+ * never entered cannot take a memory checkpoint: "the program is not running
+ * under the Lazarus runtime ..."; a files-only job, `run --files-only --fs`,
+ * commits its files).
+ *
+ * lazarus_tx_abort() would roll the files back to the last commit while the
+ * program runs on.  Only a files-only job whose files are under Lazarus' file
+ * system (`--fs`) can do that; every other job's supervisor refuses it, and
+ * the call returns LAZARUS_ERROR with the reason ("abort needs a files-only
+ * job with --fs ...").  Restarting from the last commit is the other way.
+ *
+ * Outside any job (no runtime, no LAZARUS_DIR) each is a no-op returning
+ * LAZARUS_INACTIVE, and lazarus_strerror() says so.  Safe from any thread
+ * (not from a signal handler): each call waits for its own answer. */
+int lazarus_tx_begin(void);
+int lazarus_tx_commit(unsigned long long *index);
+int lazarus_tx_abort(void);
+
+/* Why this thread's last lazarus_checkpoint(), lazarus_checkpoint_here() or
+ * lazarus_tx_commit()/lazarus_tx_abort() returned LAZARUS_ERROR: the one-line
+ * reason `lazarus checkpoint` would print; why a lazarus_tx_*() call returned
+ * LAZARUS_INACTIVE; "" otherwise (always after the other calls without
+ * Lazarus).  Per thread: valid until the thread's next call. */
 const char *lazarus_strerror(void);
 
 #ifdef __cplusplus

@@ -40,7 +40,7 @@ LIBS_SO := liblazarus.so libckpt.so
 INSTALLED := $(BINDIR)/lazarus $(LIBEXECDIR)/lazarus-restore $(PKGLIBDIR)/liblazarus-rt.so \
 	$(foreach l,$(LIBS_SO),$(LIBDIR)/$(l).$(MAJOR).$(MINOR) $(LIBDIR)/$(l).$(MAJOR) $(LIBDIR)/$(l)) \
 	$(LIBDIR)/liblazarus.a $(LIBDIR)/libckpt.a \
-	$(INCLUDEDIR)/lazarus.h $(INCLUDEDIR)/libckpt.h \
+	$(INCLUDEDIR)/lazarus.h $(INCLUDEDIR)/libckpt.h $(INCLUDEDIR)/cprfs.h \
 	$(LIBDIR)/pkgconfig/lazarus.pc $(LIBDIR)/pkgconfig/libckpt.pc \
 	$(foreach p,$(notdir $(MAN_PAGES)),$(MANDIR)/man$(subst .,,$(suffix $(p)))/$(p)) \
 	$(BASHCOMPDIR)/lazarus $(ZSHCOMPDIR)/_lazarus
@@ -58,7 +58,7 @@ install: all man $(B)/pkgconfig/lazarus.pc $(B)/pkgconfig/libckpt.pc
 		ln -sf $$l.$(MAJOR).$(MINOR) $(DESTDIR)$(LIBDIR)/$$l || exit 1; \
 	done
 	install -m 644 $(B)/lib/liblazarus.a $(B)/lib/libckpt.a $(DESTDIR)$(LIBDIR)/
-	install -m 644 include/lazarus.h include/libckpt.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 include/lazarus.h include/libckpt.h include/cprfs.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(B)/pkgconfig/lazarus.pc $(B)/pkgconfig/libckpt.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
 	install -m 644 $(filter %.1,$(MAN_PAGES)) $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 $(filter %.3,$(MAN_PAGES)) $(DESTDIR)$(MANDIR)/man3/
