@@ -7,7 +7,7 @@ _lazarus()
     local s3="--endpoint --ca-file --insecure --addressing"
     COMPREPLY=()
     if [ "$COMP_CWORD" -eq 1 ]; then
-        COMPREPLY=($(compgen -W "run checkpoint restart diff list verify gc show --help --version" -- "$cur"))
+        COMPREPLY=($(compgen -W "run checkpoint restart rollback diff list verify gc show --help --version" -- "$cur"))
         return
     fi
     local opts
@@ -18,6 +18,7 @@ _lazarus()
     checkpoint) opts="-d --dir --fallback --json --help" ;;
     restart) opts="-d --dir --at --force --lazy --compress --checkpoint-signal --cache --fallback
                    --files-as-they-are --encrypt-key --quiet --log --json $s3 --help" ;;
+    rollback) opts="-d --dir --at --force --json --help" ;;
     diff) opts="-d --dir --at --json --encrypt-key $s3 --help" ;;
     list) opts="-d --dir --json --fallback --encrypt-key $s3 --help" ;;
     verify) opts="-d --dir --at --json --encrypt-key $s3 --help" ;;

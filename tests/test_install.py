@@ -257,7 +257,7 @@ def test_uninstall_leaves_nothing(tmp_path):
     files = _files(stage)
     for f in (f"usr/bin/lazarus", "usr/libexec/lazarus/lazarus-restore", "usr/lib/lazarus/liblazarus-rt.so",
               f"usr/lib/liblazarus.so.{MAJOR}.{MINOR}", "usr/lib/liblazarus.a", "usr/lib/libckpt.a",
-              "usr/include/lazarus.h", "usr/include/libckpt.h", "usr/lib/pkgconfig/lazarus.pc",
+              "usr/include/lazarus.h", "usr/include/libckpt.h", "usr/include/cprfs.h", "usr/lib/pkgconfig/lazarus.pc",
               "usr/share/bash-completion/completions/lazarus", "usr/share/zsh/site-functions/_lazarus"):
         assert f in files, files
     pc = (stage / "usr/lib/pkgconfig/lazarus.pc").read_text()
@@ -278,8 +278,8 @@ def test_man_needs_scdoc_all_does_not(tmp_path):
 
 
 def test_every_api_function_documented():
-    """Every function lazarus.h and libckpt.h declare is in lazarus(3) and libckpt(3)."""
-    for header, page in (("lazarus.h", "lazarus.3.scd"), ("libckpt.h", "libckpt.3.scd")):
+    """Every function lazarus.h, cprfs.h and libckpt.h declare is in lazarus(3) and libckpt(3)."""
+    for header, page in (("lazarus.h", "lazarus.3.scd"), ("cprfs.h", "lazarus.3.scd"), ("libckpt.h", "libckpt.3.scd")):
         decls = re.findall(r"^\w[\w\s\*]*?\b(\w+)\s*\(", (INCLUDE / header).read_text(), re.M)
         text = (REPO / "man" / page).read_text().replace("\\_", "_")
         assert decls, header
