@@ -165,3 +165,43 @@ def test_bad_input(runner, job):
     before = snapshot(store)
     one_line(runner.lz("rollback", "-d", store), DAMAGED, "damaged", "nothing was changed")
     assert files_of(work) == now and snapshot(store) == before
+
+
+def test_rollback_killed_and_finished(runner, job):
+    """A rollback SIGKILLed as soon as DIR/job says it is under way (a sleep
+    after each of its steps): another rollback to a later checkpoint is
+    refused (one line, nothing changed), `rollback --at N` finishes it with
+    N's files exactly, and `restart --at N` then ends as an uninterrupted run."""
+    import copy
+    prog, work = job
+    proc, store, trig = start(runner, prog, work)
+    at = {}
+    for i in (1, 2):
+        proc.wait_for_output(rf"^step {i}$", timeout=60)
+        n = runner.checkpoint(store)
+        at[n] = files_of(work)
+        runner.touch(Path(f"{trig}.{i}"))
+    n1, n2 = sorted(at)
+    proc.wait_for_output(r"^step 3$", timeout=60)
+    kill_program(proc, "python3")
+    slow = copy.copy(runner)
+    slow.env = {**runner.env, "LAZARUS_TEST_ROLLBACK_DELAY_MS": "150"}
+    p = slow.start_lz("rollback", "-d", store, "--at", str(n1))
+    while f"rolling_to={n1}\n" not in (store / "job").read_text() and p.poll() is None:
+        pass
+    p.kill()
+    assert f"rolling_to={n1}\n" in (store / "job").read_text() and files_of(work) != at[n1], p.stderr
+    now, before = files_of(work), snapshot(store)
+    one_line(runner.lz("rollback", "-d", store, "--at", str(n2)), 1, "interrupted",
+             f"lazarus rollback --at {n1}")
+    assert files_of(work) == now and snapshot(store) == before
+    r = runner.lz("rollback", "-d", store, "--at", str(n1), check_rc=0)
+    assert f"to checkpoint {n1} taken at" in r.stdout, r
+    assert files_of(work) == at[n1] and runner.indexes(store) == [n1]
+    for i in (1, 2):
+        os.unlink(f"{trig}.{i}")
+    proc = runner.start_lz("restart", "-d", store, "--at", str(n1))
+    for i in range(1, 5):
+        runner.touch(Path(f"{trig}.{i}"))
+    assert proc.wait(timeout=60) == 0, proc.stderr
+    assert files_of(work) == uninterrupted(runner, prog)
