@@ -17,10 +17,10 @@ enum lz_exit {
     LZ_EXIT_USAGE = 2,         /* bad option, value or argument: nothing was done */
     LZ_EXIT_NOT_FOUND = 240,   /* no checkpoint store at DIR, or no checkpoint N (none at all) */
     LZ_EXIT_NOT_RUNNING = 241, /* checkpoint: no job is running with DIR */
-    LZ_EXIT_RUNNING = 242,     /* run, restart: a job is running with DIR already */
+    LZ_EXIT_RUNNING = 242,     /* run, restart, rollback: a job is running with DIR already */
     LZ_EXIT_CKPT_FAILED = 243, /* checkpoint: the job did not take it (it said why) */
-    LZ_EXIT_DAMAGED = 244,     /* verify found damage; restart refuses a damaged checkpoint or job file */
-    LZ_EXIT_OUTSIDE = 245,     /* restart refused: files changed outside the job after it stopped */
+    LZ_EXIT_DAMAGED = 244,     /* verify found damage; restart, rollback refuse a damaged checkpoint or job file */
+    LZ_EXIT_OUTSIDE = 245,     /* restart, rollback refused: files changed outside the job after it stopped */
     LZ_EXIT_REMOTE = 246,      /* the remote store did not answer or refused (run --remote, -d s3://) */
 };
 #endif
