@@ -261,7 +261,7 @@ class StoreWatch:
 
 def test_program_killed_while_checkpointing(runner, programs, rng):
     """heap_mutator (256 MiB, every page rewritten each round) checkpointed
-    every second and SIGKILLed 6 times at random instants (within a second
+    every second and SIGKILLed 4 times at random instants (within a second
     after each new checkpoint, often while the writer is at work), restarted
     until done: the result is the uninterrupted run's, each segment printed
     a piece of what the program prints without Lazarus (the first its
@@ -271,7 +271,7 @@ def test_program_killed_while_checkpointing(runner, programs, rng):
     is also test_memory_restart.py's heap_mutator case: one run for both.)"""
     argv = [programs.heap_mutator, "256", "400"]
     plain = plain_output(argv)
-    kills = 6
+    kills = 4
     store = runner.base / "store"
     watch = StoreWatch(runner, store)
     try:
