@@ -15,14 +15,15 @@ if [ "$#" -eq 0 ]; then
     # only processes it started), its output after the main run's:
     # test_slurm.py (~8 minutes, mostly waiting for Slurm: a requeued job
     # starts again ~35 s later), then files that mostly wait too (on the S3
-    # server, on paced programs, on small jobs starting and stopping) and
+    # server, on paced programs, on timers, on small jobs starting and stopping) and
     # share nothing with the rest (no CPU load of their own, no System V
     # IPC, no cgroup, their own versitygw): together well under the main
     # run, so the second core is used while Slurm and S3 keep the first idle.
     beside="tests/test_slurm.py tests/test_s3_client.py tests/test_s3_flush.py tests/test_s3_stream.py
             tests/test_s3_crypt.py tests/test_s3_fetch.py tests/test_s3_journals.py tests/test_resume.py
             tests/test_files_scenarios.py tests/test_inet_sockets.py tests/test_job_processes.py
-            tests/test_launcher_stdio.py tests/test_pty.py tests/test_unix_sockets.py tests/test_outside_changes.py"
+            tests/test_launcher_stdio.py tests/test_pty.py tests/test_unix_sockets.py tests/test_outside_changes.py
+            tests/test_timers.py tests/test_event_fds.py"
     ignore=""
     for f in $beside; do ignore="$ignore --ignore=$f"; done
     beside_log=$(mktemp /tmp/lazarus-test-beside.XXXXXX)
