@@ -177,6 +177,7 @@ class FaultProxy:
         self.connections = 0
         self.faulted = 0
         self.heads: list[bytes] = []  # the first bytes of each connection passed (a request's line and headers)
+        self.events: list[tuple] = []  # (monotonic time, mode, request line) per connection, to say what stalled
         self._lock = threading.Lock()
         self._stop = False
         self._ls = None
@@ -229,12 +230,18 @@ class FaultProxy:
                 continue
             threading.Thread(target=self._serve, args=(c, self._fault_now()), daemon=True).start()
 
+    def _note(self, mode: str, first: bytes) -> None:
+        with self._lock:
+            self.events.append((time.monotonic(), mode, first.split(b"\r\n", 1)[0][:200].decode(errors="replace")))
+
     def _serve(self, c: socket.socket, mode: str):
         try:
             if mode == "stall":
                 c.settimeout(120)
-                while c.recv(65536):
-                    pass
+                d = c.recv(65536)
+                self._note(mode, d)
+                while d:
+                    d = c.recv(65536)
                 return
             if mode == "503":
                 c.settimeout(10)
@@ -257,6 +264,7 @@ class FaultProxy:
                 return
             with self._lock:
                 self.heads.append(first[:2048])
+            self._note(mode, first)
             s.sendall(first[:limit] if limit is not None else first)
             if limit is not None and len(first) >= limit:
                 s.close()

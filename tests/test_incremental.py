@@ -260,23 +260,37 @@ class StoreWatch:
 
 
 def test_program_killed_while_checkpointing(runner, programs, rng):
-    """heap_mutator (64 MiB, all pages rewritten all the time) checkpointed
-    every second and SIGKILLed 4 times at random instants, often while the
-    writer is at work: restarted until done it prints what an uninterrupted
-    run without Lazarus prints; `list` never showed a half checkpoint; the
-    store verifies and holds no tmp.*; after gc only used packs remain."""
-    argv = [programs.heap_mutator, "64", "320"]
-    expected = plain_output(argv)
+    """heap_mutator (256 MiB, every page rewritten each round) checkpointed
+    every second and SIGKILLed 4 times at random instants (within a second
+    after each new checkpoint, often while the writer is at work), restarted
+    until done: the result is the uninterrupted run's, each segment printed
+    a piece of what the program prints without Lazarus (the first its
+    beginning, the last its end), no restart started the program over,
+    getpid() never changed; `list` never showed a half checkpoint; the store
+    verifies and holds no tmp.*; after gc only used packs remain.  (This run
+    is also test_memory_restart.py's heap_mutator case: one run for both.)"""
+    argv = [programs.heap_mutator, "256", "400"]
+    plain = plain_output(argv)
+    kills = 4
     store = runner.base / "store"
     watch = StoreWatch(runner, store)
     try:
-        kr = run_until_done(runner, store, argv, rng, kills=4, interval=1, comm="heap_mutator",
+        kr = run_until_done(runner, store, argv, rng, kills=kills, interval=1, comm="heap_mutator",
                             max_delay=1.0, done_re=r"^checksum [0-9a-f]{16}$")
     finally:
         watch.stop()
-    assert kr.kills == 4, kr.describe()
-    assert kr.segments[-1].stdout.splitlines()[-1] == expected.splitlines()[-1], kr.describe()
-    assert kr.last_line("checksum ") == expected.splitlines()[-1]
+    info = kr.describe()
+    assert kr.kills == kills, info
+    assert [s.rc for s in kr.segments] == [137] * kills + [0], info
+    assert kr.last_line("checksum ") == plain.splitlines()[-1], info
+    segs = kr.segments
+    assert plain.startswith(segs[0].stdout) and plain.endswith(segs[-1].stdout), info
+    for i, sg in enumerate(segs):
+        assert sg.stdout in plain, f"segment {i} printed what the program without Lazarus does not\n{info}"
+    starts = [i for i, sg in enumerate(segs) if sg.kind == "restart" and re.search(r"^start ", sg.stdout, re.M)]
+    assert not starts, f"restart segments {starts} started the program over\n{info}"
+    pids = {sg.killed_nspid for sg in segs if sg.killed_nspid is not None}
+    assert len(pids) == 1, f"getpid() changed across restarts: {pids}\n{info}"
     assert tmp_entries(store) == [], sorted(os.listdir(store))
     v = runner.lz("verify", "-d", store, timeout=300)
     assert v.rc == 0, str(v)

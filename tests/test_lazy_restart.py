@@ -44,7 +44,7 @@ def server_of(proc, timeout=20.0):
     raise AssertionError(f"no fault server under the restart\n{proc.stderr[-2000:]}")
 
 
-def stopped_job(runner, programs, mib=MIB, rounds="400"):
+def stopped_job(runner, programs, mib=MIB, rounds="200"):
     """heap_mutator run to a checkpoint and killed: (store, argv, expected last line)."""
     argv = [programs.heap_mutator, mib, rounds]
     expected = plain_output(argv).splitlines()[-1]

@@ -29,9 +29,11 @@ def step_sim():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def plain(step_sim, tmp_path):
-    """The uninterrupted run: its output file and its stdout."""
-    out = tmp_path / "plain.txt"
+@pytest.fixture(scope="module")
+def reference(step_sim, tmp_path_factory):
+    """The uninterrupted run, once per module (its output depends only on the
+    arguments): its output file and its stdout."""
+    out = tmp_path_factory.mktemp("resume-plain") / "plain.txt"
     import subprocess
     cp = subprocess.run([str(step_sim), STEPS, STEP_MS, str(out)], capture_output=True, text=True, timeout=120)
     assert cp.returncode == 0, cp.stderr
@@ -42,8 +44,8 @@ def resume(runner, store, step_sim, out, **kw):
     return runner.lz("run", "--resume", "-d", store, "-i", "1", "--", step_sim, STEPS, STEP_MS, out, **kw)
 
 
-def test_first_run_then_rerun_after_completion(runner, step_sim, tmp_path):
-    want_file, want_out = plain(step_sim, tmp_path)
+def test_first_run_then_rerun_after_completion(runner, step_sim, reference):
+    want_file, want_out = reference
     store, out = runner.base / "st", runner.base / "out.txt"
     r = resume(runner, store, step_sim, out, timeout=120)
     assert r.rc == 0, str(r)
@@ -65,8 +67,8 @@ def test_rerun_after_finished_nonzero_gives_its_status(runner, programs):
     assert "finished (exit status 7)" in r.stderr, str(r)
 
 
-def test_rerun_after_sigkill_of_the_whole_job(runner, step_sim, tmp_path):
-    want_file, want_out = plain(step_sim, tmp_path)
+def test_rerun_after_sigkill_of_the_whole_job(runner, step_sim, reference):
+    want_file, want_out = reference
     store, out = runner.base / "st", runner.base / "out.txt"
     argv = ["run", "--resume", "-d", store, "-i", "1", "--", step_sim, STEPS, STEP_MS, out]
     segments = []
@@ -161,11 +163,11 @@ def test_another_program_is_refused(runner, programs, step_sim):
     assert r.rc == 1 and "sh -c exit\\x200 x\\x20y" in r.stderr, str(r)
 
 
-def test_checkpoint_signal_outside_slurm(runner, step_sim, tmp_path):
+def test_checkpoint_signal_outside_slurm(runner, step_sim, reference):
     """--checkpoint-signal USR2 without any batch system: checkpoint, stop the
     program (the job stays restartable, no requeue), `list` names the trigger;
     the same line then resumes it to an identical end."""
-    want_file, want_out = plain(step_sim, tmp_path)
+    want_file, want_out = reference
     store, out = runner.base / "st", runner.base / "out.txt"
     argv = ["run", "--resume", "--checkpoint-signal", "USR2", "-d", store, "-i", "0", "--", step_sim, STEPS, STEP_MS, out]
     p = runner.start_lz(*argv)

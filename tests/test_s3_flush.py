@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -146,29 +147,68 @@ def proxy(s3server):
     p.close()
 
 
+def stalled_flush_report(runner, s3server, proxy, store, url, job, since: float) -> str:
+    """What a flush that did not end in time was at: which requests the job
+    sent through the proxy since `since` (and when), whether the server
+    answers a listing on its own (a held-up server, or a client that stopped
+    asking), the multipart uploads left open, the store's rows."""
+    now = time.monotonic()
+    with proxy._lock:
+        events = [(t - since, m, h) for t, m, h in proxy.events if t >= since]
+    reqs = "\n".join(f"  +{t:6.1f}s {m:4} {h}" for t, m, h in events[-12:]) or "  (none)"
+    last = f"{now - since - events[-1][0]:.1f}s ago" if events else "never"
+    direct = dict(runner.env, **s3server.env())
+    try:
+        cp = subprocess.run([str(S3TOOL), "ls", url + "/"], env=direct, capture_output=True, text=True, timeout=20)
+        server = f"answers directly (exit {cp.returncode}, {len(cp.stdout.splitlines())} objects)"
+        cp = subprocess.run([str(S3TOOL), "uploads", url + "/"], env=direct, capture_output=True, text=True, timeout=20)
+        uploads = cp.stdout.strip() or "none"
+    except subprocess.TimeoutExpired:
+        server, uploads = "does not answer a listing within 20 s (the server stalled)", "?"
+    rows = [{k: e.get(k) for k in ("index", "local", "remote")} for e in runner.list_json(store, check=False) or []]
+    return (f"the cut flush did not end: {len(events)} requests through the proxy "
+            f"({proxy.connections} connections in all), the last {last}:\n{reqs}\n"
+            f"the server {server}; open multipart uploads: {uploads}\n"
+            f"store rows: {rows}\njob stderr:\n{job.stderr}")
+
+
 def test_connection_cut_mid_flush(runner, programs, s3server, proxy):
     b = s3server.bucket()
     url = f"s3://{b}/cut"
-    # a stall (a server the machine's I/O holds up) ends an attempt after 10 s, not 30:
-    # the cut flush fails within the deadline below however the parts go
-    setup_env(runner, s3server, proxy.endpoint, LAZARUS_S3_PART_MIB="5", LAZARUS_S3_ATTEMPTS="2",
-              LAZARUS_S3_STALL_S="10")
+    # a stall (a server the machine's I/O holds up) ends an attempt after 10 s, not 30
+    attempts, stall_s = 2, 10
+    setup_env(runner, s3server, proxy.endpoint, LAZARUS_S3_PART_MIB="5", LAZARUS_S3_ATTEMPTS=str(attempts),
+              LAZARUS_S3_STALL_S=str(stall_s))
     store = runner.base / "store"
     job = start_job(runner, programs, store, url)
-    proxy.set("cut", cut_after=3 * 1024 * 1024)
+    # the normal run: a flush through the passing proxy, timed on this machine as it is now
+    t = time.monotonic()
     first = runner.checkpoint_when_up(store)
-    deadline = time.monotonic() + 240  # two tries of each part, on a busy machine
-    while "was not flushed" not in job.stderr and time.monotonic() < deadline:
+    wait_published(runner, store, first, job)
+    normal = time.monotonic() - t
+    proxy.set("cut", cut_after=3 * 1024 * 1024)
+    since = time.monotonic()
+    cut = runner.checkpoint(store)
+    # each part is tried `attempts` times, every try ends within a stall (plus the backoff,
+    # at most 4 s), the parts in flight together: the flush fails within that and a few normal
+    # flushes; whatever it waits for past that deadline is named (stalled_flush_report)
+    within = attempts * (stall_s + 4) + 4 * normal + 15
+    deadline = since + within
+    while f"checkpoint {cut} was not flushed" not in job.stderr and time.monotonic() < deadline:
+        assert job.poll() is None, f"the job ended\n{job.stderr}"
         time.sleep(0.1)
-    assert f"checkpoint {first} was not flushed" in job.stderr, job.stderr
+    assert f"checkpoint {cut} was not flushed" in job.stderr, \
+        (f"no failed flush within {within:.0f}s (a normal flush took {normal:.1f}s); "
+         + stalled_flush_report(runner, s3server, proxy, store, url, job, since))
     proxy.set("pass")
-    assert runner.lz("list", "-d", url).stdout.count("remote") == 0
+    r = runner.lz("list", "-d", url, "--json")
+    assert [e["index"] for e in json.loads(r.stdout)] == [first], str(r)  # nothing of the cut one
     r = runner.run([S3TOOL, "uploads", url + "/"])
     assert r.rc == 0 and r.stdout == "", str(r)
     nxt = runner.checkpoint(store)
     wait_published(runner, store, nxt, job)
     r = runner.lz("list", "-d", url, "--json")
-    assert [e["index"] for e in json.loads(r.stdout)] == [nxt], str(r)
+    assert [e["index"] for e in json.loads(r.stdout)] == [first, nxt], str(r)
     job.kill()
     # gc: the cut flush's objects go (nothing newer than an hour by default), then what no commit lists
     keys = remote_keys(runner, s3server, url)
@@ -177,9 +217,11 @@ def test_connection_cut_mid_flush(runner, programs, s3server, proxy):
     assert remote_keys(runner, s3server, url) == keys
     r = runner.lz("gc", "-d", url, "--older-than", "0")
     assert r.rc == 0 and "removed 0 objects" not in r.stdout, str(r)
-    commit = [k for k in remote_keys(runner, s3server, url) if "/commit/" in k]
-    listed = {l.split()[4] for l in (s3server.objects(b)[commit[0]].read_text().splitlines()) if l.startswith("object ")}
-    assert set(remote_keys(runner, s3server, url)) == listed | set(commit)
+    commits = [k for k in remote_keys(runner, s3server, url) if "/commit/" in k]
+    assert len(commits) == 2, commits
+    listed = {l.split()[4] for c in commits for l in s3server.objects(b)[c].read_text().splitlines()
+              if l.startswith("object ")}
+    assert set(remote_keys(runner, s3server, url)) == listed | set(commits)
     assert runner.run([S3TOOL, "uploads", url + "/"]).stdout == ""
     r = runner.lz("verify", "-d", url, timeout=120)
     assert r.rc == 0, str(r)

@@ -8,7 +8,7 @@ import pytest
 from conftest import (ckpt_dirs, ckpt_path, find_program, kill_tree, plain_output, tmp_entries,
                       wait_gone)
 
-ARGS = ["256", "600"]
+ARGS = ["256", "400"]  # 256 MiB: a checkpoint long enough to be caught writing; 400 rounds: the plain run is shared (cached) with test_incremental.py
 
 
 def kill_during_checkpoint(runner, programs, store):
