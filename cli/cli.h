@@ -98,6 +98,7 @@ struct supervisor {
     uint64_t restore_taken_ns; /* when checkpoint restore_index was taken (CLOCK_REALTIME) */
     uint64_t restore_files;    /* the files its rollback changes (as `lazarus diff` lists them) */
     uint64_t interval, keep, next_index;
+    uint64_t taken;        /* checkpoints this run or restart committed (its last line says) */
     uint64_t first_index;  /* the first index this run can take */
     int durability;
     char excludes[4096];
@@ -169,9 +170,10 @@ int64_t rollback_stop_ns(const char *dir);
 /* fj_plan_load (files/rollback.h) of a rollback of the store DIR to checkpoint
  * `target`, with what it needs of the store: the job's identity (DIR/job)
  * and every journal directory (ckpt.N/, jrnl.N/).  NULL with why. */
-struct fj_plan *rollback_plan_load(const char *dir, uint64_t target, int64_t stop_ns, char *why, size_t whylen);
+struct fj_plan *rollback_plan_load(const char *dir, uint64_t target, int64_t stop_ns, int *damaged, char *why, size_t whylen);
 /* Loads and checks every part of rt->tree (loaded by the caller) and finds
  * what its processes share: 0, or -1 with why (one line; nothing changed). */
+/* -2: a part is damaged (LZ_EXIT_DAMAGED) */
 int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index, char *why, size_t whylen);
 /* What processes of the job share, each made once by their nearest common
  * ancestor (restart_objects.c): into rt->objs and rt->holds.  0, or -1 and why. */

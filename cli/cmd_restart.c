@@ -80,10 +80,13 @@ static void trace(const char *step)
  * read and proven (journal_read.c), nothing outside the job changed what
  * they would touch since it stopped (or --force), and nothing they need is
  * gone (not even with --force: outside.c).  Changes nothing.  NULL with a
- * message said. */
-static struct fj_plan *plan_rollback(const char *dir, uint64_t index, const struct lz_job *job, int force, int *code)
+ * message said; else *files: the paths it changes (as `diff` lists them). */
+static void count_file(const char *kind, const char *path, void *arg) { (void)kind; (void)path; (void)arg; }
+static struct fj_plan *plan_rollback(const char *dir, uint64_t index, const struct lz_job *job, int force, int *code,
+                                     uint64_t *files)
 {
     *code = LZ_EXIT_FAIL;
+    *files = 0;
     char why[LZ_PATH_MAX + 512];
     if (job->rolling_to >= 0 && index > (uint64_t)job->rolling_to) {
         lz_err("cannot restart from checkpoint %" PRIu64 ": a rollback of the files to checkpoint %" PRId64
@@ -92,14 +95,24 @@ static struct fj_plan *plan_rollback(const char *dir, uint64_t index, const stru
     }
     /* finishing an interrupted rollback: it linked kept inodes back already */
     int64_t stop = job->rolling_to >= 0 ? INT64_MAX : lz_job_stop_ns(dir, job);
-    struct fj_plan *plan = rollback_plan_load(dir, index, stop, why, sizeof why);
-    if (!plan) { lz_err("cannot restart: %s; nothing was changed", why); return NULL; }
+    int damaged;
+    struct fj_plan *plan = rollback_plan_load(dir, index, stop, &damaged, why, sizeof why);
+    if (!plan) {
+        lz_err("cannot restart: %s; nothing was changed", why);
+        if (damaged) *code = LZ_EXIT_DAMAGED;
+        return NULL;
+    }
     /* finishing an interrupted rollback: what it changed already is newer
      * than the stop, and its check was made */
-    if (fj_plan_empty(plan) || job->rolling_to >= 0) return plan;
+    if (fj_plan_empty(plan)) return plan;
+    if (job->rolling_to >= 0) { /* no check: what the restart line counts is the only walk */
+        *files = fj_plan_changes(plan, INT64_MAX, count_file, NULL);
+        return plan;
+    }
     /* also with --force: what is gone cannot be rolled back by any means */
     struct fj_outside out;
     fj_plan_outside_changes(plan, stop, &out);
+    *files = out.nrolled; /* the restart line's "K files rolled back", counted in the same walk */
     int refuse = 1;
     if (out.nlost == 1) {
         lz_err("cannot restart from checkpoint %" PRIu64 ": the content of %s at checkpoint %" PRIu64 " is gone: it was %s "
@@ -188,7 +201,6 @@ static void job_running(void *arg)
     if (lz_job_write(p->dir, p->job) < 0) lz_warn("cannot write %s/%s: %s", p->dir, LZ_JOBFILE, strerror(errno));
 }
 
-static void count_file(const char *kind, const char *path, void *arg) { (void)kind; (void)path; (void)arg; }
 
 /* Every thread ID but the PID is free here (the restorer makes the threads). */
 static int thread_ids_free(const struct lz_image *img)
@@ -339,7 +351,8 @@ int cmd_restart(int argc, char **argv)
     if (o.lazy && lazy_refused(several, index) < 0) return 1;
     if (several) {
         /* every part is checked before any file is rolled back */
-        if (restart_tree_load(&rt, ckpt, index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
+        int tl = restart_tree_load(&rt, ckpt, index, why, sizeof why);
+        if (tl < 0) { lz_err("%s", why); return tl == -2 ? LZ_EXIT_DAMAGED : 1; }
     } else {
         if (check_identity(&img, why, sizeof why) < 0) { lz_err("cannot restart from checkpoint %" PRIu64 ": %s", index, why); return 1; }
         /* small (pipe and socket buffers) */
@@ -350,9 +363,9 @@ int cmd_restart(int argc, char **argv)
     }
     trace("identity and channels checked");
     int refused;
-    struct fj_plan *plan = plan_rollback(dir, index, &job, o.force, &refused);
+    uint64_t files;
+    struct fj_plan *plan = plan_rollback(dir, index, &job, o.force, &refused, &files);
     if (!plan) return refused;
-    uint64_t files = fj_plan_changes(plan, INT64_MAX, count_file, NULL);
     trace("journals proven, outside changes looked for");
     for (size_t k = 0; k < (several ? rt.tree.nprocs : 1); k++) {
         const struct lz_image *im = several ? &rt.imgs[k] : &img;

@@ -190,16 +190,22 @@ static void restarted_line(const struct supervisor *s, pid_t pid)
               "program resumed", s->restore_index, taken, s->restore_files, s->restore_files == 1 ? "" : "s");
 }
 
-/* How the program ended, for the log. */
-static void exited_line(int status)
+/* How the program ended: on a plain stderr too after a `run` (with the
+ * checkpoints it took), for the log only after a restart (whose own line said
+ * what it did). */
+static void exited_line(const struct supervisor *s, int status)
 {
+    enum log_level lvl = s->restore_index ? LOG_EVENT : LOG_INFO;
+    const char *pl = s->taken == 1 ? "" : "s";
     if (WIFSIGNALED(status)) {
-        struct log_kv kv[] = {LOG_NUM("status", 128 + WTERMSIG(status)), LOG_NUM("signal", WTERMSIG(status))};
-        log_event(LOG_EVENT, "exited", kv, 2, "program killed by signal %d (exit status %d)", WTERMSIG(status),
-                  128 + WTERMSIG(status));
+        struct log_kv kv[] = {LOG_NUM("status", 128 + WTERMSIG(status)), LOG_NUM("signal", WTERMSIG(status)),
+                              LOG_NUM("checkpoints", s->taken)};
+        log_event(lvl, "exited", kv, 3, "program killed by signal %d (exit status %d) after %" PRIu64 " checkpoint%s",
+                  WTERMSIG(status), 128 + WTERMSIG(status), s->taken, pl);
     } else {
-        struct log_kv kv[] = {LOG_NUM("status", WEXITSTATUS(status))};
-        log_event(LOG_EVENT, "exited", kv, 1, "program exited with status %d", WEXITSTATUS(status));
+        struct log_kv kv[] = {LOG_NUM("status", WEXITSTATUS(status)), LOG_NUM("checkpoints", s->taken)};
+        log_event(lvl, "exited", kv, 2, "program exited with status %d after %" PRIu64 " checkpoint%s",
+                  WEXITSTATUS(status), s->taken, pl);
     }
 }
 
@@ -563,7 +569,7 @@ int supervise(struct supervisor *s)
         nanosleep(&ms, NULL);
     }
     code = st.have_status ? exit_code_of(st.status) : 1;
-    if (st.have_status) exited_line(st.status);
+    if (st.have_status) exited_line(s, st.status);
     snprintf(job.state, sizeof job.state, "%s", st.have_status && WIFEXITED(st.status) ? "finished" : "stopped");
     job.exit_status = code;
     lz_job_write(s->dir, &job);
