@@ -308,6 +308,18 @@ class Proc:
         wait_gone([p for p in pids if p != self.pid])
 
 
+# `lazarus run` says on a plain stderr (unless --quiet) where the job went and
+# how the program ended, one line each (docs/json.md); tests that look at the
+# rest of a run's stderr drop exactly these two.
+RUN_LINE_RE = re.compile(r"^lazarus: (job started \(pid \d+\), checkpoints (every \d+ s|on request) in .*|"
+                         r"program (exited with status \d+|killed by signal \d+ \(exit status \d+\)) "
+                         r"after \d+ checkpoints?)$")
+
+
+def without_run_lines(stderr: str) -> str:
+    return "".join(l for l in stderr.splitlines(keepends=True) if not RUN_LINE_RE.match(l.rstrip("\n")))
+
+
 # --------------------------------------------------------------------------
 # Sanitizer reports (a build of scripts/sanitize.sh): AddressSanitizer writes
 # its reports to ASAN_OPTIONS' log_path, but UBSan linked with it writes to

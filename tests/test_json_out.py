@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import REPO, kill_program
+from conftest import REPO, RUN_LINE_RE, kill_program
 
 EVENT_KEYS = {"time", "event", "message"}
 # docs/json.md: the members of each event besides time, event and message
@@ -149,6 +149,7 @@ def test_restart_line_quiet_and_log(r):
     assert len(lines) == 2 and re.fullmatch(rf"lazarus: job started \(pid \d+\), checkpoints on request in {re.escape(str(store))}",
                                             lines[0]), proc.stderr
     assert lines[1] == "lazarus: program killed by signal 9 (exit status 137) after 1 checkpoint", proc.stderr
+    assert all(RUN_LINE_RE.match(l) for l in lines), lines  # what tests that drop them match
     p = r.start_lz("restart", "-d", store)
     wait_for("the restart line", lambda: "restarted" in p.stderr or p.poll() is not None)
     m = re.search(r"^lazarus: restarted from checkpoint (\d+) taken at (\S+): (\d+) files? rolled back, program resumed$",
