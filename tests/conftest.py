@@ -537,6 +537,7 @@ TIERS = {
              "test_threads.py::test_producer_consumer_killed_at_random_instants",
              "test_threads.py::test_raw_sigurg_block_fails_checkpoint",
              "test_api_hooks.py::test_too_long_a_section_fails_the_checkpoint",
+             "test_api_hooks.py::test_after_restart_hook_that_waits_for_a_thread",
              "test_pipes.py::test_killed_with_data_in_flight",
              "test_event_fds.py::test_event_loop_restarts", "test_event_fds.py::test_asyncio_loop_restarts",
              "test_timers.py::test_posix_timers_restart",
