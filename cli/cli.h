@@ -5,6 +5,7 @@
 #include "store.h"
 #include "tree.h"
 #include "restart_plan.h"
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -127,6 +128,10 @@ pid_t lazy_spawn(struct supervisor *s, int uffd, int *hup_keep);
 int cmd_lazy_serve(int argc, char **argv);
 /* Runs until the program ends; returns what `lazarus` exits with. */
 int supervise(struct supervisor *s);
+/* Blocks the signals supervise() takes through a signalfd (forwarded to the
+ * program, SIGCHLD...) into *mask: before the program is forked, so that one
+ * sent once it runs waits for supervise() (the child unblocks them). */
+void supervisor_block_signals(sigset_t *mask);
 
 /* Starts `argv` (exec) as a child with the runtime preloaded. */
 pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv);

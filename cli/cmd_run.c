@@ -375,6 +375,8 @@ int cmd_run(int argc, char **argv)
     struct supervisor s;
     int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, 1);
     if (child_ctl < 0) return 1;
+    sigset_t held; /* a signal for the program while the lines below are written waits for supervise() */
+    supervisor_block_signals(&held);
     s.flusher = fl;
     s.child = s.prog = spawn_program(&s, child_ctl, argv + first);
     close(child_ctl);

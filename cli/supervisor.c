@@ -368,6 +368,16 @@ static int exit_code_of(int status)
     return 1;
 }
 
+void supervisor_block_signals(sigset_t *mask)
+{
+    sigemptyset(mask);
+    sigaddset(mask, SIGCHLD);
+    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++) sigaddset(mask, forwarded[i]);
+    sigaddset(mask, SIGPIPE);
+    if (batch_signal_number() > 0) sigaddset(mask, batch_signal_number());
+    sigprocmask(SIG_BLOCK, mask, NULL);
+}
+
 int supervise(struct supervisor *s)
 {
     struct sv_state st;
@@ -376,12 +386,7 @@ int supervise(struct supervisor *s)
     st.restore_started_ns = lz_now_ns(CLOCK_MONOTONIC);
     add_member(&st, 0, s->ctl_fd); /* the main program's channel (its PID: sv_find_program) */
     sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++) sigaddset(&mask, forwarded[i]);
-    sigaddset(&mask, SIGPIPE);
-    if (batch_signal_number() > 0) sigaddset(&mask, batch_signal_number());
-    sigprocmask(SIG_BLOCK, &mask, NULL);
+    supervisor_block_signals(&mask);
     int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     int tfd = -1;
     if (s->interval) {
