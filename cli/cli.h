@@ -5,6 +5,7 @@
 #include "store.h"
 #include "tree.h"
 #include "restart_plan.h"
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -99,6 +100,7 @@ struct supervisor {
     uint64_t restore_taken_ns; /* when checkpoint restore_index was taken (CLOCK_REALTIME) */
     uint64_t restore_files;    /* the files its rollback changes (as `lazarus diff` lists them) */
     uint64_t interval, keep, next_index;
+    uint64_t taken;        /* checkpoints this run or restart committed (its last line says) */
     uint64_t first_index;  /* the first index this run can take */
     int durability;
     char excludes[4096];
@@ -127,6 +129,10 @@ pid_t lazy_spawn(struct supervisor *s, int uffd, int *hup_keep);
 int cmd_lazy_serve(int argc, char **argv);
 /* Runs until the program ends; returns what `lazarus` exits with. */
 int supervise(struct supervisor *s);
+/* Blocks the signals supervise() takes through a signalfd (forwarded to the
+ * program, SIGCHLD...) into *mask: before the program is forked, so that one
+ * sent once it runs waits for supervise() (the child unblocks them). */
+void supervisor_block_signals(sigset_t *mask);
 
 /* Starts `argv` (exec) as a child with the runtime preloaded. */
 pid_t spawn_program(struct supervisor *s, int child_ctl, char **argv);
@@ -170,9 +176,10 @@ int64_t rollback_stop_ns(const char *dir);
 /* fj_plan_load (files/rollback.h) of a rollback of the store DIR to checkpoint
  * `target`, with what it needs of the store: the job's identity (DIR/job)
  * and every journal directory (ckpt.N/, jrnl.N/).  NULL with why. */
-struct fj_plan *rollback_plan_load(const char *dir, uint64_t target, int64_t stop_ns, char *why, size_t whylen);
+struct fj_plan *rollback_plan_load(const char *dir, uint64_t target, int64_t stop_ns, int *damaged, char *why, size_t whylen);
 /* Loads and checks every part of rt->tree (loaded by the caller) and finds
  * what its processes share: 0, or -1 with why (one line; nothing changed). */
+/* -2: a part is damaged (LZ_EXIT_DAMAGED) */
 int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index, char *why, size_t whylen);
 /* What processes of the job share, each made once by their nearest common
  * ancestor (restart_objects.c): into rt->objs and rt->holds.  0, or -1 and why. */

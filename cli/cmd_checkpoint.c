@@ -75,6 +75,7 @@ int cmd_checkpoint(int argc, char **argv)
             struct jw w;
             jw_init(&w, stdout);
             jw_obj(&w, NULL);
+            jw_version(&w);
             jw_u64(&w, "index", v[0]);
             jw_u64(&w, "time", (uint64_t)time(NULL));
             jw_fixed(&w, "duration", (double)(lz_now_ns(CLOCK_MONOTONIC) - t0) / 1e9, 3);

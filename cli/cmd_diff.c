@@ -79,12 +79,14 @@ static int diff_dir(const char *d, int have_at, uint64_t at, int json)
     /* when the job stopped: what is gone since was deleted or replaced by
      * someone else (a rollback under way: nothing is told apart) */
     int64_t stop = rollback_stop_ns(dir);
-    struct fj_plan *plan = rollback_plan_load(dir, index, stop, why, sizeof why);
-    if (!plan) { lz_err("%s", why); free(dir); return 1; }
+    int damaged;
+    struct fj_plan *plan = rollback_plan_load(dir, index, stop, &damaged, why, sizeof why);
+    if (!plan) { lz_err("%s", why); free(dir); return damaged ? LZ_EXIT_DAMAGED : 1; }
     if (json) {
         struct jw w;
         jw_init(&w, stdout);
         jw_obj(&w, NULL);
+        jw_version(&w);
         jw_u64(&w, "index", index);
         jw_arr(&w, "changes");
         fj_plan_changes(plan, stop, json_change, &w);

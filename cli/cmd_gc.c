@@ -19,7 +19,8 @@ static const char help[] =
     "Prints what was freed on one line.\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
     "  --json    one JSON object instead: {\"packs_removed\", \"bytes_removed\",\n"
-    "            \"bytes_punched\", \"journals_removed\"} (docs/json.md; -d DIR only)\n"
+    "            \"bytes_punched\", \"journals_removed\"} (-d s3://: {\"objects_removed\",\n"
+    "            \"bytes_removed\", \"uploads_aborted\", \"left_newer\", \"older_than\"}; docs/json.md)\n"
     "-d s3://BUCKET/PREFIX: delete every object there that no published checkpoint\n"
     "needs (flushes cut or failed, what remote retention left) and abort the multipart\n"
     "uploads of killed flushes, if older than --older-than SECONDS (default 3600: a\n"
@@ -32,10 +33,9 @@ int cmd_gc(int argc, char **argv)
     int first = parse_opts(argc, argv, "gc", "dEAIPOj", help, &o);
     if (first < 0) return 2;
     if (first < argc) { lz_err("gc: unexpected argument '%s'", argv[first]); return 2; }
-    if (s3_is_url(o.dir) && o.json) { lz_err("gc: --json goes with -d DIR (not yet with -d s3://)"); return 2; }
     if (s3_is_url(o.dir)) {
         struct remote_opts ro = {o.endpoint, o.ca_file, o.addressing, NULL, o.insecure, 0, 0};
-        return remote_gc(o.dir, &ro, o.have_older_than ? o.older_than : 3600);
+        return remote_gc(o.dir, &ro, o.have_older_than ? o.older_than : 3600, o.json);
     }
     if (o.have_older_than) { lz_err("gc: --older-than goes with -d s3://BUCKET/PREFIX"); return 2; }
     char *dir = abs_dir(o.dir);
@@ -59,6 +59,7 @@ int cmd_gc(int argc, char **argv)
         struct jw w;
         jw_init(&w, stdout);
         jw_obj(&w, NULL);
+        jw_version(&w);
         jw_u64(&w, "packs_removed", gs.packs_removed);
         jw_u64(&w, "bytes_removed", gs.bytes_removed);
         jw_u64(&w, "bytes_punched", gs.bytes_punched);

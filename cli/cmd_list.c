@@ -127,6 +127,7 @@ int cmd_list(int argc, char **argv)
         utc_text(when, sizeof when, h->created_ns);
         if (o.json) {
             jw_obj(&w, NULL);
+            jw_version(&w); /* the document is an array: each object says it */
             jw_u64(&w, "index", h->index);
             jw_str(&w, "time", when);
             jw_u64(&w, "created_ns", h->created_ns);

@@ -109,7 +109,6 @@ static void job_running(void *arg)
     if (lz_job_write(p->dir, p->job) < 0) lz_warn("cannot write %s/%s: %s", p->dir, LZ_JOBFILE, strerror(errno));
 }
 
-static void count_file(const char *kind, const char *path, void *arg) { (void)kind; (void)path; (void)arg; }
 
 /* Every thread ID but the PID is free here (the restorer makes the threads). */
 static int thread_ids_free(const struct lz_image *img)
@@ -242,7 +241,8 @@ int cmd_restart(int argc, char **argv)
     if (o.lazy && lazy_refused(several, index) < 0) return 1;
     if (several) {
         /* every part is checked before any file is rolled back */
-        if (restart_tree_load(&rt, ckpt, index, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
+        int tl = restart_tree_load(&rt, ckpt, index, why, sizeof why);
+        if (tl < 0) { lz_err("%s", why); return tl == -2 ? LZ_EXIT_DAMAGED : 1; }
     } else {
         if (check_identity(&img, why, sizeof why) < 0) { lz_err("cannot restart from checkpoint %" PRIu64 ": %s", index, why); return 1; }
         /* small (pipe and socket buffers) */
@@ -253,9 +253,9 @@ int cmd_restart(int argc, char **argv)
     }
     trace("identity and channels checked");
     int refused;
-    struct fj_plan *plan = rollback_files_plan("restart", dir, index, &job, o.force, &refused);
+    uint64_t files;
+    struct fj_plan *plan = rollback_files_plan("restart", dir, index, &job, o.force, &refused, &files);
     if (!plan) return refused;
-    uint64_t files = fj_plan_changes(plan, INT64_MAX, count_file, NULL);
     trace("journals proven, outside changes looked for");
     for (size_t k = 0; k < (several ? rt.tree.nprocs : 1); k++) {
         const struct lz_image *im = several ? &rt.imgs[k] : &img;

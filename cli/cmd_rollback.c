@@ -37,8 +37,6 @@ static const char help[] =
     "  --json    one JSON object: {\"index\", \"taken\", \"files_rolled_back\",\n"
     "            \"changed\"} (docs/json.md)\n";
 
-static void count_file(const char *kind, const char *path, void *arg) { (void)kind; (void)path; (void)arg; }
-
 static void said(const struct cli_opts *o, uint64_t index, uint64_t taken_ns, uint64_t files, int changed)
 {
     char t[32];
@@ -118,7 +116,8 @@ int cmd_rollback(int argc, char **argv)
     uint64_t taken = img.hdr->created_ns;
     lz_image_free(&img);
     int code;
-    struct fj_plan *plan = rollback_files_plan("rollback", dir, index, &job, o.force, &code);
+    uint64_t files;
+    struct fj_plan *plan = rollback_files_plan("rollback", dir, index, &job, o.force, &code, &files);
     if (!plan) return code;
     if (fj_plan_empty(plan)) { /* a second rollback: nothing to do, nothing touched */
         fj_plan_free(plan);
@@ -132,7 +131,6 @@ int cmd_rollback(int argc, char **argv)
         fj_plan_free(plan);
         return 1;
     }
-    uint64_t files = fj_plan_changes(plan, INT64_MAX, count_file, NULL);
     uint64_t next = rollback_next_index(dir, index, &job);
 
     /* ---- phase 2: the files back to N, the store as a restart from N needs it */

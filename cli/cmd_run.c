@@ -375,11 +375,18 @@ int cmd_run(int argc, char **argv)
     struct supervisor s;
     int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, 1);
     if (child_ctl < 0) return 1;
+    sigset_t held; /* a signal for the program while the lines below are written waits for supervise() */
+    supervisor_block_signals(&held);
     s.flusher = fl;
     s.child = s.prog = spawn_program(&s, child_ctl, argv + first);
     close(child_ctl);
     if (s.child < 0) { lz_err("fork: %s", strerror(errno)); return 1; }
-    struct log_kv kv[] = {LOG_NUM("pid", s.child), LOG_STR("command", job.command), LOG_STR("dir", dir)};
-    log_event(LOG_EVENT, "started", kv, 3, "started %s (pid %d), checkpoints in %s", job.command, (int)s.child, dir);
+    /* one line even without a terminal: a batch job's log says where its checkpoints go */
+    struct log_kv kv[] = {LOG_NUM("pid", s.child), LOG_STR("command", job.command), LOG_STR("dir", dir),
+                          LOG_NUM("interval", job.interval)};
+    char every[64] = "on request";
+    if (job.interval) snprintf(every, sizeof every, "every %" PRIu64 " s", job.interval);
+    log_event(LOG_INFO, "started", kv, 4, "job started (pid %d), checkpoints %s in %s", (int)s.child, every,
+              stream ? job.remote : dir);
     return supervise(&s);
 }

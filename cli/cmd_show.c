@@ -131,7 +131,7 @@ static int show_dir(const char *d, int have_at, uint64_t at, const struct show_a
     if (lz_store_pick(dir, have_at, at, &s.index, why, sizeof why) < 0) { lz_err("%s", why); free(dir); return LZ_EXIT_NOT_FOUND; }
     if (show_load(&s) < 0) { show_free(&s); free(dir); return LZ_EXIT_DAMAGED; }
     int rc = 0;
-    if (s.json) { jw_init(&s.w, stdout); jw_obj(&s.w, NULL); }
+    if (s.json) { jw_init(&s.w, stdout); jw_obj(&s.w, NULL); jw_version(&s.w); }
     show_header(&s);
     for (size_t i = 0; i < NWHATS; i++) {
         const char *w = whats[i];

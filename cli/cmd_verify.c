@@ -38,7 +38,7 @@ static int json_first = 1;
 static void report(int json, int64_t index, const char *piece, const char *error)
 {
     if (json) {
-        printf("%s{\"index\": ", json_first ? "" : ", ");
+        printf("%s{" JW_VERSION_MEMBER ", \"index\": ", json_first ? "" : ", ");
         json_first = 0;
         if (index < 0) printf("null"); else printf("%" PRId64, index);
         printf(", \"piece\": ");

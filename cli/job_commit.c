@@ -125,6 +125,7 @@ void jc_finish_ok(struct sv_state *st)
     uint64_t protect[3];
     size_t np = flusher_protected(s->flusher, protect);
     lz_store_retain_but(s->dir, s->keep, st->index, s->first_index, protect, np);
+    s->taken++;
     uint64_t pause = 0, stored = 0, threads = 0, nproc = 0;
     for (size_t i = 0; i < st->nparts; i++) {
         const struct part *p = &st->parts[i];

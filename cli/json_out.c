@@ -79,3 +79,5 @@ void jw_fixed(struct jw *w, const char *key, double v, int decimals)
     member(w, key);
     if (isfinite(v)) fprintf(w->f, "%.*f", decimals, v); else fputs("null", w->f);
 }
+
+void jw_version(struct jw *w) { jw_str(w, "lazarus_version", LAZARUS_VERSION); }

@@ -7,6 +7,7 @@
 #define LZ_CLI_JSON_OUT_H
 #include <stdint.h>
 #include <stdio.h>
+#include "lazarus.h"
 
 #define JW_DEPTH 16
 struct jw {
@@ -27,6 +28,11 @@ void jw_dbl(struct jw *w, const char *key, double v);             /* %.6g */
 void jw_fixed(struct jw *w, const char *key, double v, int decimals); /* %.Nf */
 void jw_bool(struct jw *w, const char *key, int v);
 void jw_null(struct jw *w, const char *key);
+/* The member every --json document carries (docs/json.md): "lazarus_version",
+ * the version of the lazarus that wrote it; JW_VERSION_MEMBER for the writers
+ * that print their objects by hand. */
+void jw_version(struct jw *w);
+#define JW_VERSION_MEMBER "\"lazarus_version\": \"" LAZARUS_VERSION "\""
 /* A string literal, escaped, on its own (for callers that print the rest). */
 void json_put_str(FILE *f, const char *s);
 #endif

@@ -55,6 +55,8 @@ static void emit(enum log_level level, const char *event, const struct log_kv *k
         jw_obj(&w, NULL);
         jw_str(&w, "time", when);
         jw_str(&w, "event", event);
+        static int versioned; /* the first line of the run says which lazarus writes them */
+        if (!versioned++) jw_version(&w);
         for (int i = 0; i < nkv; i++) {
             if (kv[i].str) jw_str(&w, kv[i].key, kv[i].str);
             else jw_i64(&w, kv[i].key, kv[i].num);

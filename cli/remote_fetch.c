@@ -15,6 +15,7 @@
  * log and the files stay as they are. */
 #include "cli.h"
 #include "remote_store.h"
+#include "json_out.h"
 #include "remote_key.h"
 #include "store_admin.h"
 #include "journal_layout.h"
@@ -92,7 +93,7 @@ static int fetch_one(const struct s3_conf *c, const char *cache, const struct rc
                  : s3_get_file(c, o->key, size, fd, md5, why, whylen);
     if (rc == 0 && strcmp(md5, o->md5)) {
         snprintf(why, whylen, "remote object s3://%s/%s fails its checksum (MD5 %s, its commit says %s)", c->bucket, o->key, md5, o->md5);
-        rc = -1;
+        rc = -2; /* damaged: LZ_EXIT_DAMAGED */
     }
     if (rc == 0 && (ftruncate(fd, (off_t)len) < 0 || fsync(fd) < 0)) { snprintf(why, whylen, "cannot write %.3000s: %s", p, strerror(errno)); rc = -1; }
     close(fd);
@@ -153,7 +154,7 @@ static int fetch_objects(const struct s3_conf *c, const char *cache, const struc
         if (strcmp(v[i].md5_hex, src[i]->md5)) {
             snprintf(why, whylen, "remote object s3://%s/%s fails its checksum (MD5 %s, its commit says %s)", c->bucket,
                      src[i]->key, v[i].md5_hex, src[i]->md5);
-            rc = -1;
+            rc = -2; /* damaged */
         }
     uint64_t t1 = lz_now_ns(CLOCK_MONOTONIC);
     for (size_t i = 0; i < n && rc == 0; i++)
@@ -353,7 +354,7 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
     lz_ckpt_path(ck, sizeof ck, cache_out, cm.index);
     /* the files as they are: each part's journal an empty sealed log, as after a rollback */
     struct lz_tree t;
-    if (rc == 0 && lz_tree_load(ck, &t, inner, sizeof inner) < 0) { snprintf(why, sizeof why, "checkpoint %" PRIu64 " is damaged: %s", cm.index, inner); rc = -1; }
+    if (rc == 0 && lz_tree_load(ck, &t, inner, sizeof inner) < 0) { snprintf(why, sizeof why, "checkpoint %" PRIu64 " is damaged: %s", cm.index, inner); rc = -2; }
     else if (rc == 0 && !ro->files_as_they_are) lz_tree_free(&t); /* the journals are in the journal directory */
     else if (rc == 0) {
         for (size_t k = 0; k < t.nprocs && rc == 0; k++) {
@@ -412,7 +413,7 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
     rc_commit_free(&cm);
     free(refs);
     close(lock); /* cmd_restart locks it again */
-    return rc;
+    return rc == -2 ? -LZ_EXIT_DAMAGED : rc; /* an object fails its commit's checksum: damage (exit_codes.h) */
 }
 
 int remote_list(const char *url, const struct remote_opts *ro, int json)
@@ -447,7 +448,7 @@ int remote_list(const char *url, const struct remote_opts *ro, int json)
         utc_text(when, sizeof when, cm.created_ns);
         lz_job_id_text(id, cm.job);
         if (json)
-            printf("%s\n  {\"index\": %" PRIu64 ", \"time\": \"%s\", \"created_ns\": %" PRIu64 ", \"bytes\": %" PRIu64
+            printf("%s\n  {" JW_VERSION_MEMBER ", \"index\": %" PRIu64 ", \"time\": \"%s\", \"created_ns\": %" PRIu64 ", \"bytes\": %" PRIu64
                    ", \"objects\": %zu, \"job\": \"%s\", \"writer\": \"%s\", \"key\": \"%s\", \"local\": false, \"remote\": true}",
                    shown ? "," : "", cm.index, when, cm.created_ns, bytes, cm.nobjs, id, cm.writer, cm.keyfp);
         else

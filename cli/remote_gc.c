@@ -7,6 +7,7 @@
  * (remote_flush.c). */
 #include "cli.h"
 #include "remote_store.h"
+#include "json_out.h"
 #include "util.h"
 #include <inttypes.h>
 #include <stdio.h>
@@ -16,7 +17,7 @@
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-int remote_gc(const char *url, const struct remote_opts *ro, uint64_t older_than_s)
+int remote_gc(const char *url, const struct remote_opts *ro, uint64_t older_than_s, int json)
 {
     struct s3_conf c;
     char why[4096];
@@ -68,10 +69,25 @@ int remote_gc(const char *url, const struct remote_opts *ro, uint64_t older_than
         aborted++;
     }
     free(ups);
+    if (json) {
+        struct jw w;
+        jw_init(&w, stdout);
+        jw_obj(&w, NULL);
+        jw_version(&w);
+        jw_u64(&w, "objects_removed", removed);
+        jw_u64(&w, "bytes_removed", bytes);
+        jw_u64(&w, "uploads_aborted", aborted);
+        jw_u64(&w, "left_newer", young);
+        jw_u64(&w, "older_than", older_than_s);
+        jw_end_obj(&w);
+        putchar('\n');
+        goto done;
+    }
     char hb[32];
     human_bytes(hb, sizeof hb, bytes);
     printf("removed %" PRIu64 " objects (%s) no checkpoint needs, aborted %" PRIu64 " uploads; %" PRIu64
            " newer than %" PRIu64 " s left\n", removed, hb, aborted, young, older_than_s);
+done:
     for (size_t k = 0; k < nkeys; k++) free(keys[k]);
     free(keys);
     free(refs);

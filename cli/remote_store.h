@@ -107,7 +107,8 @@ void spool_list(const char *url, const char *fallback);
  * anything but a store of the same job that is not running): every object
  * fetched, checked against its commit, in place.  0 and the index, or -1
  * having said why on one line, or minus the exit status that says why better
- * (cli/exit_codes.h: the store did not answer, no such checkpoint, a job runs
+ * (cli/exit_codes.h: the store did not answer, no such checkpoint, a job runs,
+ * an object that fails its commit's checksum or a damaged tree: damaged;
  * with cache). */
 struct remote_opts {
     const char *endpoint, *ca_file, *addressing, *cache;
@@ -123,8 +124,9 @@ int remote_fetch_store(const char *url, const struct remote_opts *ro, int have_a
 int remote_in_scratch(const char *url, struct remote_opts ro, int have_at, uint64_t at, const char *what,
                       int (*fn)(const char *dir, uint64_t index, void *arg), void *arg);
 /* `gc -d s3://...` (remote_gc.c): every object no commit lists and every
- * multipart upload, older than older_than_s: 0, or 1 having said why. */
-int remote_gc(const char *url, const struct remote_opts *ro, uint64_t older_than_s);
+ * multipart upload, older than older_than_s: 0, or 1 having said why; what
+ * it removed on one line, or (json) as one object (docs/json.md). */
+int remote_gc(const char *url, const struct remote_opts *ro, uint64_t older_than_s, int json);
 /* `list -d s3://...`: one row per published checkpoint. */
 int remote_list(const char *url, const struct remote_opts *ro, int json);
 #endif

@@ -89,15 +89,21 @@ int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index,
         rt->nlive++;
         char part[LZ_PATH_MAX], inner[1024], idwhy[1200];
         lz_tree_part_dir(part, sizeof part, ckpt, p);
-        if (lz_manifest_load(part, &rt->imgs[k], inner, sizeof inner) < 0) {
+        int mrc = lz_manifest_load(part, &rt->imgs[k], inner, sizeof inner);
+        if (mrc == LZ_UNREADABLE) { /* a version this build cannot read: not damage */
+            snprintf(why, whylen, "cannot restart from checkpoint %llu: process %d (%s): %s", (unsigned long long)index,
+                     p->pid, p->comm, inner);
+            return -1;
+        }
+        if (mrc < 0) {
             snprintf(why, whylen, "checkpoint %llu is damaged: process %d (%s): %s", (unsigned long long)index, p->pid,
                      p->comm, inner);
-            return -1;
+            return -2;
         }
         if (rt->imgs[k].proc->pid != p->pid) {
             snprintf(why, whylen, "checkpoint %llu is damaged: the part of process %d holds process %d",
                      (unsigned long long)index, p->pid, rt->imgs[k].proc->pid);
-            return -1;
+            return -2;
         }
         if (check_identity(&rt->imgs[k], idwhy, sizeof idwhy) < 0) {
             snprintf(why, whylen, "cannot restart from checkpoint %llu: process %d (%s): %s", (unsigned long long)index,
@@ -111,7 +117,7 @@ int restart_tree_load(struct restart_tree *rt, const char *ckpt, uint64_t index,
         if (lz_check_frames(part, &rt->imgs[k], inner, sizeof inner) < 0) {
             snprintf(why, whylen, "cannot restart: checkpoint %llu is damaged: process %d (%s): %s; nothing was changed",
                      (unsigned long long)index, p->pid, p->comm, inner);
-            return -1;
+            return -2;
         }
     }
     /* the objects, and whether their descriptors fit: all before any file changes */

@@ -21,10 +21,13 @@ static void act(char *buf, size_t len, const char *cmd, uint64_t index)
     else snprintf(buf, len, "roll the files back to checkpoint %" PRIu64, index);
 }
 
+static void count_file(const char *kind, const char *path, void *arg) { (void)kind; (void)path; (void)arg; }
+
 struct fj_plan *rollback_files_plan(const char *cmd, const char *dir, uint64_t index, const struct lz_job *job, int force,
-                                    int *code)
+                                    int *code, uint64_t *files)
 {
     *code = LZ_EXIT_FAIL;
+    *files = 0;
     char why[LZ_PATH_MAX + 512], what[96];
     const char *verb = strcmp(cmd, "restart") ? "roll back" : "restart";
     act(what, sizeof what, cmd, index);
@@ -35,14 +38,24 @@ struct fj_plan *rollback_files_plan(const char *cmd, const char *dir, uint64_t i
     }
     /* finishing an interrupted rollback: it linked kept inodes back already */
     int64_t stop = job->rolling_to >= 0 ? INT64_MAX : lz_job_stop_ns(dir, job);
-    struct fj_plan *plan = rollback_plan_load(dir, index, stop, why, sizeof why);
-    if (!plan) { lz_err("cannot %s: %s; nothing was changed", verb, why); return NULL; }
+    int damaged;
+    struct fj_plan *plan = rollback_plan_load(dir, index, stop, &damaged, why, sizeof why);
+    if (!plan) {
+        lz_err("cannot %s: %s; nothing was changed", verb, why);
+        if (damaged) *code = LZ_EXIT_DAMAGED;
+        return NULL;
+    }
     /* finishing an interrupted rollback: what it changed already is newer
      * than the stop, and its check was made */
-    if (fj_plan_empty(plan) || job->rolling_to >= 0) return plan;
+    if (fj_plan_empty(plan)) return plan;
+    if (job->rolling_to >= 0) { /* no check: what the line counts is the only walk */
+        *files = fj_plan_changes(plan, INT64_MAX, count_file, NULL);
+        return plan;
+    }
     /* also with --force: what is gone cannot be rolled back by any means */
     struct fj_outside out;
     fj_plan_outside_changes(plan, stop, &out);
+    *files = out.nrolled; /* "K files rolled back", counted in the same walk */
     int refuse = 1;
     if (out.nlost == 1) {
         lz_err("cannot %s: the content of %s at checkpoint %" PRIu64 " is gone: it was %s "

@@ -9,10 +9,11 @@ struct fj_plan;
  * (journal_read.c), nothing outside the job changed what they would touch
  * since it stopped (or `force`), and nothing they need is gone (not even
  * with `force`: outside.c).  Changes nothing.  NULL with a message said and
- * *code the exit status (245: outside changes).  cmd: "restart" or
- * "rollback", for the messages. */
+ * *code the exit status (244: a damaged journal, 245: outside changes);
+ * *files the number of files it rolls back (counted in the outside-changes
+ * walk).  cmd: "restart" or "rollback", for the messages. */
 struct fj_plan *rollback_files_plan(const char *cmd, const char *dir, uint64_t index, const struct lz_job *job, int force,
-                                    int *code);
+                                    int *code, uint64_t *files);
 /* The first checkpoint index a job rolled back to `index` may give. */
 uint64_t rollback_next_index(const char *dir, uint64_t index, const struct lz_job *job);
 /* Phase 2: undoes every change to files since `index` (nothing if the plan

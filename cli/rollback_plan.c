@@ -16,8 +16,9 @@ int64_t rollback_stop_ns(const char *dir)
     return lz_job_read(dir, &job) == 0 && job.rolling_to < 0 ? lz_job_stop_ns(dir, &job) : INT64_MAX;
 }
 
-struct fj_plan *rollback_plan_load(const char *dir, uint64_t target, int64_t stop_ns, char *why, size_t whylen)
+struct fj_plan *rollback_plan_load(const char *dir, uint64_t target, int64_t stop_ns, int *damaged, char *why, size_t whylen)
 {
+    if (damaged) *damaged = 0;
     uint64_t job[2];
     if (lz_place_job(dir, job, why, whylen) < 0) return NULL;
     uint64_t *v;
@@ -38,6 +39,7 @@ struct fj_plan *rollback_plan_load(const char *dir, uint64_t target, int64_t sto
         char home[LZ_PATH_MAX];
         lz_journal_home(home, sizeof home, dir);
         p = fj_plan_load(home, job, jd, (size_t)n, target, stop_ns, why, whylen);
+        if (!p && damaged) *damaged = 1; /* a journal that cannot be read or proven: damage, whatever the cause */
     }
     free(paths);
     free(jd);

@@ -196,16 +196,22 @@ static void restarted_line(const struct supervisor *s, pid_t pid)
               "program resumed", s->restore_index, taken, s->restore_files, s->restore_files == 1 ? "" : "s");
 }
 
-/* How the program ended, for the log. */
-static void exited_line(int status)
+/* How the program ended: on a plain stderr too after a `run` (with the
+ * checkpoints it took), for the log only after a restart (whose own line said
+ * what it did). */
+static void exited_line(const struct supervisor *s, int status)
 {
+    enum log_level lvl = s->restore_index ? LOG_EVENT : LOG_INFO;
+    const char *pl = s->taken == 1 ? "" : "s";
     if (WIFSIGNALED(status)) {
-        struct log_kv kv[] = {LOG_NUM("status", 128 + WTERMSIG(status)), LOG_NUM("signal", WTERMSIG(status))};
-        log_event(LOG_EVENT, "exited", kv, 2, "program killed by signal %d (exit status %d)", WTERMSIG(status),
-                  128 + WTERMSIG(status));
+        struct log_kv kv[] = {LOG_NUM("status", 128 + WTERMSIG(status)), LOG_NUM("signal", WTERMSIG(status)),
+                              LOG_NUM("checkpoints", s->taken)};
+        log_event(lvl, "exited", kv, 3, "program killed by signal %d (exit status %d) after %" PRIu64 " checkpoint%s",
+                  WTERMSIG(status), 128 + WTERMSIG(status), s->taken, pl);
     } else {
-        struct log_kv kv[] = {LOG_NUM("status", WEXITSTATUS(status))};
-        log_event(LOG_EVENT, "exited", kv, 1, "program exited with status %d", WEXITSTATUS(status));
+        struct log_kv kv[] = {LOG_NUM("status", WEXITSTATUS(status)), LOG_NUM("checkpoints", s->taken)};
+        log_event(lvl, "exited", kv, 2, "program exited with status %d after %" PRIu64 " checkpoint%s",
+                  WEXITSTATUS(status), s->taken, pl);
     }
 }
 
@@ -368,6 +374,16 @@ static int exit_code_of(int status)
     return 1;
 }
 
+void supervisor_block_signals(sigset_t *mask)
+{
+    sigemptyset(mask);
+    sigaddset(mask, SIGCHLD);
+    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++) sigaddset(mask, forwarded[i]);
+    sigaddset(mask, SIGPIPE);
+    if (batch_signal_number() > 0) sigaddset(mask, batch_signal_number());
+    sigprocmask(SIG_BLOCK, mask, NULL);
+}
+
 int supervise(struct supervisor *s)
 {
     struct sv_state st;
@@ -376,12 +392,7 @@ int supervise(struct supervisor *s)
     st.restore_started_ns = lz_now_ns(CLOCK_MONOTONIC);
     add_member(&st, 0, s->ctl_fd); /* the main program's channel (its PID: sv_find_program) */
     sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++) sigaddset(&mask, forwarded[i]);
-    sigaddset(&mask, SIGPIPE);
-    if (batch_signal_number() > 0) sigaddset(&mask, batch_signal_number());
-    sigprocmask(SIG_BLOCK, &mask, NULL);
+    supervisor_block_signals(&mask);
     int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     int tfd = -1;
     if (s->interval) {
@@ -570,7 +581,7 @@ int supervise(struct supervisor *s)
         nanosleep(&ms, NULL);
     }
     code = st.have_status ? exit_code_of(st.status) : 1;
-    if (st.have_status) exited_line(st.status);
+    if (st.have_status) exited_line(s, st.status);
     snprintf(job.state, sizeof job.state, "%s", st.have_status && WIFEXITED(st.status) ? "finished" : "stopped");
     job.exit_status = code;
     lz_job_write(s->dir, &job);

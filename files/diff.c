@@ -32,6 +32,31 @@ size_t fj_plan_diff(const struct fj_plan *p, int64_t stop, FILE *out)
     return fj_plan_changes(p, stop, print_line, out);
 }
 
+const char *fj_name_change(const struct want *w, const struct stat *st)
+{
+    const struct fj_name *nm = NAME(w->r);
+    switch (nm->was) {
+    case FJ_WAS_ABSENT: return st ? "removed" : NULL;
+    case FJ_WAS_FILE:
+        return !st || !(same_ino(st, nm->dev, nm->ino) || fj_is_copy_of(st, nm->dev, nm->ino)) ? "restored" : NULL;
+    case FJ_WAS_DIR: return !st || !S_ISDIR(st->st_mode) ? "restored" : NULL;
+    case FJ_WAS_SYMLINK: {
+        char cur[LZ_PATH_MAX];
+        ssize_t l = st && S_ISLNK(st->st_mode) ? readlink(w->path, cur, sizeof cur - 1) : -1;
+        if (l < 0) return "restored";
+        cur[l] = 0;
+        return strcmp(cur, name_target(w->r)) ? "restored" : NULL;
+    }
+    default: return st ? NULL : "restored";
+    }
+}
+
+int fj_inode_modified(const struct fj_inode *in, const struct stat *st)
+{
+    int64_t mt = (int64_t)st->st_mtim.tv_sec * 1000000000ll + st->st_mtim.tv_nsec;
+    return (uint64_t)st->st_size != in->size || mt != in->mtime_ns || (st->st_mode & 07777) != (in->mode & 07777);
+}
+
 size_t fj_plan_changes(const struct fj_plan *p, int64_t stop, void (*each)(const char *kind, const char *path, void *arg),
                        void *arg)
 {
@@ -47,24 +72,7 @@ size_t fj_plan_changes(const struct fj_plan *p, int64_t stop, void (*each)(const
 #define ADD(k_, p_) do { if (nl == cap) { cap *= 2; lines = lz_xrealloc(lines, cap * sizeof *lines); } \
         lines[nl].kind = k_; lines[nl++].path = lz_xstrdup(p_); } while (0)
     for (size_t i = 0; i < n; i++) {
-        const struct fj_name *nm = NAME(w[i].r);
-        int have = lstat(w[i].path, &st) == 0;
-        const char *kind = NULL;
-        switch (nm->was) {
-        case FJ_WAS_ABSENT: if (have) kind = "removed"; break;
-        case FJ_WAS_FILE:
-            if (!have || !(same_ino(&st, nm->dev, nm->ino) || fj_is_copy_of(&st, nm->dev, nm->ino))) kind = "restored";
-            break;
-        case FJ_WAS_DIR: if (!have || !S_ISDIR(st.st_mode)) kind = "restored"; break;
-        case FJ_WAS_SYMLINK: {
-            char cur[LZ_PATH_MAX];
-            ssize_t l = have && S_ISLNK(st.st_mode) ? readlink(w[i].path, cur, sizeof cur - 1) : -1;
-            if (l < 0) kind = "restored";
-            else { cur[l] = 0; if (strcmp(cur, name_target(w[i].r))) kind = "restored"; }
-            break;
-        }
-        default: if (!have) kind = "restored"; break;
-        }
+        const char *kind = fj_name_change(&w[i], lstat(w[i].path, &st) == 0 ? &st : NULL);
         if (kind) { ADD(kind, w[i].path); seen[nseen++] = (char *)w[i].path; }
     }
     for (size_t i = 0; i < p->n; i++)
@@ -92,9 +100,7 @@ size_t fj_plan_changes(const struct fj_plan *p, int64_t stop, void (*each)(const
                 }
                 continue;
             }
-            int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
-            int changed = (uint64_t)st.st_size != in->size || mt != in->mtime_ns || (st.st_mode & 07777) != (in->mode & 07777);
-            if (changed) ADD("modified", path);
+            if (fj_inode_modified(in, &st)) ADD("modified", path);
         }
     qsort(lines, nl, sizeof *lines, line_cmp);
     for (size_t i = 0; i < nl; i++) { each(lines[i].kind, lines[i].path, arg); free(lines[i].path); }
@@ -105,3 +111,47 @@ size_t fj_plan_changes(const struct fj_plan *p, int64_t stop, void (*each)(const
 }
 
 /* Paths a journal changes (NAME paths and INODE paths), and the bytes it keeps. */
+
+/* ------------------------------------------------------------------ the restart's count */
+
+void fj_tally_name(struct fj_tally *t, const char *path)
+{
+    if (t->nnames == t->capnames) t->names = lz_xrealloc(t->names, (t->capnames = t->capnames * 2 + 16) * sizeof *t->names);
+    t->names[t->nnames++] = path;
+}
+
+void fj_tally_inode(struct fj_tally *t, const char *path, int verdict)
+{
+    if (t->nrecs == t->caprecs) t->recs = lz_xrealloc(t->recs, (t->caprecs = t->caprecs * 2 + 16) * sizeof *t->recs);
+    t->recs[t->nrecs] = (struct fj_tally_rec){path, t->nrecs, verdict};
+    t->nrecs++;
+}
+
+static int str_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+static int tally_rec_cmp(const void *a, const void *b)
+{
+    const struct fj_tally_rec *x = a, *y = b;
+    int c = strcmp(x->path, y->path);
+    return c ? c : x->order < y->order ? -1 : x->order > y->order;
+}
+
+size_t fj_tally_count(struct fj_tally *t)
+{
+    size_t n = t->nnames;
+    if (t->nnames) qsort(t->names, t->nnames, sizeof *t->names, str_cmp);
+    if (t->nrecs) qsort(t->recs, t->nrecs, sizeof *t->recs, tally_rec_cmp);
+    for (size_t i = 0; i < t->nrecs;) {
+        size_t e = i;
+        int verdict = FJ_TALLY_SAME;
+        for (; e < t->nrecs && !strcmp(t->recs[e].path, t->recs[i].path); e++)
+            if (verdict == FJ_TALLY_SAME) verdict = t->recs[e].verdict;
+        const char *key = t->recs[i].path;
+        if (verdict == FJ_TALLY_CHANGED && !(t->nnames && bsearch(&key, t->names, t->nnames, sizeof *t->names, str_cmp))) n++;
+        i = e;
+    }
+    free(t->names);
+    free(t->recs);
+    memset(t, 0, sizeof *t);
+    return n;
+}

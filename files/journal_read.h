@@ -89,4 +89,29 @@ void fj_keep_path(char *out, size_t len, const struct seg *s, uint32_t first, ui
 struct want { const char *path; const struct rec *r; const struct seg *s; };
 struct want *fj_final_names(const struct fj_plan *p, size_t *count);
 
+/* diff.c: how the rollback changes the path of a final name, given what is
+ * there now (st; NULL: nothing): "removed", "restored" or NULL (it keeps
+ * it); and whether an inode found at st differs from its INODE record (size,
+ * mtime, mode: "modified").  `diff` and the restart's count (outside.c) share
+ * them. */
+const char *fj_name_change(const struct want *w, const struct stat *st);
+int fj_inode_modified(const struct fj_inode *in, const struct stat *st);
+
+/* The paths `diff` would list, counted from the walk that looks for outside
+ * changes (outside.c) instead of a second one: each final name the rollback
+ * changes, and each INODE record's verdict in the order diff meets them (a
+ * path's first record that is not FJ_TALLY_SAME decides it; a name decides
+ * before any record). */
+enum { FJ_TALLY_SAME, FJ_TALLY_CHANGED, FJ_TALLY_SETTLED }; /* unchanged; "modified"/"restored"/"lost"; gone
+                                                            * with no sign of it after the stop: left */
+struct fj_tally {
+    const char **names;
+    size_t nnames, capnames;
+    struct fj_tally_rec { const char *path; size_t order; int verdict; } *recs;
+    size_t nrecs, caprecs;
+};
+void fj_tally_name(struct fj_tally *t, const char *path);
+void fj_tally_inode(struct fj_tally *t, const char *path, int verdict);
+size_t fj_tally_count(struct fj_tally *t); /* and frees what t holds */
+
 #endif

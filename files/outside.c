@@ -410,7 +410,8 @@ int fj_inode_gone_after(const struct fj_plan *p, size_t si, const struct rec *r,
 
 /* The inodes of INODE records, once each, at their newest interval: still
  * there and changed after the stop, or gone. */
-static void check_inodes(const struct fj_plan *p, int64_t stop, const struct want *w, size_t nw, struct fj_outside *o)
+static void check_inodes(const struct fj_plan *p, int64_t stop, const struct want *w, size_t nw, struct fj_outside *o,
+                         struct fj_tally *t)
 {
     struct id { uint64_t dev, ino; } *gone = NULL;
     size_t ngone = 0;
@@ -423,6 +424,7 @@ static void check_inodes(const struct fj_plan *p, int64_t stop, const struct wan
             const struct fj_inode *in = INODE(r);
             const char *path = inode_path(r);
             int loc = fj_locate_inode(p, i, r, where, sizeof where, &st);
+            if (loc != FJ_AT_NONE) fj_tally_inode(t, path, fj_inode_modified(in, &st) ? FJ_TALLY_CHANGED : FJ_TALLY_SAME);
             if (loc == FJ_AT_KEEP || loc == FJ_AT_PATH) {
                 if (newer(&st, stop)) {
                     what_changed(what, sizeof what, &st, stop);
@@ -431,13 +433,16 @@ static void check_inodes(const struct fj_plan *p, int64_t stop, const struct wan
                 continue;
             }
             if (loc == FJ_AT_KEEPCOPY) continue;
+            /* per record, as diff decides (a record of the same inode under another name too) */
+            int after = fj_inode_gone_after(p, i, r, stop, what, sizeof what), needed = fj_inode_needed(w, nw, r);
+            fj_tally_inode(t, path, after && needed ? FJ_TALLY_CHANGED : FJ_TALLY_SETTLED);
             size_t k;
             for (k = 0; k < ngone && !(gone[k].dev == in->dev && gone[k].ino == in->ino); k++) {}
             if (k < ngone) continue;
             gone = lz_xrealloc(gone, (ngone + 1) * sizeof *gone);
             gone[ngone++] = (struct id){in->dev, in->ino};
-            if (!fj_inode_gone_after(p, i, r, stop, what, sizeof what)) continue;
-            int needed = fj_inode_needed(w, nw, r), lost = needed && !fj_inode_rebuildable(p, in->dev, in->ino);
+            if (!after) continue;
+            int lost = needed && !fj_inode_rebuildable(p, in->dev, in->ino);
             if (needed && !lost) {
                 rb = lz_xrealloc(rb, (nrb + 1) * sizeof *rb);
                 rb[nrb++] = (struct fj_inode_id){in->dev, in->ino};
@@ -450,14 +455,17 @@ static void check_inodes(const struct fj_plan *p, int64_t stop, const struct wan
 /* The paths of NAME records: what the rollback would remove or replace there
  * changed after the stop, or what it keeps changed after it, or what it
  * brings back was deleted after it. */
-static void check_names(const struct fj_plan *p, int64_t stop, const struct want *w, size_t nw, struct fj_outside *o)
+static void check_names(const struct fj_plan *p, int64_t stop, const struct want *w, size_t nw, struct fj_outside *o,
+                        struct fj_tally *t)
 {
     char what[64], where[LZ_PATH_MAX * 2], target[LZ_PATH_MAX];
     struct stat st, ks;
     for (size_t i = 0; i < nw; i++) {
         const char *path = w[i].path;
         const struct fj_name *n = NAME(w[i].r);
-        if (lstat(path, &st) < 0) {
+        int have = lstat(path, &st) == 0;
+        if (fj_name_change(&w[i], have ? &st : NULL)) fj_tally_name(t, path);
+        if (!have) {
             /* gone: the rollback brings back what was there; if the job
              * changed it that way there is nothing to say, and it cannot be
              * told from someone deleting what the job left there, which the
@@ -544,8 +552,10 @@ void fj_plan_outside_changes(const struct fj_plan *p, int64_t stop_ns, struct fj
     fj_aliases_load(p->dir);
     size_t nw;
     struct want *w = fj_final_names(p, &nw);
-    check_inodes(p, stop_ns, w, nw, out);
-    check_names(p, stop_ns, w, nw, out);
+    struct fj_tally t = {0};
+    check_inodes(p, stop_ns, w, nw, out, &t);
+    check_names(p, stop_ns, w, nw, out, &t);
+    out->nrolled = fj_tally_count(&t);
     free(w);
     if (out->nchanged) qsort(out->changed, out->nchanged, sizeof *out->changed, change_cmp);
     if (out->nlost) qsort(out->lost, out->nlost, sizeof *out->lost, change_cmp);

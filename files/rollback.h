@@ -45,6 +45,7 @@ struct fj_outside {
                                 * appended to, deleted or replaced: the journal holds only the bytes
                                 * it overwrote, not what the rest of the file was at N */
     size_t nlost;
+    size_t nrolled;            /* the paths the rollback changes, as `diff` lists them (its walk, counted here) */
 };
 /* Fills *out (fj_outside_free frees it); only reads (lstat, readlink, the
  * journals in memory), never writes. */

@@ -35,6 +35,10 @@ int rt_hooks_hold(uint64_t v);
 void rt_hooks_after(uint64_t index);
 /* After a restart, the threads let go: its after-restart hooks are due. */
 void rt_hooks_restarted(void);
+/* A restored thread, let go (signal handler context): waits until the
+ * after-restart hooks ran (at most 10 s); at once on the hooks thread or
+ * without such hooks. */
+void rt_hooks_gate_wait(void);
 /* 1 if this thread is the hooks thread. */
 int rt_hooks_self(void);
 /* Waits until the hooks due have run (a C API caller: normal context). */

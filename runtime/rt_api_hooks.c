@@ -11,7 +11,13 @@
  *    thread sends the request to itself and takes the checkpoint;
  *  - after: once the checkpoint is over (taken or failed: what a before-hook
  *    closed is reopened either way) and every thread runs again;
- *  - after a restart: once the restored threads run again.
+ *  - after a restart: before the program's other threads go on -- they
+ *    wait at a gate (rt_hooks_gate_wait, a futex) that the hooks thread
+ *    opens once the after-restart hooks ran, so that a connection they
+ *    reopen is there at the threads' first step.  A thread may have been
+ *    stopped holding a lock a hook needs (malloc's, stdio's): the gate opens
+ *    by itself after GATE_NS, said in one line, and the hooks then run
+ *    beside the threads as they did before the gate.
  * A C API caller (lazarus_checkpoint) returns only once the hooks of its
  * checkpoint have run.  The hooks thread is an ordinary thread of the
  * program: it is stopped, saved and restored with the others.  A forked
@@ -39,6 +45,10 @@ static volatile uint64_t want_before, want_value, before_done;
 static volatile uint64_t want_after, after_done;
 static volatile uint32_t want_restart, restart_done;
 static volatile int running;        /* the hooks thread is running hooks */
+static volatile int nrestart;       /* after-restart hooks registered */
+static volatile uint32_t gate;      /* futex: 1 from a restart until its after-restart hooks ran */
+static volatile int gate_late;      /* the gate opened by its timeout once: said */
+#define GATE_NS (10ull * 1000000000ull)
 
 static void ring(void)
 {
@@ -75,8 +85,34 @@ void rt_hooks_restarted(void)
     if (!__atomic_load_n(&nhooks, __ATOMIC_ACQUIRE) || owner_pid != (int)lz_sc0(SYS_getpid)) return;
     /* the checkpoint restarted from took its before-hooks, not the after ones */
     __atomic_store_n(&after_done, __atomic_load_n(&want_after, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
+    if (__atomic_load_n(&nrestart, __ATOMIC_ACQUIRE)) __atomic_store_n(&gate, 1, __ATOMIC_RELEASE);
     __atomic_add_fetch(&want_restart, 1, __ATOMIC_RELEASE);
     ring();
+}
+
+static void open_gate(void)
+{
+    __atomic_store_n(&gate, 0, __ATOMIC_RELEASE);
+    rt_futex_wake_all(&gate);
+}
+
+void rt_hooks_gate_wait(void)
+{
+    if (!__atomic_load_n(&gate, __ATOMIC_ACQUIRE) || rt_hooks_self()) return;
+    uint64_t end = rt_now_ns(CLOCK_MONOTONIC) + GATE_NS;
+    while (__atomic_load_n(&gate, __ATOMIC_ACQUIRE)) {
+        uint64_t now = rt_now_ns(CLOCK_MONOTONIC);
+        if (now >= end) {
+            if (!__atomic_exchange_n(&gate_late, 1, __ATOMIC_ACQ_REL)) {
+                static const char msg[] = "lazarus: warning: the after-restart hooks did not finish within 10 s (one may need a "
+                                          "lock another thread held at the checkpoint); the program's threads go on beside them\n";
+                lz_sc3(SYS_write, 2, msg, sizeof msg - 1);
+            }
+            open_gate();
+            return;
+        }
+        rt_futex_wait_ns(&gate, 1, end - now);
+    }
 }
 
 static int pending(void)
@@ -132,6 +168,7 @@ static void *hooks_thread(void *unused)
         if (r != restart_done) {
             run(RT_EV_RESTART);
             __atomic_store_n(&restart_done, r, __ATOMIC_RELEASE);
+            if (r == __atomic_load_n(&want_restart, __ATOMIC_ACQUIRE)) open_gate(); /* the program's threads go on */
             continue;
         }
         if (a > after_done) {
@@ -184,6 +221,7 @@ RT_API int lazarus_rt_on(int event, hook_fn fn, void *arg)
         hooks[nhooks].arg = arg;
         __atomic_store_n(&nhooks, nhooks + 1, __ATOMIC_RELEASE);
         if (event == RT_EV_BEFORE) __atomic_add_fetch(&nbefore, 1, __ATOMIC_RELEASE);
+        if (event == RT_EV_RESTART) __atomic_add_fetch(&nrestart, 1, __ATOMIC_RELEASE);
         rc = 1;
     }
     pthread_mutex_unlock(&lock);
@@ -194,7 +232,8 @@ RT_API int lazarus_rt_on(int event, hook_fn fn, void *arg)
 void rt_hooks_forked(void)
 {
     pthread_mutex_init(&lock, NULL);
-    nhooks = nbefore = 0;
+    nhooks = nbefore = nrestart = 0;
+    gate = 0;
     owner_pid = helper_tid = 0;
     want_before = before_done = want_after = after_done = 0;
     want_restart = restart_done = 0;

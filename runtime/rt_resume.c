@@ -65,4 +65,5 @@ void rt_resume(struct rt_ckpt *unused)
     rt_api_restarted();
     rt_hooks_restarted();
     rt_threads_go();
+    rt_hooks_gate_wait(); /* this thread, too, goes on once the after-restart hooks ran */
 }

@@ -182,6 +182,7 @@ void rt_thread_stopped(uint32_t round, void *uc)
             __atomic_fetch_add(&T.landed, 1, __ATOMIC_RELEASE);
             rt_futex_wake_all(&T.landed);
             while (__atomic_load_n(&T.go, __ATOMIC_ACQUIRE) == go) rt_futex_wait_ns(&T.go, go, 1000000000ull);
+            rt_hooks_gate_wait(); /* the after-restart hooks first */
             return;
         }
     }

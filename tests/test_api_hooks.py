@@ -201,3 +201,44 @@ def test_strerror_names_the_reason(runner, hooks_prog):
     assert m and "socket" in m[2], r.stdout
     assert f"checkpoint {m[1]} failed: {m[2]}" in r.stderr, str(r)
     assert re.search(r"^without 1 index \d+ \[" + re.escape(m[2]) + r"\]$", r.stdout, re.M), r.stdout
+
+
+@pytest.mark.parametrize("before", [False, True], ids=["signal", "hooks-thread"])
+def test_after_restart_hooks_run_before_the_threads_go_on(runner, hooks_prog, before):
+    """An after-restart hook (0.3 s, then it sets a flag, as a program would
+    reopen a connection) has run when the program's other threads take their
+    first step after the restart: both the main thread and a worker see the
+    flag set.  With a before-hook too, the checkpoint is taken on the hooks
+    thread itself, which then runs the hook."""
+    store, stop = runner.base / "store", runner.base / "stop"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", hooks_prog, "gate", stop, *(["before"] if before else []))
+    proc.wait_for_output(r"^ready$", timeout=120)
+    runner.checkpoint(store)
+    kill_program(proc, "api_hooks")
+    again = runner.start_lz("restart", "-d", store)
+    again.wait_for_output(r"^step 0 restart 1 ", timeout=120)
+    again.wait_for_output(r"^step 1 restart 1 ", timeout=60)
+    runner.touch(stop)
+    assert again.wait(timeout=60) == 0, again.stderr
+    steps = sorted(line for line in again.stdout.splitlines() if line.startswith("step "))
+    assert steps == ["step 0 restart 1 reopened 1", "step 1 restart 1 reopened 1"], again.stdout
+    assert "did not finish" not in again.stderr, again.stderr
+
+
+@pytest.mark.parametrize("mode", ["user"], indirect=True)  # the runtime's wait: the same for root
+def test_after_restart_hook_that_waits_for_a_thread(runner, hooks_prog):
+    """A hook that needs one of the program's threads to go on (as one needing
+    a lock a thread held at the checkpoint): the threads go on after 10 s
+    all the same, one warning says why, and the program finishes."""
+    store, stop = runner.base / "store", runner.base / "stop"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--", hooks_prog, "gate", stop, "stuck")
+    proc.wait_for_output(r"^ready$", timeout=120)
+    runner.checkpoint(store)
+    kill_program(proc, "api_hooks")
+    t0 = time.monotonic()
+    again = runner.start_lz("restart", "-d", store)
+    again.wait_for_output(r"^stuck hook done, worker seen 1$", timeout=60)
+    assert 9 < time.monotonic() - t0 < 50
+    runner.touch(stop)
+    assert again.wait(timeout=60) == 0, again.stderr
+    assert again.stderr.count("the after-restart hooks did not finish within 10 s") == 1, again.stderr

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import _compile, ckpt_path, kill_program, snapshot
+from conftest import _compile, ckpt_path, kill_program, kill_tree, snapshot, wait_gone
 
 USAGE, NOT_FOUND, NOT_RUNNING, RUNNING, CKPT_FAILED, DAMAGED, OUTSIDE, REMOTE = 2, 240, 241, 242, 243, 244, 245, 246
 
@@ -119,6 +119,52 @@ def test_damaged_page_data(r):
     packs[-1].write_bytes(data)
     res = r.lz("restart", "-d", store, timeout=120)
     assert res.rc == DAMAGED and f"checkpoint {n} is damaged" in res.stderr, str(res)
+
+
+def test_damaged_journal(r):
+    """A file journal that fails its checksum: `diff` and `restart` say so in
+    one line and exit 244, and the restart changes nothing."""
+    store, go, f = r.base / "st", r.base / "go", r.base / "f.txt"
+    script = f"echo one > {f}; echo ready; while [ ! -e {go} ]; do sleep 0.05; done; echo two >> {f}; echo done; while :; do sleep 1; done"
+    proc = r.start_lz("run", "-d", store, "-i", "0", "--", "sh", "-c", script)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    n = r.checkpoint(store)
+    r.touch(go)
+    proc.wait_for_output(r"^done$", timeout=60)
+    kill_program(proc, "sh")
+    assert r.lz("diff", "-d", store).rc == 0
+    # a byte of the file's name in a record of the interval after n
+    logs = [p for p in ckpt_path(store, n).rglob("files.log") if str(f).encode() in p.read_bytes()]
+    assert logs, "no journal names the file"
+    data = bytearray(logs[0].read_bytes())
+    data[data.index(str(f).encode()) + len(str(f)) - 1] ^= 0x01
+    logs[0].write_bytes(data)
+    one_line(r.lz("diff", "-d", store), DAMAGED, "is damaged")
+    one_line(r.lz("diff", "-d", store, "--json"), DAMAGED, "is damaged")
+    before, content = snapshot(store), f.read_text()
+    one_line(r.lz("restart", "-d", store), DAMAGED, "is damaged", "nothing was changed")
+    assert snapshot(store) == before and f.read_text() == content
+
+
+def test_damaged_part_of_several_processes(r):
+    """A job of two processes whose child's part is damaged: the restart
+    refuses it in one line with 244 before anything runs."""
+    store = r.base / "st"
+    proc = r.start_lz("run", "-d", store, "-i", "0", "--", "sh", "-c", "sleep 600 & echo ready; wait")
+    proc.wait_for_output(r"^ready$", timeout=60)
+    time.sleep(0.3)
+    n = r.checkpoint(store)
+    pids = kill_tree(proc.pid)
+    proc.wait(timeout=30)
+    wait_gone(pids)
+    parts = sorted(ckpt_path(store, n).rglob("proc.*/manifest"))
+    assert parts, "no part of the child in the checkpoint"
+    data = bytearray(parts[0].read_bytes())
+    data[len(data) // 2] ^= 0x10
+    parts[0].write_bytes(data)
+    before = snapshot(store)
+    one_line(r.lz("restart", "-d", store, timeout=120), DAMAGED, f"checkpoint {n} is damaged")
+    assert snapshot(store) == before
 
 
 def test_outside_changes(r):

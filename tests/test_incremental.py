@@ -5,6 +5,7 @@ CHANGED_PAGES` line back per command): what each checkpoint stores (`list
 --json`), that every retained checkpoint restarts to exactly its state, and
 what happens when the program, the forked `lazarus-writer` or the disk fails
 while checkpoints are written.  Sizes are in bytes; PAGE = 4096."""
+import json
 import os
 import re
 import signal
@@ -115,9 +116,13 @@ def check_restarts(runner, store, states: dict, files: dict | None = None, path:
 # --------------------------------------------------------------------------
 # The store: which packs the manifests reference
 # --------------------------------------------------------------------------
-def manifest_packs(manifest: Path) -> set[int]:
-    """Ids N of the packs/pack.N that the checkpoint's extents use."""
-    return lzformat.Manifest.load(manifest).referenced_packs()  # checks magic and version
+def checkpoint_packs(runner, store: Path, index: int) -> set[int]:
+    """Ids N of the packs/pack.N checkpoint `index` reads (`show --json packs`:
+    the packs its manifest lists, where gc goes by the frames of every retained
+    checkpoint)."""
+    r = runner.lz("show", "-d", store, "--at", index, "--json", "packs", timeout=60)
+    assert r.rc == 0, str(r)
+    return {p["index"] for p in json.loads(r.stdout)["packs"] if p["used"] and p["pid"] is None}
 
 
 def packs_on_disk(store: Path) -> set[int]:
@@ -128,7 +133,7 @@ def packs_on_disk(store: Path) -> set[int]:
 def referenced_packs(runner, store: Path) -> set[int]:
     used = set()
     for i in runner.indexes(store):
-        used |= manifest_packs(ckpt_path(store, i) / "manifest")
+        used |= checkpoint_packs(runner, store, i)
     return used
 
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import kill_program
+from conftest import REPO, RUN_LINE_RE, kill_program
 
 EVENT_KEYS = {"time", "event", "message"}
 # docs/json.md: the members of each event besides time, event and message
@@ -19,9 +19,12 @@ EVENTS = {
     "checkpoint": {"index", "pause_ns", "bytes", "processes", "threads"},
     "checkpoint_failed": {"index", "reason"},
     "restarted": {"index", "taken", "files_rolled_back", "pid"},
-    "exited": {"status"},
+    "exited": {"status", "checkpoints"},
     "info": set(), "warning": set(), "error": set(),
 }
+# include/lazarus.h: the version every --json document and the first event line carry
+VERSION = ".".join(re.search(rf"#define LAZARUS_VERSION_{p} (\d+)", (REPO / "include" / "lazarus.h").read_text()).group(1)
+                   for p in ("MAJOR", "MINOR", "PATCH"))
 TIME_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 STAMPED_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z lazarus: ")
 
@@ -33,7 +36,8 @@ def r(runner, programs):
 
 
 def events(text):
-    """Every line a JSON event with the documented keys."""
+    """Every line a JSON event with the documented keys; the first one says
+    which lazarus wrote them."""
     out = []
     for line in text.splitlines():
         if not line.strip():
@@ -42,7 +46,14 @@ def events(text):
         assert EVENT_KEYS <= e.keys() and TIME_RE.fullmatch(e["time"]), line
         assert e["event"] in EVENTS and EVENTS[e["event"]] <= e.keys(), line
         out.append(e)
+    assert out and out[0].get("lazarus_version") == VERSION, text
     return out
+
+
+def versioned(doc, keys):
+    """A --json object: its documented keys and the version, nothing else."""
+    assert set(doc) == set(keys) | {"lazarus_version"} and doc["lazarus_version"] == VERSION, doc
+    return doc
 
 
 def wait_for(what, cond, timeout=60):
@@ -69,7 +80,7 @@ def test_checkpoint_diff_gc_json(r):
     res = r.lz("checkpoint", "-d", store, "--json", timeout=120)
     assert res.rc == 0, str(res)
     c = json.loads(res.stdout)
-    assert set(c) == {"index", "time", "duration", "pause", "processes", "threads", "bytes"}, c
+    versioned(c, {"index", "time", "duration", "pause", "processes", "threads", "bytes"})
     assert c["index"] >= 1 and c["processes"] >= 1 and c["threads"] >= 1 and c["bytes"] > 0, c
     assert abs(c["time"] - time.time()) < 120 and 0 <= c["pause"] <= c["duration"] < 120, c
     assert [e["index"] for e in r.list_json(store)] == [c["index"]]
@@ -79,14 +90,23 @@ def test_checkpoint_diff_gc_json(r):
     res = r.lz("diff", "-d", store, "--json")
     assert res.rc == 0, str(res)
     d = json.loads(res.stdout)
-    assert d == {"index": c["index"], "changes": [{"kind": "modified", "path": str(f)}]}, d
+    versioned(d, {"index", "changes"})
+    assert d["index"] == c["index"] and d["changes"] == [{"kind": "modified", "path": str(f)}], d
     plain = r.lz("diff", "-d", store)
     assert plain.stdout == f"modified {f}\n", str(plain)
     res = r.lz("gc", "-d", store, "--json")
     assert res.rc == 0, str(res)
     g = json.loads(res.stdout)
-    assert set(g) == {"packs_removed", "bytes_removed", "bytes_punched", "journals_removed"}, g
-    assert all(isinstance(v, int) and v >= 0 for v in g.values()), g
+    versioned(g, {"packs_removed", "bytes_removed", "bytes_punched", "journals_removed"})
+    assert all(isinstance(v, int) and v >= 0 for k, v in g.items() if k != "lazarus_version"), g
+    # the documents that are arrays: each object carries the version
+    for cmd in ("list", "verify"):
+        res = r.lz(cmd, "-d", store, "--json")
+        assert res.rc == 0, str(res)
+        arr = json.loads(res.stdout)
+        assert arr and all(e.get("lazarus_version") == VERSION for e in arr), arr
+    res = r.lz("show", "-d", store, "--json", "tree")
+    assert res.rc == 0 and json.loads(res.stdout)["lazarus_version"] == VERSION, str(res)
 
 
 def test_run_restart_events(r):
@@ -103,7 +123,7 @@ def test_run_restart_events(r):
     assert [e["event"] for e in ev] == ["started", "checkpoint", "exited"], proc.stderr
     assert ev[0]["command"].startswith("sh -c ") and ev[0]["dir"] == str(store), ev[0]
     assert ev[1]["index"] == n and ev[1]["processes"] >= 1, ev[1]
-    assert ev[2]["status"] == 137 and ev[2]["signal"] == 9, ev[2]
+    assert ev[2]["status"] == 137 and ev[2]["signal"] == 9 and ev[2]["checkpoints"] == 1, ev[2]
     log = r.base / "restart.log"
     go.unlink()
     p = r.start_lz("restart", "-d", store, "--json", "--log", log)
@@ -124,7 +144,12 @@ def test_restart_line_quiet_and_log(r):
     proc, f, go = job_with_file(r, store)
     n = r.checkpoint(store)
     kill_program(proc, "sh")
-    assert proc.stderr.strip() == "", proc.stderr  # a plain run says nothing new
+    # a plain run says where it went and how it ended, nothing else
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 2 and re.fullmatch(rf"lazarus: job started \(pid \d+\), checkpoints on request in {re.escape(str(store))}",
+                                            lines[0]), proc.stderr
+    assert lines[1] == "lazarus: program killed by signal 9 (exit status 137) after 1 checkpoint", proc.stderr
+    assert all(RUN_LINE_RE.match(l) for l in lines), lines  # what tests that drop them match
     p = r.start_lz("restart", "-d", store)
     wait_for("the restart line", lambda: "restarted" in p.stderr or p.poll() is not None)
     m = re.search(r"^lazarus: restarted from checkpoint (\d+) taken at (\S+): (\d+) files? rolled back, program resumed$",
@@ -148,3 +173,62 @@ def test_restart_line_quiet_and_log(r):
     # errors are never silenced
     res = r.lz("restart", "-d", r.base / "nowhere", "--quiet")
     assert res.rc == 240 and len(res.stderr_lines()) == 1, str(res)
+
+
+def test_run_lines_without_a_terminal(r):
+    """run says in one line where it went and in one how it ended, around
+    the program's own stderr (untouched, in its order); --quiet silences
+    both; --json has them as the started and exited events."""
+    store = r.base / "st"
+    go = r.base / "go"
+    script = f"echo mine >&2; echo ready; while [ ! -e {go} ]; do sleep 0.05; done; echo also mine >&2; exit 3"
+    proc = r.start_lz("run", "-d", store, "-i", "3600", "--", "sh", "-c", script)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    r.checkpoint(store)
+    r.checkpoint(store)
+    r.touch(go)
+    assert proc.wait(timeout=60) == 3, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 4, proc.stderr
+    assert re.fullmatch(rf"lazarus: job started \(pid \d+\), checkpoints every 3600 s in {re.escape(str(store))}", lines[0]), lines
+    assert lines[1:] == ["mine", "also mine", "lazarus: program exited with status 3 after 2 checkpoints"], lines
+    q = r.lz("run", "-d", r.base / "q", "--quiet", "--", "sh", "-c", "echo mine >&2; exit 4")
+    assert q.rc == 4 and q.stderr == "mine\n", str(q)
+    j = r.lz("run", "-d", r.base / "j", "--json", "--", "sh", "-c", "echo mine >&2; exit 5")
+    assert j.rc == 5, str(j)
+    own = [l for l in j.stderr.splitlines() if l != "mine"]
+    ev = events("\n".join(own))
+    assert [e["event"] for e in ev] == ["started", "exited"] and "mine" in j.stderr.splitlines(), j.stderr
+    assert ev[0]["interval"] == 600 and ev[1]["status"] == 5 and ev[1]["checkpoints"] == 0, ev
+
+
+def test_restart_counts_files_rolled_back(r):
+    """The restart line's count is what `diff` lists: a job that changed 3
+    files since the checkpoint rolls back 3, one that changed none 0."""
+    store = r.base / "st"
+    a, b, c, go = (r.base / n for n in ("a.txt", "b.txt", "c.txt", "go"))
+    script = (f"echo a > {a}; echo b > {b}; echo ready; while [ ! -e {go} ]; do sleep 0.05; done; "
+              f"echo more >> {a}; rm {b}; echo c > {c}; echo changed; while :; do sleep 1; done")
+    proc = r.start_lz("run", "-d", store, "-i", "0", "--", "sh", "-c", script)
+    proc.wait_for_output(r"^ready$", timeout=60)
+    n = r.checkpoint(store)
+    r.touch(go)
+    proc.wait_for_output(r"^changed$", timeout=60)
+    kill_program(proc, "sh")
+    go.unlink()
+    d = r.lz("diff", "-d", store)
+    assert d.rc == 0 and len(d.stdout.splitlines()) == 3, str(d)
+    p = r.start_lz("restart", "-d", store, "--json")
+    wait_for("the restarted event", lambda: '"restarted"' in p.stderr or p.poll() is not None)
+    ev = [e for e in events(p.stderr) if e["event"] == "restarted"]
+    assert ev and ev[0]["index"] == n and ev[0]["files_rolled_back"] == 3, p.stderr
+    assert "3 files rolled back" in ev[0]["message"], ev
+    assert a.read_text() == "a\n" and b.read_text() == "b\n" and not c.exists()
+    # nothing changed since: 0 (a checkpoint of the restarted job, killed at once)
+    m = r.checkpoint(store)
+    kill_program(p, "sh")
+    q = r.start_lz("restart", "-d", store)
+    wait_for("the restart line", lambda: "rolled back" in q.stderr or q.poll() is not None)
+    assert re.search(rf"^lazarus: restarted from checkpoint {m} taken at \S+: 0 files rolled back, program resumed$",
+                     q.stderr, re.M), q.stderr
+    kill_program(q, "sh")

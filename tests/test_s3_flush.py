@@ -15,9 +15,11 @@ and a restart elsewhere (`restart -d s3://...`), against versitygw
 - a connection cut in the middle of a flush: nothing of that checkpoint is
   visible (no commit, no multipart upload left), the next one is published;
   `gc -d s3://` leaves what is younger than --older-than, then removes the
-  cut flush's objects: what stays is exactly the commit and what it lists;
-- a flipped byte in a remote pack: the restart names the object, exits 1,
-  and changes nothing (no cache left, the remote as it was);
+  cut flush's objects (`--json` says how many): what stays is exactly the
+  commit and what it lists;
+- a flipped byte in a remote pack: verify, diff and the restart name the
+  object and exit 244 (damaged), and the restart changes nothing (no cache
+  left, the remote as it was);
 - a wrong secret, an unknown bucket or a certificate of an unknown CA:
   `run --remote` refuses to start, one line (with --ca-file it runs)."""
 from __future__ import annotations
@@ -215,8 +217,12 @@ def test_connection_cut_mid_flush(runner, programs, s3server, proxy):
     r = runner.lz("gc", "-d", url)
     assert r.rc == 0 and "removed 0 objects" in r.stdout, str(r)
     assert remote_keys(runner, s3server, url) == keys
-    r = runner.lz("gc", "-d", url, "--older-than", "0")
-    assert r.rc == 0 and "removed 0 objects" not in r.stdout, str(r)
+    r = runner.lz("gc", "-d", url, "--older-than", "0", "--json")  # what it removed, as JSON (docs/json.md)
+    assert r.rc == 0, str(r)
+    g = json.loads(r.stdout)
+    assert set(g) == {"lazarus_version", "objects_removed", "bytes_removed", "uploads_aborted", "left_newer",
+                      "older_than"}, g
+    assert g["objects_removed"] > 0 and g["bytes_removed"] > 0 and g["left_newer"] == 0 and g["older_than"] == 0, g
     commits = [k for k in remote_keys(runner, s3server, url) if "/commit/" in k]
     assert len(commits) == 2, commits
     listed = {l.split()[4] for c in commits for l in s3server.objects(b)[c].read_text().splitlines()
@@ -231,23 +237,26 @@ def test_flipped_byte_in_remote_pack(runner, programs, s3server):
     b = s3server.bucket()
     url = f"s3://{b}/flip"
     setup_env(runner, s3server)
-    store = runner.base / "store"
-    job = start_job(runner, programs, store, url)
+    store, journals = runner.base / "store", runner.mkdir("journals")
+    job = start_job(runner, programs, store, url, "--journal-dir", journals)  # so that diff -d s3:// reads
     idx = runner.checkpoint_when_up(store)
     wait_published(runner, store, idx, job)
     job.kill()
+    assert runner.lz("diff", "-d", url, timeout=120).rc == 0
     packs = [p for k, p in s3server.objects(b).items() if "/pack." in k]
     assert packs
     data = bytearray(packs[0].read_bytes())
     data[len(data) // 2] ^= 0x40
     packs[0].write_bytes(data)
     before = remote_keys(runner, s3server, url)
-    r = runner.lz("verify", "-d", url, timeout=120)
-    assert r.rc == 1 and len(r.stderr_lines()) == 1 and "fails its checksum" in r.stderr and "pack." in r.stderr, str(r)
+    # damage: 244 (cli/exit_codes.h), one line naming the object
+    for cmd in ("verify", "diff"):
+        r = runner.lz(cmd, "-d", url, timeout=120)
+        assert r.rc == 244 and len(r.stderr_lines()) == 1 and "fails its checksum" in r.stderr and "pack." in r.stderr, str(r)
     cache = runner.base / "cache"
     r = runner.lz("restart", "-d", url, "--files-as-they-are", "--cache", cache, timeout=120)
     lines = [l for l in r.stderr_lines() if "through the local store" not in l]
-    assert r.rc == 1 and len(lines) == 1, str(r)
+    assert r.rc == 244 and len(lines) == 1, str(r)
     assert "fails its checksum" in lines[0] and "pack." in lines[0] and "nothing was changed" in lines[0], str(r)
     assert not cache.exists() and remote_keys(runner, s3server, url) == before
 

@@ -6,7 +6,14 @@
  *   disable SECS STOP [thread]  sections of SECS seconds ("in K" / "out K"), 0.2 s
  *                        apart, until the file STOP exists (in a second thread)
  *   threads N            two threads each call lazarus_checkpoint() N times
- *   error                lazarus_checkpoint() with a socket it cannot take, then without */
+ *   error                lazarus_checkpoint() with a socket it cannot take, then without
+ *   gate STOP [before]   an after-restart hook that takes 0.3 s, then sets a flag (where a
+ *                        program would reopen its connection); the main thread and a worker
+ *                        step every 10 ms and say at their first step after a restart whether
+ *                        they see it set ("step T restart R reopened F"); [before]: a
+ *                        before-hook too (the checkpoint is then taken on the hooks thread);
+ *                        [stuck]: the hook waits (30 s at most) for the worker's first step
+ *                        after the restart instead, as a hook needing a lock a thread holds */
 #include <lazarus.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -79,6 +86,43 @@ static void *sections(void *unused)
         lazarus_enable();
         nap(0.2);
     }
+    return NULL;
+}
+
+static volatile int reopened, seen_restarts[2];
+static void reopen(int event, void *arg)
+{
+    (void)event;
+    (void)arg;
+    nap(0.3);
+    __atomic_store_n(&reopened, 1, __ATOMIC_RELEASE);
+}
+
+static void nothing(int event, void *arg) { (void)event; (void)arg; }
+
+static void stuck(int event, void *arg)
+{
+    (void)event;
+    (void)arg;
+    for (int i = 0; i < 3000 && __atomic_load_n(&seen_restarts[1], __ATOMIC_ACQUIRE) != lazarus_restarts(); i++) nap(0.01);
+    say("stuck hook done, worker seen %d\n", __atomic_load_n(&seen_restarts[1], __ATOMIC_ACQUIRE));
+}
+
+/* one step: at the first one after a restart, is the hook's work done? */
+static void step(int t)
+{
+    int r = lazarus_restarts();
+    if (r != seen_restarts[t]) {
+        seen_restarts[t] = r;
+        say("step %d restart %d reopened %d\n", t, r, __atomic_load_n(&reopened, __ATOMIC_ACQUIRE));
+    }
+    nap(0.01);
+}
+
+static void *worker(void *unused)
+{
+    (void)unused;
+    for (;;) step(1);
     return NULL;
 }
 
@@ -165,6 +209,17 @@ int main(int argc, char **argv)
         say("without %d index %llu [%s]\n", r, idx, lazarus_strerror());
         return 0;
     }
+    if (!strcmp(mode, "gate") && (argc == 3 || argc == 4)) {
+        int blocked = argc == 4 && !strcmp(argv[3], "stuck");
+        lazarus_on(LAZARUS_AFTER_RESTART, blocked ? stuck : reopen, NULL);
+        if (argc == 4 && !blocked) lazarus_on(LAZARUS_BEFORE_CHECKPOINT, nothing, NULL);
+        pthread_t w;
+        pthread_create(&w, NULL, worker, NULL);
+        say("ready\n");
+        while (access(argv[2], F_OK) != 0) step(0);
+        say("done\n");
+        return 0;
+    }
     if (!strcmp(mode, "threads") && argc == 3) {
         calls = atoi(argv[2]);
         pthread_t a, b;
@@ -175,6 +230,7 @@ int main(int argc, char **argv)
         say("done\n");
         return 0;
     }
-    fprintf(stderr, "usage: api_hooks info | hooks LOG STOP | api N LOG STOP | disable SECS STOP [thread] | threads N | error\n");
+    fprintf(stderr, "usage: api_hooks info | hooks LOG STOP | api N LOG STOP | disable SECS STOP [thread] | threads N | error | "
+            "gate STOP [before]\n");
     return 2;
 }
