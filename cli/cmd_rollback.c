@@ -45,6 +45,7 @@ static void said(const struct cli_opts *o, uint64_t index, uint64_t taken_ns, ui
         struct jw w;
         jw_init(&w, stdout);
         jw_obj(&w, NULL);
+        jw_version(&w);
         jw_u64(&w, "index", index);
         jw_str(&w, "taken", t);
         jw_u64(&w, "files_rolled_back", files);

@@ -97,7 +97,7 @@ def test_rollback_then_restart(runner, job):
     # --at the older one, --json
     r = runner.lz("rollback", "-d", store, "--at", str(n1), "--json", check_rc=0)
     doc = json.loads(r.stdout)
-    assert doc["index"] == n1 and doc["changed"] is True and doc["files_rolled_back"] >= 4, r
+    assert doc["lazarus_version"] and doc["index"] == n1 and doc["changed"] is True and doc["files_rolled_back"] >= 4, r
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", doc["taken"]), r
     assert files_of(work) == at[n1]
     assert runner.indexes(store) == [n1]
