@@ -130,7 +130,7 @@ static int show_dir(const char *d, int have_at, uint64_t at, const struct show_a
     s.json = a->json;
     if (lz_store_pick(dir, have_at, at, &s.index, why, sizeof why) < 0) { lz_err("%s", why); free(dir); return LZ_EXIT_NOT_FOUND; }
     if (show_load(&s) < 0) { show_free(&s); free(dir); return LZ_EXIT_DAMAGED; }
-    int rc = 0;
+    int rc = 0, r;
     if (s.json) { jw_init(&s.w, stdout); jw_obj(&s.w, NULL); jw_version(&s.w); }
     show_header(&s);
     for (size_t i = 0; i < NWHATS; i++) {
@@ -145,8 +145,8 @@ static int show_dir(const char *d, int have_at, uint64_t at, const struct show_a
         else if (!strcmp(w, "regions")) show_regions(&s);
         else if (!strcmp(w, "fds")) show_fds(&s);
         else if (!strcmp(w, "chans")) show_chans(&s);
-        else if ((!strcmp(w, "journal") ? show_journal(&s) : show_packs(&s)) < 0) {
-            rc = 1; /* said on stderr; the document stays whole */
+        else if ((r = !strcmp(w, "journal") ? show_journal(&s) : show_packs(&s)) < 0) {
+            rc = r == -2 ? LZ_EXIT_DAMAGED : 1; /* said on stderr; the document stays whole */
             if (s.json) jw_null(&s.w, w);
         }
     }

@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "exit_codes.h"
 #include <string.h>
 #include <time.h>
 
@@ -27,10 +28,11 @@ int remote_gc(const char *url, const struct remote_opts *ro, uint64_t older_than
     /* everything listed first, then the commits: an object published meanwhile is in one */
     struct s3_object *objs;
     ssize_t no = s3_list(&c, prefix, &objs, why, sizeof why);
-    if (no < 0) { lz_err("gc: %s", why); return 1; }
+    if (no < 0) { lz_err("gc: %s", why); return LZ_EXIT_REMOTE; }
     struct rc_ref *refs;
     ssize_t nr = rc_list_commits(&c, &refs, why, sizeof why);
-    if (nr < 0) { lz_err("gc: %s", why); free(objs); return 1; }
+    if (nr < 0) { lz_err("gc: %s", why); free(objs); return LZ_EXIT_REMOTE; }
+    int code = 1; /* the store answered, but not as it must (a damaged commit) */
     char **keys = NULL;
     size_t nkeys = 0;
     for (ssize_t i = 0; i < nr; i++) {
@@ -56,16 +58,16 @@ int remote_gc(const char *url, const struct remote_opts *ro, uint64_t older_than
         if (bsearch(&k, keys, nkeys, sizeof *keys, cmp_str)) continue;
         if (strstr(k, "/commit/")) continue; /* a commit of another version or a damaged name: a person's call */
         if (objs[i].mtime > limit) { young++; continue; }
-        if (s3_delete(&c, k, why, sizeof why) < 0) { lz_err("gc: %s", why); goto fail; }
+        if (s3_delete(&c, k, why, sizeof why) < 0) { lz_err("gc: %s", why); code = LZ_EXIT_REMOTE; goto fail; }
         removed++;
         bytes += objs[i].size;
     }
     struct s3_upload *ups;
     ssize_t nu = s3_list_uploads(&c, prefix, &ups, why, sizeof why);
-    if (nu < 0) { lz_err("gc: %s", why); goto fail; }
+    if (nu < 0) { lz_err("gc: %s", why); code = LZ_EXIT_REMOTE; goto fail; }
     for (ssize_t i = 0; i < nu; i++) {
         if (ups[i].initiated > limit) { young++; continue; }
-        if (s3_abort_upload(&c, ups[i].key, ups[i].id, why, sizeof why) < 0) { lz_err("gc: %s", why); free(ups); goto fail; }
+        if (s3_abort_upload(&c, ups[i].key, ups[i].id, why, sizeof why) < 0) { lz_err("gc: %s", why); free(ups); code = LZ_EXIT_REMOTE; goto fail; }
         aborted++;
     }
     free(ups);
@@ -98,5 +100,5 @@ fail:
     free(keys);
     free(refs);
     free(objs);
-    return 1;
+    return code;
 }

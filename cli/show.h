@@ -28,7 +28,7 @@ void show_threads(struct show *s);
 void show_regions(struct show *s);
 void show_fds(struct show *s);
 void show_chans(struct show *s);
-int show_journal(struct show *s);
+int show_journal(struct show *s); /* -2: a damaged journal */
 int show_packs(struct show *s);
 
 /* live processes only: a zombie has no manifest */

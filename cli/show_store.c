@@ -69,8 +69,9 @@ int show_journal(struct show *s)
     char why[LZ_PATH_MAX + 512];
     /* exactly what `diff` reads: when the job stopped tells what is gone since */
     int64_t stop = rollback_stop_ns(s->dir);
-    struct fj_plan *plan = rollback_plan_load(s->dir, s->index, stop, NULL, why, sizeof why);
-    if (!plan) { lz_err("%s", why); return -1; }
+    int damaged;
+    struct fj_plan *plan = rollback_plan_load(s->dir, s->index, stop, &damaged, why, sizeof why);
+    if (!plan) { lz_err("%s", why); return damaged ? -2 : -1; }
     struct changes c = {0};
     fj_plan_changes(plan, stop, add_change, &c);
     saved_bytes(plan, &c);

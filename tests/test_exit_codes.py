@@ -122,8 +122,9 @@ def test_damaged_page_data(r):
 
 
 def test_damaged_journal(r):
-    """A file journal that fails its checksum: `diff` and `restart` say so in
-    one line and exit 244, and the restart changes nothing."""
+    """A file journal that fails its checksum: `diff`, `show`, `restart` and
+    `rollback` say so in one line and exit 244; restart and rollback change
+    nothing."""
     store, go, f = r.base / "st", r.base / "go", r.base / "f.txt"
     script = f"echo one > {f}; echo ready; while [ ! -e {go} ]; do sleep 0.05; done; echo two >> {f}; echo done; while :; do sleep 1; done"
     proc = r.start_lz("run", "-d", store, "-i", "0", "--", "sh", "-c", script)
@@ -141,8 +142,10 @@ def test_damaged_journal(r):
     logs[0].write_bytes(data)
     one_line(r.lz("diff", "-d", store), DAMAGED, "is damaged")
     one_line(r.lz("diff", "-d", store, "--json"), DAMAGED, "is damaged")
+    one_line(r.lz("show", "-d", store, "journal"), DAMAGED, "is damaged")
     before, content = snapshot(store), f.read_text()
     one_line(r.lz("restart", "-d", store), DAMAGED, "is damaged", "nothing was changed")
+    one_line(r.lz("rollback", "-d", store), DAMAGED, "is damaged", "nothing was changed")
     assert snapshot(store) == before and f.read_text() == content
 
 
@@ -205,7 +208,7 @@ def test_remote_unreachable(r):
                r.programs.exit_code, "0", timeout=120)
     assert res.rc == REMOTE and "remote store" in res.stderr and "ready" not in res.stdout, str(res)
     r.env["TMPDIR"] = str(r.base)
-    for cmd in ("restart", "list", "verify", "diff", "show"):
+    for cmd in ("restart", "list", "verify", "diff", "show", "gc"):
         res = r.lz(cmd, "-d", "s3://bucket/x", "--endpoint", "http://127.0.0.1:9", timeout=120)
         assert res.rc == REMOTE and len(res.stderr_lines()) == 1, str(res)
 
