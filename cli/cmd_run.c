@@ -2,6 +2,7 @@
  * [--checkpoint-signal SIG] [--remote s3://BUCKET/PREFIX [--keep-remote N] ...] [--mintime S] [--no-incremental] [--no-fork]
  * [--check-exclusions] [--] PROGRAM [ARG...] */
 #include "cli.h"
+#include "fs_job.h"
 #include "store_admin.h"
 #include "remote_store.h"
 #include "remote_key.h"
@@ -207,7 +208,7 @@ static int run_user_env(const struct cli_opts *o)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGMKEAIPJUNWXYBjql", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGMKEAIPJUNWXYBjqlVHo", help, &o);
     if (first < 0) return 2;
     if (log_setup("run", o.log, o.json, o.quiet) < 0) return 2;
     if (run_ckptrc(&o) < 0) return 2;
@@ -254,10 +255,25 @@ int cmd_run(int argc, char **argv)
         }
     }
     if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
+    if (o.files_only && !*o.fs) { lz_err("run: --files-only needs --fs PATH (the directory whose files it keeps)"); return 2; }
+    if (o.fs_mode && !*o.fs) { lz_err("run: --fs-mode goes with --fs PATH"); return 2; }
+    if (*o.fs && (o.journal_dir || stream)) { lz_err("run: --fs goes with -d DIR, without --journal-dir"); return 2; }
     char *dir = abs_dir(o.dir);
     if (lz_store_prepare(dir, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
     free(dir);
     dir = abs_dir(o.dir);
+    char fs_lines[4096 + 8 * 8] = "";
+    for (const char *p = o.fs; *p;) {
+        const char *q = strchr(p, '\n');
+        size_t l = q ? (size_t)(q - p) : strlen(p);
+        char path[4096];
+        snprintf(path, sizeof path, "%.*s", (int)l, p);
+        p += l + (q ? 1 : 0);
+        char real[4096];
+        if (fsm_check_path(path, dir, real, sizeof real, why, sizeof why) < 0) { lz_err("run: %s; nothing was started", why); return 2; }
+        size_t have = strlen(fs_lines);
+        snprintf(fs_lines + have, sizeof fs_lines - have, "%s%s %s", have ? "\n" : "", o.fs_mode ? o.fs_mode : "undo", real);
+    }
     int lock = lz_store_lock(dir);
     int busy = lock < 0 && errno == EWOULDBLOCK;
     if (lock < 0 && o.resume) {
@@ -313,6 +329,8 @@ int cmd_run(int argc, char **argv)
     snprintf(job.compress, sizeof job.compress, "%s", o.compress);
     job.job_stdio = o.job_stdio;
     job.tcp_refuse = o.tcp_refuse;
+    snprintf(job.fs, sizeof job.fs, "%s", fs_lines);
+    job.files_only = o.files_only;
     snprintf(job.state, sizeof job.state, "running");
     lz_job_new_id(job.id);
     resume_command(argv + first, job.command, sizeof job.command, &job.command_hash);
@@ -376,6 +394,14 @@ int cmd_run(int argc, char **argv)
     int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, 1);
     if (child_ctl < 0) return 1;
     s.flusher = fl;
+    /* the file systems first: the program finds its files through them */
+    if (*job.fs && fs_start_all(&s, job.fs, 0, why, sizeof why) < 0) {
+        lz_err("run: %s; nothing was started", why);
+        close(child_ctl);
+        return 1;
+    }
+    fs_exclude(&s);
+    if (job.files_only) return fs_files_only_run(&s, child_ctl, argv + first, &job);
     s.child = s.prog = spawn_program(&s, child_ctl, argv + first);
     close(child_ctl);
     if (s.child < 0) { lz_err("fork: %s", strerror(errno)); return 1; }

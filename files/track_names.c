@@ -73,6 +73,7 @@ int trk_excluded(const char *abs)
     static const char *const sys[] = {"/proc", "/sys", "/dev"};
     for (int i = 0; i < 3; i++) if (under(abs, sys[i], slen(sys[i]))) return 1;
     if (under(abs, trk_E.store, trk_E.store_len)) return 1;
+    if (trk_E.only_len && !under(abs, trk_E.only, trk_E.only_len)) return 1;
     for (int i = 0; i < trk_E.nexcl; i++) if (under(abs, trk_E.excl[i], slen(trk_E.excl[i]))) return 1;
     return 0;
 }
