@@ -94,7 +94,7 @@ static int commit(struct supervisor *s, char *why, size_t whylen)
     uint64_t index = s->next_index;
     char root[LZ_PATH_MAX + 64], ck[LZ_PATH_MAX + 64];
     snprintf(root, sizeof root, "%s/" LZ_TMP_PREFIX "%06" PRIu64 ".%d", s->dir, index, (int)getpid());
-    if (mkdir(root, 0700) < 0 || fj_write_empty_log(root, s->job_id, index, 0) < 0) {
+    if (mkdir(root, 0700) < 0 || fj_write_empty_log(root, s->job_id, index, (int32_t)getpid()) < 0) {
         snprintf(why, whylen, "cannot make %s: %s", root, strerror(errno));
         lz_store_cleanup_tmp(s->dir);
         return -1;
@@ -210,10 +210,13 @@ static int loop(struct supervisor *s, char **argv, char **envp, const char *cwd)
             else if (client >= 0) { close(client); client = -1; }
         }
         if (!want) continue;
-        int idx = s->fs_failed ? -1 : commit(s, why, sizeof why);
-        if (s->fs_failed && idx < 0) snprintf(why, sizeof why, "the job's file system is gone");
+        int gone = s->fs_failed;
+        int idx = gone ? -1 : commit(s, why, sizeof why);
+        if (gone) snprintf(why, sizeof why, "the job's file system is gone");
         char out[4500];
-        if (idx < 0) {
+        if (idx < 0 && s->fs_failed) {
+            snprintf(out, sizeof out, "ERR %s", why); /* said once already: the job ends */
+        } else if (idx < 0) {
             struct log_kv k2[] = {LOG_STR("reason", why)};
             log_event(LOG_ERROR, "checkpoint_failed", k2, 1, "checkpoint failed: %s", why);
             snprintf(out, sizeof out, "ERR %s", why);
@@ -237,7 +240,8 @@ static int loop(struct supervisor *s, char **argv, char **envp, const char *cwd)
         nanosleep(&ms, NULL);
     }
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (WIFSIGNALED(status)) lz_err("the program was killed by signal %d", WTERMSIG(status));
+    if (s->fs_failed && code == 0) code = LZ_EXIT_FAIL;
+    if (WIFSIGNALED(status) && !s->fs_failed) lz_err("the program was killed by signal %d", WTERMSIG(status));
     snprintf(job.state, sizeof job.state, "%s", WIFEXITED(status) && !s->fs_failed ? "finished" : "stopped");
     job.exit_status = code;
     job.next_index = s->next_index;

@@ -568,7 +568,9 @@ int supervise(struct supervisor *s)
     }
     code = st.have_status ? exit_code_of(st.status) : 1;
     if (st.have_status) exited_line(st.status);
-    snprintf(job.state, sizeof job.state, "%s", st.have_status && WIFEXITED(st.status) ? "finished" : "stopped");
+    /* a job whose file system went away is stopped, however its program ended (restartable) */
+    if (s->fs_failed && code == 0) code = LZ_EXIT_FAIL;
+    snprintf(job.state, sizeof job.state, "%s", st.have_status && WIFEXITED(st.status) && !s->fs_failed ? "finished" : "stopped");
     job.exit_status = code;
     lz_job_write(s->dir, &job);
     lz_store_drop_spares(s->dir);
