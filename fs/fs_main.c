@@ -76,7 +76,7 @@ int main(int argc, char **argv)
     fsd.root.ino = st.st_ino;
     fsd.root.nlookup = 2;
     if (fj_setup(argv[2], !strcmp(argv[4], "machine"), NULL, 0, job) < 0) { say("ERR cannot set up the file engine%s%s", "", ""); return 1; }
-    fj_limit(fsd.path);
+    fj_limit(fsd.path, fsd.root_fd);
     if (argc == 7) {
         char why[300];
         if (fj_restarted(argv[2], strtoull(argv[6], NULL, 10), 0, why, sizeof why) < 0) { say("ERR %s%s", why, ""); return 1; }
