@@ -1,10 +1,9 @@
 /* Open, read, write, truncate, fallocate, sync.  A FUSE file handle is a
  * descriptor of the real file; the engine classifies it as it would a
  * program's (track_fds.c), so writes that need no undo (appends, a file
- * born this interval) cost one table lookup.  The writeback cache sends
- * writes for any handle of the inode: every handle is opened for reading
- * and writing (the engine reads the old bytes through it) and without
- * O_APPEND (the kernel gives the offsets). */
+ * born this interval) cost one table lookup.  Every handle is opened for
+ * reading and writing where the file allows (the engine reads the old bytes
+ * through it) and without O_APPEND (the kernel gives the offsets). */
 #include "fsd.h"
 #include "track.h"
 #include <errno.h>

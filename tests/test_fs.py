@@ -188,16 +188,17 @@ def test_names_truncate_dirs_through_fs(runner, fuse_dev, fsprogs):
     file, truncation, mkdir/rmdir of a directory of N and of a new one."""
     a, b = rbytes(40, 6000), rbytes(41, 3000)
     steps = [CK,
-             S("openclose", path="nonactive", flags=["O_WRONLY", "O_CREAT", "O_APPEND"], data=R(42, 500)),
+             S("append", path="nonactive", data=R(42, 500)),
              S("rename", src="a", dst="b"),
-             S("truncate", path="c", size=100),
+             S("truncate", path="c", len=100),
              S("mkdir", path="newdir"),
              S("put", path="newdir/f", data=R(43, 700)),
              CK,
              S("rmdir", path="olddir"),
              S("unlink", path="newdir/f"),
              S("rename", src="b", dst="newdir/moved"),
-             S("truncate", path="c", size=0)]
+             S("truncate", path="c", len=0),
+             S("append", path="nonactive", data=R(45, 300))]
     job = fs_job(runner, fsprogs, {"a": F(a), "b": F(b), "c": F(rbytes(44, 9000)), "olddir": D()}, steps)
     job.run()
     job.restart_all()
