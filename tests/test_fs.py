@@ -311,3 +311,27 @@ def test_mount_refused_for_user(runner, mode):
     assert r.rc != 0 and "cannot mount" in r.stderr and "/dev/fuse" in r.stderr, str(r)
     assert len(r.stderr.strip().splitlines()) == 1, str(r)
     assert str(work) not in lazarus_mounts()
+
+
+def test_supervisor_killed(runner, fuse_dev, static_job):
+    """SIGKILL of the supervisor itself: its daemon sees the channel close,
+    unmounts and exits (the program ends with its parent), and `restart`
+    finds no mount, rolls back to the last commit and finishes identically."""
+    want = reference(runner, static_job, STEPS)
+    work = runner.mkdir("work")
+    store = runner.base / "st"
+    proc = runner.start_lz("run", "-d", store, "--files-only", "--fs", work, "--",
+                           static_job, work, STEPS, LAZARUS, "30")
+    dpid = daemon_of(proc.pid)
+    proc.wait_for_output(r"^committed step 60$", 30)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == 137
+    wait_gone([dpid])
+    assert_no_mount(work)
+    committed = [int(m) for m in re.findall(r"^committed step (\d+)$", proc.stdout, re.M)]
+    r = runner.lz("restart", "-d", store, timeout=120)
+    assert r.rc == 0, str(r)
+    first = re.search(r"^start at step (\d+)$", r.stdout, re.M)
+    assert first and int(first.group(1)) >= committed[-1], (r.stdout, proc.stdout)
+    assert hashes(work) == want
+    assert_no_mount(work)
