@@ -122,11 +122,15 @@ def test_static_files_only_killed_at_random_instants(runner, fuse_dev, static_jo
     # every segment after a kill started from the restart file of the last commit
     starts = [int(m) for s in kr.segments[1:] for m in re.findall(r"^start at step (\d+)$", s.stdout, re.M)]
     assert len(starts) == len(kr.segments) - 1, kr.describe()
-    # a files-only store lists, verifies and diffs like any other
+    # a files-only store lists, verifies and collects like any other; show says it has no process
     r = runner.lz("verify", "-d", store)
     assert r.rc == 0, str(r)
     listed = runner.list_json(store)
     assert listed and all(e["trigger"] == "files" and e["processes"] == 0 for e in listed), listed
+    r = runner.lz("gc", "-d", store)
+    assert r.rc == 0, str(r)
+    r = runner.lz("show", "-d", store)
+    assert r.rc == 1 and "files-only" in r.stderr and len(r.stderr.strip().splitlines()) == 1, str(r)
 
 
 # --------------------------------------------------------------------------
