@@ -111,14 +111,13 @@ static int commit(struct supervisor *s, char *why, size_t whylen)
         return -1;
     }
     close(mfd);
-    int prepared = 0;
-    int rc = fs_prepare_all(s, index, root, why, whylen, &prepared);
+    int rc = fs_close_all(s, index, why, whylen);
+    if (rc == 0) rc = fs_gather_all(s, index, root, why, whylen);
     lz_ckpt_path(ck, sizeof ck, s->dir, index);
     if (rc == 0 && (lz_fsync_dir(root) < 0 || renameat2(AT_FDCWD, root, AT_FDCWD, ck, RENAME_NOREPLACE) < 0)) {
         snprintf(why, whylen, "cannot commit checkpoint %" PRIu64 ": %s", index, strerror(errno));
         rc = -1;
     }
-    fs_finish_all(s, prepared, rc == 0, NULL, 0);
     if (rc < 0) { lz_store_cleanup_tmp(s->dir); return -1; }
     lz_fsync_dir(s->dir);
     struct lz_job job;

@@ -65,35 +65,30 @@ int fs_reaped(struct supervisor *s, pid_t pid, int status)
     return 0;
 }
 
-int fs_prepare_all(struct supervisor *s, uint64_t index, const char *root, char *why, size_t whylen, int *prepared)
+int fs_close_all(struct supervisor *s, uint64_t index, char *why, size_t whylen)
 {
-    *prepared = 0;
     for (int i = 0; i < s->nfs; i++) {
-        char jdir[4200], to[4300];
-        if (fsm_prepare(&s->fs[i], s->jhome, index, jdir, sizeof jdir, why, whylen) < 0) {
-            end_job(s, why);
+        int r = fsm_close(&s->fs[i], s->jhome, index, why, whylen);
+        if (r == -2) end_job(s, why);
+        if (r < 0) return -1;
+    }
+    return 0;
+}
+
+int fs_gather_all(struct supervisor *s, uint64_t index, const char *root, char *why, size_t whylen)
+{
+    for (int i = 0; i < s->nfs; i++) {
+        char to[4300];
+        if (s->fs[i].closed != index) {
+            snprintf(why, whylen, "the file system over %s did not close interval %" PRIu64, s->fs[i].path, index);
             return -1;
         }
-        *prepared = i + 1;
         /* its journal of the next interval is one more process's of the checkpoint */
         snprintf(to, sizeof to, "%s/" LZ_PROC_PREFIX "%d", root, (int)s->fs[i].pid);
-        if (rename(jdir, to) < 0) {
+        if (rename(s->fs[i].jdir, to) < 0) {
             snprintf(why, whylen, "cannot gather the journal of the file system over %s: %s", s->fs[i].path, strerror(errno));
             return -1;
         }
     }
     return 0;
-}
-
-int fs_finish_all(struct supervisor *s, int prepared, int ok, char *why, size_t whylen)
-{
-    char w[4400];
-    int rc = 0;
-    for (int i = 0; i < prepared && i < s->nfs; i++)
-        if (fsm_finish(&s->fs[i], ok, w, sizeof w) < 0) {
-            /* committed all the same: what the daemon did not take, it cannot change any more */
-            end_job(s, w);
-            if (why && !ok) { snprintf(why, whylen, "%s", w); rc = -1; }
-        }
-    return rc;
 }

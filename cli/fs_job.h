@@ -10,13 +10,13 @@ int fs_start_all(struct supervisor *s, const char *paths, uint64_t restarted, ch
 void fs_stop_all(struct supervisor *s);
 /* The loop reaped pid: 1 if it was a daemon (the job ends, said in one line). */
 int fs_reaped(struct supervisor *s, pid_t pid, int status);
-/* Checkpoint `index`, its parts gathered in root: each daemon synced, held,
- * its journal of the next interval moved into root/proc.<pid>.  *prepared:
- * how many were; 0, or -1 with why (the job ends). */
-int fs_prepare_all(struct supervisor *s, uint64_t index, const char *root, char *why, size_t whylen, int *prepared);
-/* The checkpoint committed (ok) or not: the daemons go on in the new journal
- * or the old one.  -1 with why only when !ok and a daemon failed too. */
-int fs_finish_all(struct supervisor *s, int prepared, int ok, char *why, size_t whylen);
+/* Checkpoint `index`, every process stopped (files-only: the commit): each
+ * daemon closes the interval (fs_mount.h, fsm_close).  0, or -1 with why
+ * (the checkpoint fails; a daemon dead or silent also ends the job). */
+int fs_close_all(struct supervisor *s, uint64_t index, char *why, size_t whylen);
+/* Before checkpoint `index` commits (its parts in root): each daemon's
+ * journal of the next interval moved in as root/proc.<pid>.  0, or -1 with why. */
+int fs_gather_all(struct supervisor *s, uint64_t index, const char *root, char *why, size_t whylen);
 
 /* fs_files_only.c: run --files-only (its loop instead of supervise()), and
  * the restart of such a job once its files are back at a commit: the

@@ -115,39 +115,28 @@ int fsm_start(struct fs_mount *m, const char *path, const char *jhome, const uin
     return -1;
 }
 
-int fsm_prepare(struct fs_mount *m, const char *jhome, uint64_t index, char *jdir, size_t jlen, char *why, size_t whylen)
+int fsm_close(struct fs_mount *m, const char *jhome, uint64_t index, char *why, size_t whylen)
 {
-    if (m->pid <= 0 || m->chan < 0) { snprintf(why, whylen, "the file system daemon of %s is gone", m->path); return -1; }
-    /* the writeback cache holds dirty pages in the kernel: they reach the
-     * daemon, and its journal, before the interval closes */
+    if (m->pid <= 0 || m->chan < 0) { snprintf(why, whylen, "the file system daemon of %s is gone", m->path); return -2; }
+    /* what the kernel still holds for the mount reaches the daemon, and its
+     * journal, before the interval closes */
     if (m->mnt_fd >= 0 && syncfs(m->mnt_fd) < 0) {
         snprintf(why, whylen, "cannot sync the file system over %s: %s", m->path, strerror(errno));
         return -1;
     }
-    snprintf(jdir, jlen, "%s/" LZ_TMP_PREFIX "%06" PRIu64 ".%d", jhome, index, (int)m->pid);
+    snprintf(m->jdir, sizeof m->jdir, "%s/" LZ_TMP_PREFIX "%06" PRIu64 ".%d", jhome, index, (int)m->pid);
+    m->closed = 0;
     char msg[4300], buf[600];
-    int l = snprintf(msg, sizeof msg, "PREPARE %s", jdir);
+    int l = snprintf(msg, sizeof msg, "CLOSE %s", m->jdir);
     if (send(m->chan, msg, (size_t)l, MSG_NOSIGNAL) < 0) {
         snprintf(why, whylen, "the file system daemon of %s is gone", m->path);
-        return -1;
+        return -2;
     }
     ssize_t n = answer(m, buf, sizeof buf, ANSWER_MS);
-    if (n > 0 && !strcmp(buf, "OK")) return 0;
-    if (n > 4 && !strncmp(buf, "ERR ", 4)) snprintf(why, whylen, "the file system over %s: %s", m->path, buf + 4);
-    else snprintf(why, whylen, "the file system daemon of %s %s", m->path, n < 0 ? "did not answer in 10 s" : "died");
-    return -1;
-}
-
-int fsm_finish(struct fs_mount *m, int ok, char *why, size_t whylen)
-{
-    if (m->pid <= 0 || m->chan < 0) { snprintf(why, whylen, "the file system daemon of %s is gone", m->path); return -1; }
-    char buf[600];
-    const char *msg = ok ? "COMMIT" : "ABORT";
-    if (send(m->chan, msg, strlen(msg), MSG_NOSIGNAL) < 0 || answer(m, buf, sizeof buf, ANSWER_MS) <= 0 || strcmp(buf, "OK")) {
-        snprintf(why, whylen, "the file system daemon of %s did not take the commit", m->path);
-        return -1;
-    }
-    return 0;
+    if (n > 0 && !strcmp(buf, "OK")) { m->closed = index; return 0; }
+    if (n > 4 && !strncmp(buf, "ERR ", 4)) { snprintf(why, whylen, "the file system over %s: %s", m->path, buf + 4); return -1; }
+    snprintf(why, whylen, "the file system daemon of %s %s", m->path, n < 0 ? "did not answer in 10 s" : "died");
+    return -2;
 }
 
 void fsm_reaped(struct fs_mount *m, int status)

@@ -14,6 +14,8 @@ struct fs_mount {
     int chan;      /* our end of its channel, -1 closed */
     int mnt_fd;    /* the mount's root (for syncfs), -1 */
     int status;    /* its wait status once reaped */
+    uint64_t closed;   /* the checkpoint whose interval it closed last (fsm_close) */
+    char jdir[4200];   /* that closing's journal of the next interval, DIR/tmp.N.PID */
 };
 
 /* Checks `--fs PATH` against the store: an existing directory, neither
@@ -25,13 +27,13 @@ int fsm_check_path(const char *path, const char *dir, char *real, size_t rlen, c
  * goes on), 0 for a new job. */
 int fsm_start(struct fs_mount *m, const char *path, const char *jhome, const uint64_t job[2], int machine,
               uint64_t restarted, char *why, size_t whylen);
-/* Checkpoint N: the mount synced (the kernel's dirty pages reach the
- * daemon and are recorded), then the daemon holds every change and makes
- * the next interval's journal, jhome/tmp.N.PID: 0 with its path in
- * jdir, or -1 with why (dead, no answer in time, or its error). */
-int fsm_prepare(struct fs_mount *m, const char *jhome, uint64_t index, char *jdir, size_t jlen, char *why, size_t whylen);
-/* After the commit (ok) or its failure: 0, or -1 with why. */
-int fsm_finish(struct fs_mount *m, int ok, char *why, size_t whylen);
+/* Checkpoint N, every process of the job stopped (files-only: the
+ * commit): the mount synced (what the kernel holds reaches the daemon and is
+ * recorded), then the daemon closes interval N and records on in a journal
+ * of the next, m->jdir (jhome/tmp.N.PID).  0; -1 with why (its error: the
+ * checkpoint fails, the daemon goes on); -2 with why (dead, or no answer
+ * in time: the job cannot go on). */
+int fsm_close(struct fs_mount *m, const char *jhome, uint64_t index, char *why, size_t whylen);
 /* The daemon reaped by the supervisor's loop. */
 void fsm_reaped(struct fs_mount *m, int status);
 /* The end of the job (or of a failed start): the channel closed, the daemon

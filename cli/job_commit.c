@@ -60,17 +60,15 @@ static int commit(struct sv_state *st, char *why, size_t whylen)
         }
     }
     lz_ckpt_path(ck, sizeof ck, dir, st->index);
-    /* the file systems (run --fs) close the interval: their journals of the
-     * next one join the checkpoint before it commits */
-    int fs_prepared = 0;
-    if (rc == 0 && !own_home) rc = fs_prepare_all(st->s, st->index, root, why, whylen, &fs_prepared);
+    /* the file systems (run --fs) closed the interval while every process
+     * was stopped: their journals of the next one join the checkpoint */
+    if (rc == 0 && !own_home) rc = fs_gather_all(st->s, st->index, root, why, whylen);
     /* commit: the rename is the instant the checkpoint starts to exist */
     if (rc == 0 && renameat2(AT_FDCWD, root, AT_FDCWD, ck, RENAME_NOREPLACE) < 0) {
         snprintf(why, whylen, "cannot commit the checkpoint: %s", strerror(errno));
         if (own_home) rename(jck, jroot); /* a failed checkpoint's journal */
         rc = -1;
     }
-    fs_finish_all(st->s, fs_prepared, rc == 0, NULL, 0);
     if (rc == 0 && lz_fsync_dir(dir) < 0) { snprintf(why, whylen, "cannot make the checkpoint durable (fsync of the store): %s", strerror(errno)); rc = -1; }
     return rc;
 }
