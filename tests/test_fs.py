@@ -339,3 +339,47 @@ def test_supervisor_killed(runner, fuse_dev, static_job):
     assert first and int(first.group(1)) >= committed[-1], (r.stdout, proc.stdout)
     assert hashes(work) == want
     assert_no_mount(work)
+
+
+APPENDER = r'''
+import os, sys, time
+ballast = os.urandom(96 << 20)   # a writer that takes a while: the program runs on meanwhile
+path, i = sys.argv[1], 0
+while True:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.write(fd, b"line %d\n" % i)
+    os.close(fd)
+    i += 1
+    time.sleep(0.001)
+'''
+
+
+def test_program_runs_on_while_checkpoint_written(runner, fuse_dev):
+    """Memory checkpoints of a program appending numbered lines under --fs:
+    it runs on while its checkpoint is written, and what it appends then is
+    in the next interval (the daemon closed it while the program was
+    stopped), so after SIGKILL and restart no line is missing or twice."""
+    work = runner.mkdir("work")
+    prog = runner.base / "appender.py"
+    prog.write_text(APPENDER)
+    os.chmod(prog, 0o644)
+    store = runner.base / "st"
+    log = work / "log.txt"
+    proc = runner.start_lz("run", "-d", store, "-i", "0", "--fs", work, "--", "/usr/bin/python3", prog, log)
+    for _ in range(3):
+        time.sleep(0.5)
+        runner.checkpoint_when_up(store)
+        time.sleep(0.3)
+        pid = find_program(proc.pid, "python3")
+        os.kill(pid, signal.SIGKILL)
+        assert proc.wait(timeout=60) == 137, proc.stderr
+        assert_no_mount(work)
+        proc = runner.start_lz("restart", "-d", store)
+        time.sleep(0.3)
+    time.sleep(0.5)
+    pid = find_program(proc.pid, "python3")
+    os.kill(pid, signal.SIGKILL)
+    assert proc.wait(timeout=60) == 137, proc.stderr
+    assert_no_mount(work)
+    nums = [int(l.split()[1]) for l in log.read_text().splitlines()]
+    assert nums == list(range(len(nums))), f"lines missing or twice: {[n for k, n in enumerate(nums) if n != k][:10]}"
