@@ -407,6 +407,9 @@ int cmd_run(int argc, char **argv)
     if (*job.fs && fs_start_all(&s, job.fs, 0, why, sizeof why) < 0) {
         lz_err("run: %s; nothing was started", why);
         close(child_ctl);
+        char sock[LZ_PATH_MAX + 16];
+        snprintf(sock, sizeof sock, "%s/%s", dir, LZ_CTLSOCK);
+        unlink(sock);
         return 1;
     }
     fs_exclude(&s);
