@@ -127,6 +127,9 @@ CLI_SRC := \
 	cli/resume.c \
 	cli/batch_slurm.c \
 	cli/supervisor.c \
+	cli/fs_mount.c \
+	cli/fs_job.c \
+	cli/fs_files_only.c \
 	cli/sv_life.c \
 	cli/job_ckpt.c \
 	cli/job_members.c \
@@ -170,7 +173,14 @@ CLI_SRC := \
 	cli/remote_key.c \
 	common/ckptrc.c
 
-all: $(B)/bin/lazarus $(B)/bin/lazarus-s3 $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so $(B)/lib/liblazarus.so.$(MAJOR) $(B)/lib/liblazarus.a $(B)/lib/libckpt.so $(B)/lib/libckpt.so.$(MAJOR) $(B)/lib/libckpt.a
+# The file system front end (fs/, CprFS): a FUSE daemon the supervisor starts,
+# linked with the file engine's recording side (files/track_*.c).
+FUSE_CFLAGS := $(shell pkg-config --cflags fuse3)
+FUSE_LIBS   := $(shell pkg-config --libs fuse3)
+FS_SRC := fs/fs_main.c fs/fs_inodes.c fs/fs_ops_names.c fs/fs_ops_data.c fs/fs_journal.c fs/fs_commit.c
+FS_ENGINE := $(filter files/track_%.c,$(RT_SRC)) common/progress.c
+
+all: $(B)/bin/lazarus-fsd $(B)/bin/lazarus $(B)/bin/lazarus-s3 $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so $(B)/lib/liblazarus.so.$(MAJOR) $(B)/lib/liblazarus.a $(B)/lib/libckpt.so $(B)/lib/libckpt.so.$(MAJOR) $(B)/lib/libckpt.a
 
 $(OBJ)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -187,6 +197,13 @@ $(OBJ)/static/%.o: %.S
 $(OBJ)/cli/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(DEPS) $(INC) $(REMOTE_CFLAGS) -c $< -o $@
+
+$(OBJ)/fs/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo '  CC   $<'; $(CC) $(CFLAGS) $(WARN) $(DEPS) $(INC) $(FUSE_CFLAGS) -c $< -o $@
+$(B)/bin/lazarus-fsd: $(patsubst %,$(OBJ)/fs/%.o,$(basename $(FS_SRC))) $(patsubst %,$(OBJ)/pic/%.o,$(basename $(FS_ENGINE)))
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(FUSE_LIBS) -lpthread
 
 # The LD_PRELOAD runtime: bound at load time (-z now) so the checkpoint
 # signal handler never enters the lazy binder.

@@ -6,6 +6,7 @@
 #include "tree.h"
 #include "restart_plan.h"
 #include <signal.h>
+#include "fs_mount.h"
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -60,6 +61,9 @@ struct cli_opts {
     int lazy;              /* restart --lazy */
     int quiet;             /* run, restart --quiet: no informational line (log_out.c) */
     const char *log;       /* run, restart --log FILE: Lazarus' own lines appended there */
+    char fs[4096];         /* run --fs PATH...: absolute, '\n'-separated */
+    const char *fs_mode;   /* run --fs-mode MODE (NULL: undo) */
+    int files_only;        /* run --files-only */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);
 /* "1.2 GiB" */
@@ -117,6 +121,11 @@ struct supervisor {
     int lazy;
     pid_t lazy_pid;
     int lazy_fd, lazy_hup;
+    /* run --fs PATH: the file system daemons (fs_mount.c); a death of one ends the job */
+    struct fs_mount fs[FS_MAX];
+    int nfs;
+    int fs_failed;       /* one died or failed a commit: the program was killed */
+    int files_only;      /* run --files-only: no runtime, a checkpoint is a commit of the files (fs_job.c) */
 };
 /* Fills `s` for the job in `dir` (shown to the user as `shown`), opens the
  * control sockets and makes us a subreaper; returns the program's end of the

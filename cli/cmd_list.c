@@ -85,6 +85,29 @@ int cmd_list(int argc, char **argv)
         char ck[LZ_PATH_MAX + 64], why[1024], when[32], mem[32], changed[32], stored[32], ub[32];
         lz_ckpt_path(ck, sizeof ck, dir, v[i]);
         struct lz_image img;
+        uint64_t fo_ns;
+        if (lz_ckpt_files_only(ck, &fo_ns)) { /* run --files-only: a commit of the files, no process */
+            utc_text(when, sizeof when, fo_ns);
+            human_bytes(ub, sizeof ub, fstat_bytes[i]);
+            if (o.json) {
+                jw_obj(&w, NULL);
+                jw_u64(&w, "index", v[i]);
+                jw_str(&w, "time", when);
+                jw_u64(&w, "created_ns", fo_ns);
+                jw_str(&w, "trigger", "files");
+                jw_u64(&w, "processes", 0);
+                jw_u64(&w, "threads", 0);
+                jw_u64(&w, "files", fstat_files[i]);
+                jw_u64(&w, "undo_bytes", fstat_bytes[i]);
+                jw_bool(&w, "local", 1);
+                jw_bool(&w, "remote", 0);
+                jw_end_obj(&w);
+            } else {
+                printf("%6" PRIu64 "  %-20s  %-9s  %9s  %10s  %10s  %10s  %9s  %9s  %6" PRIu64 "  %10s%s\n", v[i], when, "files",
+                       "-", "-", "-", "-", "-", "-", fstat_files[i], ub, remote ? "  local" : "");
+            }
+            continue;
+        }
         int mrc = lz_manifest_load(ck, &img, why, sizeof why);
         if (mrc < 0) {
             if (access(ck, F_OK) < 0 && errno == ENOENT) continue; /* removed by retention meanwhile */

@@ -5,6 +5,7 @@
 #include "util.h"
 #include "rollback.h"
 #include "rollback_files.h"
+#include "fs_job.h"
 #include "privilege.h"
 #include "frames_check.h"
 #include "batch.h"
@@ -85,6 +86,7 @@ struct phase2 {
     uint64_t index, next;
     struct lz_job *job;
     struct fj_plan *plan;
+    struct supervisor *s; /* its file systems (run --fs) are mounted once the files are back */
 };
 
 static int roll_files_back(void *arg)
@@ -96,7 +98,62 @@ static int roll_files_back(void *arg)
     p->plan = NULL;
     char why[1200];
     if (rb == 0 && restart_ipc_apply(why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return -1; }
+    /* the restorer reopens the files under PATH through the mount */
+    if (rb == 0 && p->s && *p->job->fs && fs_start_all(p->s, p->job->fs, p->index, why, sizeof why) < 0) {
+        lz_err("cannot restart: %s", why);
+        return -1;
+    }
     return rb;
+}
+
+/* Mounts of the job's file systems left by a supervisor killed with its
+ * daemon: gone before the files are looked at (they are under the mount). */
+void fs_unmount_stale(const struct lz_job *job)
+{
+    for (const char *p = job->fs; *p;) {
+        const char *q = strchr(p, '\n');
+        size_t l = q ? (size_t)(q - p) : strlen(p);
+        const char *sp = memchr(p, ' ', l);
+        if (sp) {
+            struct fs_mount m;
+            memset(&m, 0, sizeof m);
+            m.chan = m.mnt_fd = -1;
+            snprintf(m.path, sizeof m.path, "%.*s", (int)(l - (size_t)(sp + 1 - p)), sp + 1);
+            if (fsm_mounted(m.path)) fsm_stop(&m);
+        }
+        p += l + (q ? 1 : 0);
+    }
+}
+
+/* A files-only job (run --files-only): its files back to commit N (or the
+ * newest), then, if start, the program run anew from its beginning under a
+ * new supervisor (`lazarus rollback` of such a job is its own command's:
+ * the same rollback_files.c steps).  What `lazarus` exits with. */
+int restart_files_only(const char *dir, int lock, struct lz_job *job, int have_at, uint64_t at, int force, int start)
+{
+    char why[1200];
+    uint64_t index;
+    if (lz_store_pick(dir, have_at, at, &index, why, sizeof why) < 0) { lz_err("%s", why); return LZ_EXIT_NOT_FOUND; }
+    int refused;
+    uint64_t files;
+    struct fj_plan *plan = rollback_files_plan(start ? "restart" : "rollback", dir, index, job, force, &refused, &files);
+    if (!plan) return refused;
+    uint64_t next = rollback_next_index(dir, index, job);
+    lz_store_drop_spares(dir);
+    int rb = rollback_files_apply(start ? "restart" : "rollback", dir, index, job, plan, next);
+    fj_plan_free(plan);
+    if (rb < 0) return 1;
+    lz_store_drop_branch(dir, index, UINT64_MAX); /* also when nothing was to undo */
+    job->next_index = next;
+    job->rolling_to = -1;
+    snprintf(job->state, sizeof job->state, "%s", start ? "running" : "stopped");
+    if (lz_job_write(dir, job) < 0) { lz_err("cannot write %s/%s: %s", dir, LZ_JOBFILE, strerror(errno)); return 1; }
+    log_info("the files are back at checkpoint %" PRIu64, index);
+    if (!start) return 0;
+    struct supervisor s;
+    int child_ctl = supervisor_prepare(&s, dir, dir, lock, job, next);
+    if (child_ctl < 0) return 1;
+    return fs_files_only_restart(&s, child_ctl, job);
 }
 
 /* The job file says the job runs (not on the restart's critical path: the
@@ -209,6 +266,8 @@ int cmd_restart(int argc, char **argv)
         free(dir);
         return 1;
     }
+    fs_unmount_stale(&job);
+    if (job.files_only && (strcmp(job.state, "finished") || o.force)) return restart_files_only(dir, lock, &job, o.have_at, o.at, o.force, 1);
     uint64_t index;
     if (lz_store_pick(dir, o.have_at, o.at, &index, why, sizeof why) < 0) { lz_err("%s", why); return LZ_EXIT_NOT_FOUND; }
     /* a finished job's files are its results: a restart would undo them */
@@ -280,7 +339,7 @@ int cmd_restart(int argc, char **argv)
     uint64_t next = rollback_next_index(dir, index, &job);
     if (*o.compress) snprintf(job.compress, sizeof job.compress, "%s", o.compress);
     trace("paths checked");
-    struct phase2 p2 = {dir, index, next, &job, plan};
+    struct phase2 p2 = {dir, index, next, &job, plan, NULL};
 
     /* ---- phase 2: roll the files back, then restore.  Several processes:
      * their restorers reopen the files they share before they make their
@@ -299,6 +358,8 @@ int cmd_restart(int argc, char **argv)
     int child_ctl = supervisor_prepare(&s, dir, o.dir, lock, &job, next);
     if (child_ctl < 0) { fj_plan_free(p2.plan); return 1; }
     s.flusher = fl;
+    p2.s = &s;
+    if (several && *job.fs && fs_start_all(&s, job.fs, index, why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return 1; }
     s.restoring = 1;
     s.restore_index = index;
     s.restore_taken_ns = img.hdr->created_ns;

@@ -9,6 +9,7 @@
 #include "privilege.h"
 #include "rollback.h"
 #include "rollback_files.h"
+#include "fs_job.h"
 #include "remote_store.h"
 #include "util.h"
 #include <errno.h>
@@ -107,15 +108,19 @@ int cmd_rollback(int argc, char **argv)
     if (lz_store_pick(dir, o.have_at, o.at, &index, why, sizeof why) < 0) { lz_err("%s", why); return LZ_EXIT_NOT_FOUND; }
     char ckpt[LZ_PATH_MAX + 64];
     lz_ckpt_path(ckpt, sizeof ckpt, dir, index);
-    struct lz_image img;
-    int mrc = lz_manifest_load(ckpt, &img, why, sizeof why);
-    if (mrc == LZ_UNREADABLE) { lz_err("cannot roll back to checkpoint %" PRIu64 ": %s; nothing was changed", index, why); return 1; }
-    if (mrc < 0) {
-        lz_err("cannot roll back: checkpoint %" PRIu64 " is damaged: %s; nothing was changed", index, why);
-        return LZ_EXIT_DAMAGED;
+    uint64_t taken;
+    if (!lz_ckpt_files_only(ckpt, &taken)) { /* a files-only job's commit has no process image */
+        struct lz_image img;
+        int mrc = lz_manifest_load(ckpt, &img, why, sizeof why);
+        if (mrc == LZ_UNREADABLE) { lz_err("cannot roll back to checkpoint %" PRIu64 ": %s; nothing was changed", index, why); return 1; }
+        if (mrc < 0) {
+            lz_err("cannot roll back: checkpoint %" PRIu64 " is damaged: %s; nothing was changed", index, why);
+            return LZ_EXIT_DAMAGED;
+        }
+        taken = img.hdr->created_ns;
+        lz_image_free(&img);
     }
-    uint64_t taken = img.hdr->created_ns;
-    lz_image_free(&img);
+    fs_unmount_stale(&job); /* a mount a killed supervisor left over the files: they are rolled back beneath it */
     int code;
     uint64_t files;
     struct fj_plan *plan = rollback_files_plan("rollback", dir, index, &job, o.force, &code, &files);

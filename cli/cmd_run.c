@@ -2,6 +2,7 @@
  * [--checkpoint-signal SIG] [--remote s3://BUCKET/PREFIX [--keep-remote N] ...] [--mintime S] [--no-incremental] [--no-fork]
  * [--check-exclusions] [--] PROGRAM [ARG...] */
 #include "cli.h"
+#include "fs_job.h"
 #include "store_admin.h"
 #include "remote_store.h"
 #include "remote_key.h"
@@ -55,6 +56,15 @@ static const char help[] =
     "              the machine (the undo reaches the disk before each change)\n"
     "  --exclude DIR  changes under DIR are not tracked nor rolled back (repeatable;\n"
     "              /proc, /sys, /dev and the store itself never are)\n"
+    "  --fs PATH   the files under directory PATH through Lazarus' file system (a FUSE\n"
+    "              daemon mounted over PATH for the job): every change there, by any\n"
+    "              program (static, Go, raw system calls), is undone at a restart\n"
+    "              (repeatable)\n"
+    "  --fs-mode undo\n"
+    "              how --fs keeps the files: undo (default; buffer and shadow are not\n"
+    "              implemented yet)\n"
+    "  --files-only  with --fs: no memory checkpoints; a checkpoint commits the files,\n"
+    "              a restart puts them back and runs the program again from its start\n"
     "  --job-stdio the regular files given as stdin, stdout and stderr (`> out 2> err`)\n"
     "              are the job's: rolled back with it, and a restart writes on in them.\n"
     "              Default: they are the launcher's, like a terminal: never rolled back\n"
@@ -207,7 +217,7 @@ static int run_user_env(const struct cli_opts *o)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGMKEAIPJUNWXYBjql", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGMKEAIPJUNWXYBjqlVHo", help, &o);
     if (first < 0) return 2;
     if (log_setup("run", o.log, o.json, o.quiet) < 0) return 2;
     if (run_ckptrc(&o) < 0) return 2;
@@ -254,10 +264,25 @@ int cmd_run(int argc, char **argv)
         }
     }
     if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
+    if (o.files_only && !*o.fs) { lz_err("run: --files-only needs --fs PATH (the directory whose files it keeps)"); return 2; }
+    if (o.fs_mode && !*o.fs) { lz_err("run: --fs-mode goes with --fs PATH"); return 2; }
+    if (*o.fs && (o.journal_dir || stream)) { lz_err("run: --fs goes with -d DIR, without --journal-dir"); return 2; }
     char *dir = abs_dir(o.dir);
     if (lz_store_prepare(dir, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
     free(dir);
     dir = abs_dir(o.dir);
+    char fs_lines[4096 + 8 * 8] = "";
+    for (const char *p = o.fs; *p;) {
+        const char *q = strchr(p, '\n');
+        size_t l = q ? (size_t)(q - p) : strlen(p);
+        char path[4096];
+        snprintf(path, sizeof path, "%.*s", (int)l, p);
+        p += l + (q ? 1 : 0);
+        char real[4096];
+        if (fsm_check_path(path, dir, real, sizeof real, why, sizeof why) < 0) { lz_err("run: %s; nothing was started", why); return 2; }
+        size_t have = strlen(fs_lines);
+        snprintf(fs_lines + have, sizeof fs_lines - have, "%s%s %s", have ? "\n" : "", o.fs_mode ? o.fs_mode : "undo", real);
+    }
     int lock = lz_store_lock(dir);
     int busy = lock < 0 && errno == EWOULDBLOCK;
     if (lock < 0 && o.resume) {
@@ -313,6 +338,8 @@ int cmd_run(int argc, char **argv)
     snprintf(job.compress, sizeof job.compress, "%s", o.compress);
     job.job_stdio = o.job_stdio;
     job.tcp_refuse = o.tcp_refuse;
+    snprintf(job.fs, sizeof job.fs, "%s", fs_lines);
+    job.files_only = o.files_only;
     snprintf(job.state, sizeof job.state, "running");
     lz_job_new_id(job.id);
     resume_command(argv + first, job.command, sizeof job.command, &job.command_hash);
@@ -378,6 +405,17 @@ int cmd_run(int argc, char **argv)
     sigset_t held; /* a signal for the program while the lines below are written waits for supervise() */
     supervisor_block_signals(&held);
     s.flusher = fl;
+    /* the file systems first: the program finds its files through them */
+    if (*job.fs && fs_start_all(&s, job.fs, 0, why, sizeof why) < 0) {
+        lz_err("run: %s; nothing was started", why);
+        close(child_ctl);
+        char sock[LZ_PATH_MAX + 16];
+        snprintf(sock, sizeof sock, "%s/%s", dir, LZ_CTLSOCK);
+        unlink(sock);
+        return 1;
+    }
+    fs_exclude(&s);
+    if (job.files_only) return fs_files_only_run(&s, child_ctl, argv + first, &job);
     s.child = s.prog = spawn_program(&s, child_ctl, argv + first);
     close(child_ctl);
     if (s.child < 0) { lz_err("fork: %s", strerror(errno)); return 1; }

@@ -46,11 +46,18 @@ static const char *const whats[] = {"tree", "threads", "regions", "fds", "chans"
 struct show_args { const char *what; int json, no_journal; };
 
 /* The checkpoint's tree and the manifest of each live process, every one
- * checked as restart checks it: 0, or -1 having said why. */
+ * checked as restart checks it: 0, or -1 having said why (-2: a files-only
+ * commit, which has no process to show). */
 static int show_load(struct show *s)
 {
     char why[LZ_PATH_MAX + 1024];
     lz_ckpt_path(s->ckpt, sizeof s->ckpt, s->dir, s->index);
+    uint64_t when;
+    if (lz_ckpt_files_only(s->ckpt, &when)) {
+        lz_err("checkpoint %" PRIu64 " is a commit of a files-only job: it holds no process (`lazarus diff --at %" PRIu64
+               "` shows what a restart would change)", s->index, s->index);
+        return -2;
+    }
     if (lz_tree_load(s->ckpt, &s->tree, why, sizeof why) < 0) {
         lz_err("checkpoint %" PRIu64 " is damaged: %s", s->index, why);
         return -1;
@@ -129,7 +136,8 @@ static int show_dir(const char *d, int have_at, uint64_t at, const struct show_a
     s.dir = dir;
     s.json = a->json;
     if (lz_store_pick(dir, have_at, at, &s.index, why, sizeof why) < 0) { lz_err("%s", why); free(dir); return LZ_EXIT_NOT_FOUND; }
-    if (show_load(&s) < 0) { show_free(&s); free(dir); return LZ_EXIT_DAMAGED; }
+    int lr = show_load(&s);
+    if (lr < 0) { show_free(&s); free(dir); return lr == -2 ? LZ_EXIT_FAIL : LZ_EXIT_DAMAGED; }
     int rc = 0, r;
     if (s.json) { jw_init(&s.w, stdout); jw_obj(&s.w, NULL); jw_version(&s.w); }
     show_header(&s);

@@ -2,7 +2,7 @@
  * its own executable (/proc/self/exe), so that a tree works wherever it is
  * put and for every user.  Two layouts:
  *   installed (`make install`, mk/install.mk): PREFIX/bin/lazarus,
- *     PREFIX/libexec/lazarus/lazarus-restore, PREFIX/lib/lazarus/liblazarus-rt.so
+ *     PREFIX/libexec/lazarus/lazarus-restore (and lazarus-fsd), PREFIX/lib/lazarus/liblazarus-rt.so
  *   the build tree: build/bin/lazarus, build/bin/lazarus-restore,
  *     build/lib/liblazarus-rt.so
  * Callers name the build tree's path; the installed one wins where it exists. */
@@ -16,6 +16,7 @@ static const struct {
     const char *build, *installed;
 } moved[] = {
     {"bin/lazarus-restore", "libexec/lazarus/lazarus-restore"},
+    {"bin/lazarus-fsd", "libexec/lazarus/lazarus-fsd"}, /* the file system daemon (run --fs) */
     {"lib/" LZ_RUNTIME_LIB, "lib/lazarus/" LZ_RUNTIME_LIB},
 };
 

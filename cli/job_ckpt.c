@@ -20,6 +20,7 @@
  * job_members.c, the tree read in step 3 in job_tree.c, step 4 and a failed
  * checkpoint's end in job_commit.c. */
 #include "job_ckpt.h"
+#include "fs_job.h"
 #include "util.h"
 #include <dirent.h>
 #include <errno.h>
@@ -329,6 +330,13 @@ void job_ckpt_tick(struct sv_state *st)
         if (st->nparts > before) {
             for (size_t i = before; i < st->nparts; i++) if (!st->parts[i].zombie) jc_signal_part(st, &st->parts[i]);
             st->last_signal_ns = now;
+            return;
+        }
+        /* every process stopped: the file systems (run --fs) close the interval
+         * now, as each process's runtime does in its pause */
+        char fwhy[4400];
+        if (fs_close_all(st->s, st->index, fwhy, sizeof fwhy) < 0) {
+            jc_fail(st, NULL, "%s", fwhy);
             return;
         }
         for (size_t i = 0; i < st->nparts; i++)

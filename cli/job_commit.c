@@ -3,6 +3,7 @@
  * written, one rename; or, failed, the parts cleaned up.  The clients waiting
  * are told either way. */
 #include "job_ckpt.h"
+#include "fs_job.h"
 #include "log_out.h"
 #include "remote_store.h"
 #include "store_admin.h"
@@ -59,6 +60,9 @@ static int commit(struct sv_state *st, char *why, size_t whylen)
         }
     }
     lz_ckpt_path(ck, sizeof ck, dir, st->index);
+    /* the file systems (run --fs) closed the interval while every process
+     * was stopped: their journals of the next one join the checkpoint */
+    if (rc == 0 && !own_home) rc = fs_gather_all(st->s, st->index, root, why, whylen);
     /* commit: the rename is the instant the checkpoint starts to exist */
     if (rc == 0 && renameat2(AT_FDCWD, root, AT_FDCWD, ck, RENAME_NOREPLACE) < 0) {
         snprintf(why, whylen, "cannot commit the checkpoint: %s", strerror(errno));

@@ -70,7 +70,8 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"check-exclusions", no_argument, 0, 'X'}, {"no-incremental", no_argument, 0, 'N'}, {"no-fork", no_argument, 0, 'W'},
         {"mintime", required_argument, 0, 'U'}, {"encrypt-key", required_argument, 0, 'Y'},
         {"lazy", no_argument, 0, 'L'}, {"fallback", required_argument, 0, 'B'},
-        {"quiet", no_argument, 0, 'q'}, {"log", required_argument, 0, 'l'}, {0, 0, 0, 0}};
+        {"fs", required_argument, 0, 'V'}, {"fs-mode", required_argument, 0, 'H'},
+        {"files-only", no_argument, 0, 'o'}, {"quiet", no_argument, 0, 'q'}, {"log", required_argument, 0, 'l'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
     o->dir = "lazarus.ckpt";
@@ -112,6 +113,29 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             free(a);
             continue;
         }
+        if (c == 'V') {
+            char *a = abs_dir(optarg);
+            size_t have = strlen(o->fs), l = strlen(a);
+            while (l > 1 && a[l - 1] == '/') a[--l] = 0;
+            if (strchr(a, '\n') || have + l + 2 > sizeof o->fs) {
+                lz_err("%s: cannot serve '%s' (a newline in the name, or too many --fs)", cmd, optarg);
+                free(a);
+                return -1;
+            }
+            sprintf(o->fs + have, "%s%s", have ? "\n" : "", a);
+            free(a);
+            continue;
+        }
+        if (c == 'H') {
+            if (!strcmp(optarg, "buffer") || !strcmp(optarg, "shadow")) {
+                lz_err("%s: --fs-mode %s is not implemented yet (undo is)", cmd, optarg);
+                return -1;
+            }
+            if (strcmp(optarg, "undo")) { lz_err("%s: --fs-mode is 'undo', 'buffer' or 'shadow', not '%s'", cmd, optarg); return -1; }
+            o->fs_mode = optarg;
+            continue;
+        }
+        if (c == 'o') { o->files_only = 1; continue; }
         if (c == 'f') { o->force = 1; continue; }
         if (c == 'S') { o->job_stdio = 1; continue; }
         if (c == 'T') {

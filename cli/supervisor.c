@@ -4,6 +4,7 @@
  * index, hears back on the control socket, applies retention once a
  * checkpoint is durable, forwards signals, and exits as the program did. */
 #include "sv.h"
+#include "fs_job.h"
 #include "remote_store.h"
 #include "lazy.h"
 #include <sys/stat.h>
@@ -459,6 +460,7 @@ int supervise(struct supervisor *s)
                 st.child_status = status;
             }
             if (w == s->lazy_pid) lazy_ended(&st, status);
+            else if (w != s->child) fs_reaped(s, w, status); /* a file system daemon died: the job ends */
         }
         /* In a PID namespace the init reports the program's status, then exits;
          * read the pipe once the init is gone so the report is never missed. */
@@ -536,6 +538,8 @@ int supervise(struct supervisor *s)
     flusher_stop(s->flusher);
     /* the job's other processes go on outside it, or end with it */
     sv_end_members(&st, !s->restoring && st.have_status && WIFEXITED(st.status));
+    /* the mounts go with the job (what the kernel still caches reaches the files first) */
+    fs_stop_all(s);
     sv_beat_stop();
     sv_finish_clients(&st, "ERR the program ended before the checkpoint was complete");
     for (int i = 0; i < st.npending; i++) close(st.pending[i]);
@@ -582,7 +586,9 @@ int supervise(struct supervisor *s)
     }
     code = st.have_status ? exit_code_of(st.status) : 1;
     if (st.have_status) exited_line(s, st.status);
-    snprintf(job.state, sizeof job.state, "%s", st.have_status && WIFEXITED(st.status) ? "finished" : "stopped");
+    /* a job whose file system went away is stopped, however its program ended (restartable) */
+    if (s->fs_failed && code == 0) code = LZ_EXIT_FAIL;
+    snprintf(job.state, sizeof job.state, "%s", st.have_status && WIFEXITED(st.status) && !s->fs_failed ? "finished" : "stopped");
     job.exit_status = code;
     lz_job_write(s->dir, &job);
     lz_store_drop_spares(s->dir);

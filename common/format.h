@@ -40,6 +40,8 @@
 #define LZ_JOBFILE "job"        /* job settings and state (text)       */
 #define LZ_LOCKFILE "lock"      /* flock()ed by the job's supervisor   */
 #define LZ_CTLSOCK "ctl.sock"   /* supervisor's socket for `checkpoint` */
+#define LZ_FILES_ONLY "files-only" /* ckpt.N/files-only: a commit of a files-only job (run --files-only):
+                                    * no process image, only the file journals; "<created_ns>\n" */
 /* inside a checkpoint or jrnl.N: the file journal (files.log, files.data, ...): journal_layout.h */
 /* A dropped checkpoint's files.data, overwritten by a later interval instead
  * of a new file: no page cache to allocate, zero and free per saved page. */

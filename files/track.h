@@ -42,6 +42,12 @@ extern struct fj_global fj;
  * may recycle the store's spares), not another process of the job. */
 int fj_setup(const char *store, int machine, const char *excludes, int main_process, const uint64_t job[2]);
 
+/* Records nothing outside root (the file system front end, fs/: the
+ * directory it serves; its own streams and descriptors are not the job's),
+ * and reaches what is under it through root_fd, its real directory opened
+ * before the mount over it (never through the mount). */
+int fj_limit(const char *root, int root_fd);
+
 /* Set by the runtime: 1 when fd (a regular file of that identity) is one of
  * the launcher's descriptors (the job's stdout redirected to a file):
  * nothing written through it is ever recorded. */

@@ -123,6 +123,9 @@ struct trk_engine {
     uint64_t job[2];   /* the job's identity, in every BEGIN record */
     uint64_t sm_prev;  /* the main program: the interval whose map it used last (removed with the next) */
     uint64_t clone_min; /* save runs of at least this many bytes as a reflink where the file system can (0: never) */
+    char only[LZ_PATH_MAX]; /* fj_limit: nothing outside it is recorded ("" = no limit) */
+    size_t only_len;
+    int only_fd;            /* its real directory (opened before anything was mounted over it) */
 };
 extern struct trk_engine trk_E;
 

@@ -139,6 +139,16 @@ int fj_setup(const char *store, int machine, const char *excludes, int main_proc
     return 0;
 }
 
+int fj_limit(const char *root, int root_fd)
+{
+    size_t l = slen(root);
+    if (l >= sizeof trk_E.only) return -1;
+    memcpy(trk_E.only, root, l + 1);
+    trk_E.only_len = l;
+    trk_E.only_fd = root_fd;
+    return 0;
+}
+
 /* Lets an interval go: trim says the log is ours to cut to its records (a
  * fork child's copy of its parent's interval is not). */
 static void iv_close(struct interval *v, int trim)

@@ -68,11 +68,34 @@ static int under(const char *path, const char *dir, size_t dl)
     return !strncmp(path, dir, dl) && (path[dl] == '/' || path[dl] == 0 || (dl == 1 && dir[0] == '/'));
 }
 
+/* A path under fj_limit's directory, as the system calls take it: below its
+ * descriptor (/proc/self/fd/N/...), not through what is mounted over it.
+ * The file system front end serves that mount: a lookup through it from
+ * inside one of its operations would wait for itself (the kernel holds the
+ * directory's lock while it asks).  Records keep the path itself. */
+static const char *via(const char *abs, char *buf)
+{
+    if (!trk_E.only_len || !under(abs, trk_E.only, trk_E.only_len)) return abs;
+    static const char pre[] = "/proc/self/fd/";
+    size_t i = sizeof pre - 1;
+    memcpy(buf, pre, i);
+    char d[16]; int k = 0;
+    int fd = trk_E.only_fd;
+    do d[k++] = (char)('0' + fd % 10); while ((fd /= 10));
+    while (k) buf[i++] = d[--k];
+    const char *rest = abs + trk_E.only_len;
+    size_t rl = slen(rest);
+    if (i + rl + 1 > LZ_PATH_MAX + 32) return abs;
+    memcpy(buf + i, rest, rl + 1);
+    return buf;
+}
+
 int trk_excluded(const char *abs)
 {
     static const char *const sys[] = {"/proc", "/sys", "/dev"};
     for (int i = 0; i < 3; i++) if (under(abs, sys[i], slen(sys[i]))) return 1;
     if (under(abs, trk_E.store, trk_E.store_len)) return 1;
+    if (trk_E.only_len && !under(abs, trk_E.only, trk_E.only_len)) return 1;
     for (int i = 0; i < trk_E.nexcl; i++) if (under(abs, trk_E.excl[i], slen(trk_E.excl[i]))) return 1;
     return 0;
 }
@@ -186,7 +209,9 @@ static long record_name(struct interval *v, const char *cur)
     uint64_t h = lz_hash(abs, slen(abs));
     if (trk_path_seen(v, h, 0)) return 0;
     struct stat st;
-    long r = lz_sc4(SYS_newfstatat, AT_FDCWD, cur, &st, AT_SYMLINK_NOFOLLOW);
+    char vb[LZ_PATH_MAX + 32];
+    const char *rcur = via(cur, vb);
+    long r = lz_sc4(SYS_newfstatat, AT_FDCWD, rcur, &st, AT_SYMLINK_NOFOLLOW);
     struct fj_name rec;
     memset(&rec, 0, sizeof rec);
     uint16_t flags = 0;
@@ -209,9 +234,9 @@ static long record_name(struct interval *v, const char *cur)
                 char name[40];
                 fj_keep_name(name, st.st_dev, st.st_ino);
                 r = trk_keep_fd(v);
-                if (r >= 0) r = lz_sc5(SYS_linkat, AT_FDCWD, cur, v->keep_fd, name, 0);
+                if (r >= 0) r = lz_sc5(SYS_linkat, AT_FDCWD, rcur, v->keep_fd, name, 0);
                 if (r < 0 && r != -EEXIST) {
-                    long fd = trk_open_for_path(AT_FDCWD, cur, 1);
+                    long fd = trk_open_for_path(AT_FDCWD, rcur, 1);
                     if (fd < 0) return fd;
                     r = keep_copy(v, (int)fd, name);
                     lz_sc1(SYS_close, fd);
@@ -222,11 +247,11 @@ static long record_name(struct interval *v, const char *cur)
         } else if (S_ISDIR(st.st_mode)) {
             rec.was = FJ_WAS_DIR;
             struct statx sx;
-            if (lz_sc5(SYS_statx, AT_FDCWD, cur, AT_SYMLINK_NOFOLLOW, STATX_BTIME, &sx) == 0 && (sx.stx_mask & STATX_BTIME))
+            if (lz_sc5(SYS_statx, AT_FDCWD, rcur, AT_SYMLINK_NOFOLLOW, STATX_BTIME, &sx) == 0 && (sx.stx_mask & STATX_BTIME))
                 rec.btime_ns = (int64_t)sx.stx_btime.tv_sec * 1000000000ll + sx.stx_btime.tv_nsec;
         } else if (S_ISLNK(st.st_mode)) {
             rec.was = FJ_WAS_SYMLINK;
-            long n = lz_sc4(SYS_readlinkat, AT_FDCWD, cur, target, sizeof target - 1);
+            long n = lz_sc4(SYS_readlinkat, AT_FDCWD, rcur, target, sizeof target - 1);
             if (n < 0) return n;
             target[n] = 0;
             t2 = target;
@@ -248,7 +273,8 @@ static long record_name(struct interval *v, const char *cur)
     uint64_t ph = lz_hash(parent, pl) ^ 0x5bd1e995u;
     if (!trk_excluded(parent) && !trk_path_seen(v, ph, 0)) {
         struct stat ps;
-        if (lz_sc4(SYS_newfstatat, AT_FDCWD, cparent, &ps, 0) == 0) {
+        char pb[LZ_PATH_MAX + 32];
+        if (lz_sc4(SYS_newfstatat, AT_FDCWD, via(cparent, pb), &ps, 0) == 0) {
             struct fj_dirtime dt = {ts_ns(&ps.st_atim), ts_ns(&ps.st_mtim)};
             r = trk_jwrite(v, FJ_DIRTIME, 0, &dt, sizeof dt, parent, NULL, NULL, 0);
             if (r < 0) return r;
@@ -297,8 +323,10 @@ int fj_rmdir(int dirfd, const char *path)
     if (r < 0 || trk_excluded(abs) || path_at_n_of(v, abs, atn, 1)) { unlock(); return 0; } /* made this interval */
     r = record_name(v, abs);
     struct stat st;
-    if (r == 0 && lz_sc4(SYS_newfstatat, AT_FDCWD, abs, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
-        long dfd = lz_sc4(SYS_openat, AT_FDCWD, abs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+    char vb[LZ_PATH_MAX + 32];
+    const char *rabs = via(abs, vb);
+    if (r == 0 && lz_sc4(SYS_newfstatat, AT_FDCWD, rabs, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+        long dfd = lz_sc4(SYS_openat, AT_FDCWD, rabs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
         if (dfd >= 0) {
             char buf[512];
             long n, entries = 0;
@@ -313,7 +341,7 @@ int fj_rmdir(int dirfd, const char *path)
             char name[40];
             fj_keep_name(name, st.st_dev, st.st_ino);
             long m = trk_keep_fd(v);
-            if (m >= 0) m = lz_sc5(SYS_renameat2, AT_FDCWD, abs, v->keep_fd, name, RENAME_NOREPLACE);
+            if (m >= 0) m = lz_sc5(SYS_renameat2, AT_FDCWD, rabs, v->keep_fd, name, RENAME_NOREPLACE);
             if (m == 0) {
                 if (trk_E.machine) { lz_sc1(SYS_fsync, v->keep_fd); }
                 unlock();
@@ -369,8 +397,9 @@ int fj_before_rename(int odirfd, const char *oldp, int ndirfd, const char *newp,
     /* a directory of N that moves: where the rollback will find it */
     struct stat st;
     pending_x = 0;
+    char vb[LZ_PATH_MAX + 32];
     if (r == 0 && (flags & RENAME_EXCHANGE) && !trk_excluded(b) &&
-        lz_sc4(SYS_newfstatat, AT_FDCWD, b, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+        lz_sc4(SYS_newfstatat, AT_FDCWD, via(b, vb), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
         struct fj_moved m = {st.st_dev, st.st_ino};
         r = (int)trk_jwrite(v, FJ_MOVED, 0, &m, sizeof m, a, NULL, NULL, 0);
         if (r == 0) r = (int)trk_jsync(v);
@@ -380,7 +409,7 @@ int fj_before_rename(int odirfd, const char *oldp, int ndirfd, const char *newp,
         memcpy(pending_a, a, slen(a) + 1);
         memcpy(pending_b, b, slen(b) + 1);
     }
-    if (r == 0 && !trk_excluded(a) && lz_sc4(SYS_newfstatat, AT_FDCWD, a, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+    if (r == 0 && !trk_excluded(a) && lz_sc4(SYS_newfstatat, AT_FDCWD, via(a, vb), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
         struct fj_moved m = {st.st_dev, st.st_ino};
         r = (int)trk_jwrite(v, FJ_MOVED, 0, &m, sizeof m, b, NULL, NULL, 0);
         if (r == 0) r = (int)trk_jsync(v);
@@ -410,7 +439,9 @@ int fj_before_open(int dirfd, const char *path, int flags, int *created)
     long r = abspath(dirfd, path, abs);
     if (r < 0 || trk_excluded(abs)) { unlock(); return 0; }
     struct stat st;
-    long e = lz_sc4(SYS_newfstatat, AT_FDCWD, abs, &st, 0);
+    char vb[LZ_PATH_MAX + 32];
+    const char *rabs = via(abs, vb);
+    long e = lz_sc4(SYS_newfstatat, AT_FDCWD, rabs, &st, 0);
     r = 0;
     if ((flags & O_CREAT) && e == -ENOENT) {
         r = record_name(v, abs);
@@ -419,7 +450,7 @@ int fj_before_open(int dirfd, const char *path, int flags, int *created)
         /* O_TRUNC: what it cuts off is content of N */
         struct fj_ino *ino = trk_ino_find(v, st.st_dev, st.st_ino, 0);
         if (!(ino && ino->born)) {
-            long fd = trk_open_for_path(AT_FDCWD, abs, 0);
+            long fd = trk_open_for_path(AT_FDCWD, rabs, 0);
             if (fd >= 0) {
                 r = trk_first_touch(v, (int)fd, &st, &ino);
                 if (r == 0) r = trk_save_range(v, ino, (int)fd, 1, 0, ~0ull >> 1);

@@ -37,7 +37,7 @@ lz-always:
 
 LIBS_SO := liblazarus.so libckpt.so
 # every file install puts in place, relative to $(DESTDIR)
-INSTALLED := $(BINDIR)/lazarus $(LIBEXECDIR)/lazarus-restore $(PKGLIBDIR)/liblazarus-rt.so \
+INSTALLED := $(BINDIR)/lazarus $(LIBEXECDIR)/lazarus-restore $(LIBEXECDIR)/lazarus-fsd $(PKGLIBDIR)/liblazarus-rt.so \
 	$(foreach l,$(LIBS_SO),$(LIBDIR)/$(l).$(MAJOR).$(MINOR) $(LIBDIR)/$(l).$(MAJOR) $(LIBDIR)/$(l)) \
 	$(LIBDIR)/liblazarus.a $(LIBDIR)/libckpt.a \
 	$(INCLUDEDIR)/lazarus.h $(INCLUDEDIR)/libckpt.h $(INCLUDEDIR)/cprfs.h \
@@ -51,6 +51,7 @@ install: all man $(B)/pkgconfig/lazarus.pc $(B)/pkgconfig/libckpt.pc
 		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
 	install -m 755 $(B)/bin/lazarus $(DESTDIR)$(BINDIR)/lazarus
 	install -m 755 $(B)/bin/lazarus-restore $(DESTDIR)$(LIBEXECDIR)/lazarus-restore
+	install -m 755 $(B)/bin/lazarus-fsd $(DESTDIR)$(LIBEXECDIR)/lazarus-fsd
 	install -m 644 $(B)/lib/liblazarus-rt.so $(DESTDIR)$(PKGLIBDIR)/liblazarus-rt.so
 	for l in $(LIBS_SO); do \
 		install -m 755 $(B)/lib/$$l.$(MAJOR).$(MINOR) $(DESTDIR)$(LIBDIR)/$$l.$(MAJOR).$(MINOR) && \

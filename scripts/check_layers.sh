@@ -3,6 +3,7 @@
 #   runtime  -> files, common        cli      -> store, files, remote, common, include
 #   remote   -> common
 #   files    -> common               restorer -> store, common
+#   fs       -> files, common
 #   store    -> common               api      -> include, common
 #   common, include -> nothing
 # Every #include "name" of a folder's sources is mapped to the folder that
@@ -12,11 +13,12 @@
 top=${1:-$(dirname "$0")/..}
 cd "$top" || exit 2
 
-folders="runtime restorer files store remote cli api common include"
+folders="runtime restorer files fs store remote cli api common include"
 
 allowed() {
     case $1 in
     runtime) echo "files common" ;;
+    fs) echo "files common" ;;
     files) echo "common" ;;
     store) echo "common" ;;
     cli) echo "store files remote common include" ;;

@@ -3,14 +3,15 @@
 # POSIX sh; source it with `. scripts/deps.sh`, then call `lz_install_deps`.
 
 # Build: compiler, make, libc headers, xxHash, zstd, lz4; the remote store's
-# libcurl (OpenSSL flavour), libcrypto, libxml2, and pkg-config to find them.
+# libcurl (OpenSSL flavour), libcrypto, libxml2, and pkg-config to find them;
+# libfuse3 and fusermount3 (fuse3) for the file system front end (fs/, run --fs).
 # Tests: python3 with pytest, setpriv (util-linux), ps/pgrep (procps), mkfs.xfs
 # (xfsprogs: the reflink test and bench loop-mount an XFS image), filefrag (e2fsprogs),
 # a Slurm of one node for tests/test_slurm.py and bench/slurm.py (slurmctld slurmd
 # slurm-client munge; their services are not started: the tests start the daemons).
 # Man pages: scdoc turns man/*.scd into roff (`make man`, `make install`); man-db
 # and groff-base render them (tests/test_install.py).
-LZ_DEB_PACKAGES="gcc make pkg-config libc6-dev libxxhash-dev libzstd-dev liblz4-dev libcurl4-openssl-dev libssl-dev libxml2-dev python3 python3-pytest util-linux procps fio xfsprogs e2fsprogs slurmctld slurmd slurm-client munge scdoc man-db groff-base"
+LZ_DEB_PACKAGES="gcc make pkg-config libc6-dev libxxhash-dev libzstd-dev liblz4-dev libcurl4-openssl-dev libssl-dev libxml2-dev fuse3 libfuse3-dev python3 python3-pytest util-linux procps fio xfsprogs e2fsprogs slurmctld slurmd slurm-client munge scdoc man-db groff-base"
 
 lz_pkg_installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'

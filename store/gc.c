@@ -117,6 +117,8 @@ static int load_refs(const char *dir, const uint64_t *v, int n, struct refs *rs,
         struct stat st;
         struct lz_tree t;
         lz_ckpt_path(ck, sizeof ck, dir, v[i]);
+        uint64_t when;
+        if (lz_ckpt_files_only(ck, &when)) continue; /* a files-only commit: no pack */
         if (lz_tree_load(ck, &t, inner, sizeof inner) < 0) {
             if (stat(ck, &st) < 0 && errno == ENOENT) continue; /* removed meanwhile: references nothing */
             snprintf(why, whylen, "cannot tell what checkpoint %" PRIu64 " uses (%s); nothing was deleted", v[i], inner);

@@ -107,6 +107,11 @@ int lz_job_read(const char *dir, struct lz_job *job)
         else if (!strcmp(line, "encrypt_key")) snprintf(job->encrypt_fp, sizeof job->encrypt_fp, "%.16s", eq);
         else if (!strcmp(line, "stream")) job->stream = atoi(eq) != 0;
         else if (!strcmp(line, "journal_dir")) snprintf(job->journal_dir, sizeof job->journal_dir, "%s", eq);
+        else if (!strcmp(line, "files_only")) job->files_only = atoi(eq) != 0;
+        else if (!strcmp(line, "fs")) {
+            size_t have = strlen(job->fs);
+            if (have + strlen(eq) + 2 < sizeof job->fs) sprintf(job->fs + have, "%s%s", have ? "\n" : "", eq);
+        }
         else if (!strcmp(line, "exclude")) {
             size_t have = strlen(job->excludes);
             if (have + strlen(eq) + 2 < sizeof job->excludes)
@@ -171,6 +176,13 @@ int lz_job_write(const char *dir, const struct lz_job *job)
         n += snprintf(buf + n, sizeof buf - (size_t)n, "exclude=%.*s\n", (int)l, p);
         p += l + (q ? 1 : 0);
     }
+    for (const char *p = job->fs; *p && n < (int)sizeof buf - 1;) {
+        const char *q = strchr(p, '\n');
+        size_t l = q ? (size_t)(q - p) : strlen(p);
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "fs=%.*s\n", (int)l, p);
+        p += l + (q ? 1 : 0);
+    }
+    if (job->files_only && n < (int)sizeof buf - 1) n += snprintf(buf + n, sizeof buf - (size_t)n, "files_only=1\n");
     if (n >= (int)sizeof buf - 40) { errno = ENAMETOOLONG; return -1; }
     n += snprintf(buf + n, sizeof buf - (size_t)n, JOB_CHECK "%016" PRIx64 "\n", lz_hash(buf, (size_t)n));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

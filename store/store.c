@@ -486,3 +486,15 @@ int lz_store_pick(const char *dir, int have_at, uint64_t at, uint64_t *index, ch
     free(v);
     return rc;
 }
+
+int lz_ckpt_files_only(const char *ck, uint64_t *created_ns)
+{
+    char path[LZ_PATH_MAX + 96];
+    snprintf(path, sizeof path, "%s/" LZ_FILES_ONLY, ck);
+    size_t len;
+    char *buf = lz_read_file(path, &len);
+    if (!buf) return 0;
+    *created_ns = strtoull(buf, NULL, 10);
+    free(buf);
+    return 1;
+}

@@ -53,6 +53,11 @@ struct lz_job {
      * XXH3-64 of its exact argv (`command_hash=`, 0: an older store without it) */
     char command[2048];
     uint64_t command_hash;
+    /* run --fs PATH [--fs-mode MODE]: directories served by lazarus-fsd (fs/), one
+     * "MODE PATH" per line (`fs=MODE PATH`); files_only: run --files-only (no memory
+     * checkpoints: a checkpoint is a commit of the files, a restart runs the program anew) */
+    char fs[4096];
+    int files_only;
 };
 
 /* DIR/job: 0; -1 (errno) if it cannot be read; LZ_JOB_DAMAGED if its
@@ -126,5 +131,8 @@ int lz_check_chans(const char *ckpt_dir, const struct lz_image *img, uint64_t in
 /* The TCP connections' queued data (inet_data.c): 0, or -1 with why. */
 int lz_check_inet_data(const char *ckpt_dir, const struct lz_image *img, uint64_t index, char *why, size_t whylen);
 /* Resolves --at N / newest; returns 0 and the index or -1 with a reason. */
+/* Whether checkpoint directory ck is a files-only commit (LZ_FILES_ONLY):
+ * 1 with its time (CLOCK_REALTIME ns), else 0. */
+int lz_ckpt_files_only(const char *ck, uint64_t *created_ns);
 int lz_store_pick(const char *dir, int have_at, uint64_t at, uint64_t *index, char *why, size_t whylen);
 #endif
