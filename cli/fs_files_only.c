@@ -206,7 +206,12 @@ static int loop(struct supervisor *s, char **argv, char **envp, const char *cwd)
             struct pollfd cp = {client, POLLIN, 0};
             ssize_t m = client >= 0 && poll(&cp, 1, 1000) > 0 ? recv(client, req, sizeof req - 1, 0) : -1;
             if (m > 0 && !strncmp(req, "CHECKPOINT", 10)) want = 1;
-            else if (client >= 0) { close(client); client = -1; }
+            else if (m > 0 && !strncmp(req, "ABORT", 5)) { /* lazarus_tx_abort */
+                sv_reply(client, "ERR abort of a files-only job is not done yet: the files stay as they are until the "
+                                 "next commit, and a restart brings back the last one");
+                close(client);
+                client = -1;
+            } else if (client >= 0) { close(client); client = -1; }
         }
         if (!want) continue;
         int gone = s->fs_failed;

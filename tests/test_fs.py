@@ -24,6 +24,7 @@ puts its mode back (tests/README.md says so)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import signal
@@ -33,7 +34,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (IS_ROOT, LAZARUS, PROGRAMS_SRC, find_program, run_until_done, wait_gone)
+from conftest import (INCLUDE, IS_ROOT, LAZARUS, LIBDIR, PROGRAMS_SRC, find_program, kill_program, run_until_done,
+                      wait_gone)
 from test_files_scenarios import CK, Job, R, S, expect_file, rbytes, F, D, tree, fsprogs  # noqa: F401
 
 STEPS = "240"
@@ -93,6 +95,21 @@ def static_job(programs):
     return out
 
 
+@pytest.fixture(scope="module")
+def static_api_job(programs):
+    """fs_static_job linked statically with liblazarus.a: it commits through
+    lazarus_tx_commit(), which reaches the supervisor on DIR/ctl.sock."""
+    out = programs.dir / "fs_static_api_job"
+    import subprocess
+    cp = subprocess.run(["gcc", "-static", "-O2", "-Wall", "-DWITH_API", f"-I{INCLUDE}", "-o", str(out),
+                         str(PROGRAMS_SRC / "fs_static_job.c"), str(LIBDIR / "liblazarus.a"), "-pthread"],
+                        capture_output=True, text=True)
+    if cp.returncode != 0:
+        pytest.fail(f"compiling fs_static_job -static with liblazarus.a failed:\n{cp.stderr}")
+    os.chmod(out, 0o755)
+    return out
+
+
 def reference(runner, prog: Path, steps: str) -> dict:
     """An uninterrupted run without Lazarus."""
     ref = runner.mkdir("ref")
@@ -106,7 +123,12 @@ def reference(runner, prog: Path, steps: str) -> dict:
 # --------------------------------------------------------------------------
 # A static program, files only, killed at random instants
 # --------------------------------------------------------------------------
-def test_static_files_only_killed_at_random_instants(runner, fuse_dev, static_job, rng):
+def test_static_files_only_killed_at_random_instants(runner, fuse_dev, static_api_job, rng):
+    """A static C program that commits through lazarus_tx_commit() after
+    writing its own restart file, as a files-only job, SIGKILLed at random
+    instants and restarted each time: its files end as an uninterrupted
+    run's (the same program without a job, where each commit is a no-op)."""
+    static_job = static_api_job
     want = reference(runner, static_job, STEPS)
     work = runner.mkdir("work")
     store = runner.base / "st"
@@ -273,6 +295,63 @@ def test_daemon_killed(runner, fuse_dev, static_job, when):
     assert first and int(first.group(1)) == (committed[-1] if committed else 0), (r.stdout, proc.stdout)
     assert hashes(work) == want
     assert_no_mount(work)
+
+
+def test_files_only_rollback_then_restart(runner, fuse_dev, static_api_job):
+    """`lazarus rollback` of a files-only job after a SIGKILL of its program:
+    the files under PATH are exactly those of its last commit (an
+    uninterrupted run stopped at that step, without its final file), nothing
+    is mounted or started; a second rollback is a no-op; `restart` then
+    starts the program from that commit's restart file and it ends as an
+    uninterrupted run."""
+    want = reference(runner, static_api_job, STEPS)
+    work = runner.mkdir("work")
+    store = runner.base / "st"
+    proc = runner.start_lz("run", "-d", store, "--files-only", "--fs", work, "--",
+                           static_api_job, work, STEPS, LAZARUS, "30")
+    proc.wait_for_output(r"^committed step 30$", 60)
+    time.sleep(0.05)  # the steps after it under way, uncommitted
+    kill_program(proc, "fs_static_api_j", expect=137)
+    assert_no_mount(work)
+    last = max(int(m) for m in re.findall(r"^committed step (\d+)$", proc.stdout, re.M))
+    ref = runner.mkdir("ref_last")
+    r = runner.run([static_api_job, ref, str(last), LAZARUS, "30"])
+    assert r.rc == 0, str(r)
+    (ref / "final.txt").unlink()
+    at_last = hashes(ref)
+    assert hashes(work) != at_last
+    r = runner.lz("rollback", "-d", store, "--json")
+    assert r.rc == 0, str(r)
+    doc = json.loads(r.stdout)
+    assert doc["changed"] is True and doc["files_rolled_back"] > 0, r
+    assert hashes(work) == at_last, f"rolled back to {doc}, the last commit was of step {last}"
+    assert not lazarus_mounts()
+    r = runner.lz("rollback", "-d", store)
+    assert r.rc == 0 and "rolled back 0 files" in r.stdout, str(r)
+    assert hashes(work) == at_last
+    r = runner.lz("restart", "-d", store, timeout=120)
+    assert r.rc == 0 and re.search(rf"^start at step {last}$", r.stdout, re.M), str(r)
+    assert hashes(work) == want
+    assert_no_mount(work)
+
+
+def test_abort_in_files_only_job_is_refused(runner, fuse_dev, static_api_job, tmp_path):
+    """lazarus_tx_abort() from a files-only job's program: refused with its
+    reason (not done yet), the files as they were."""
+    tx = PROGRAMS_SRC / "tx_prog.c"
+    out = runner.base / "tx_static"
+    import subprocess
+    cp = subprocess.run(["gcc", "-static", "-O2", "-pthread", f"-I{INCLUDE}", "-o", str(out), str(tx),
+                         str(LIBDIR / "liblazarus.a")], capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr
+    os.chmod(out, 0o755)
+    work = runner.mkdir("work")
+    store = runner.base / "st"
+    r = runner.lz("run", "-d", store, "--files-only", "--fs", work, "--", out, work / "f.txt", timeout=60)
+    assert r.rc == 0, str(r)
+    assert re.search(r"^commit rc=1 index=\d+ err=$", r.stdout, re.M), str(r)
+    assert re.search(r"^abort rc=-1 err=abort of a files-only job is not done yet", r.stdout, re.M), str(r)
+    assert (work / "f.txt").read_text() == "before commit\nafter commit\n"
 
 
 # --------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 /* A self-checkpointing program of the kind HPC codes are (tests/test_fs.py):
- * statically linked, no Lazarus library, it writes its own restart file and
- * then commits its files by running `lazarus checkpoint -d $LAZARUS_DIR`.
+ * statically linked, it writes its own restart file and then commits its
+ * files: built with -DWITH_API (and liblazarus.a) through
+ * lazarus_tx_commit(), as a C code would; without, as a program that cannot
+ * link C does, by running `lazarus checkpoint -d $LAZARUS_DIR`.
  * Between commits it appends to a log, overwrites a data file in place,
  * writes a temporary file and renames it into place, and deletes an older
  * output.  Without LAZARUS_DIR it runs the same steps without committing:
@@ -16,6 +18,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef WITH_API
+#include <lazarus.h>
+#endif
 
 #define BLOCK 4096
 #define BLOCKS 16
@@ -108,9 +113,17 @@ int main(int argc, char **argv)
             write_all(fd, line, (size_t)n, -1);
             close(fd);
             if (store) {
+#ifdef WITH_API
+                unsigned long long index;
+                if (lazarus_tx_commit(&index) != LAZARUS_CONTINUED) {
+                    fprintf(stderr, "fs_static_job: commit failed at step %ld: %s\n", step, lazarus_strerror());
+                    return 3;
+                }
+#else
                 char cmd[4200];
                 snprintf(cmd, sizeof cmd, "'%s' checkpoint -d '%s' >/dev/null", argv[3], store);
                 if (system(cmd) != 0) { fprintf(stderr, "fs_static_job: commit failed at step %ld\n", step); return 3; }
+#endif
             }
             printf("committed step %ld\n", step + 1);
             fflush(stdout);
