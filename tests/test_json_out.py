@@ -107,6 +107,19 @@ def test_checkpoint_diff_gc_json(r):
         assert arr and all(e.get("lazarus_version") == VERSION for e in arr), arr
     res = r.lz("show", "-d", store, "--json", "tree")
     assert res.rc == 0 and json.loads(res.stdout)["lazarus_version"] == VERSION, str(res)
+    # verify's pieces: their documented keys, intact; then one damaged: still a document, exit 244
+    res = r.lz("verify", "-d", store, "--json")
+    pieces = [versioned(e, {"index", "piece", "intact", "error"}) for e in json.loads(res.stdout)]
+    assert all(e["intact"] is True and e["error"] is None for e in pieces), pieces
+    manifest = next(p for p in store.rglob("manifest") if not p.parent.name.startswith("tmp"))
+    data = bytearray(manifest.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    manifest.write_bytes(data)
+    res = r.lz("verify", "-d", store, "--json")
+    assert res.rc == 244, str(res)
+    pieces = [versioned(e, {"index", "piece", "intact", "error"}) for e in json.loads(res.stdout)]
+    bad = [e for e in pieces if not e["intact"]]
+    assert bad and all(isinstance(e["error"], str) and e["error"] for e in bad), pieces
 
 
 def test_run_restart_events(r):
