@@ -41,19 +41,40 @@ from test_files_scenarios import CK, Job, R, S, expect_file, rbytes, F, D, tree,
 STEPS = "240"
 
 
+# Several pytest sessions may use /dev/fuse at once (a developer's beside CI's,
+# helpers'): each holds this lock shared while it needs the device open to
+# everyone, and the last one out puts back the mode the first one found.
+FUSE_LOCK = Path("/tmp/lazarus-test-fuse-dev.lock")
+
+
 @pytest.fixture
 def fuse_dev(mode):
     """/dev/fuse 0666 for an ordinary user's mount (a desktop's udev rule)."""
     dev = Path("/dev/fuse")
     if not dev.exists():
         pytest.skip("no /dev/fuse")
-    old = stat.S_IMODE(dev.stat().st_mode)
-    if mode == "user" and IS_ROOT and old & 0o006 != 0o006:
-        os.chmod(dev, 0o666)
+    if mode != "user" or not IS_ROOT:
         yield
-        os.chmod(dev, old)
-    else:
+        return
+    import fcntl
+    fd = os.open(FUSE_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        old = stat.S_IMODE(dev.stat().st_mode)
+        if old & 0o006 != 0o006:
+            os.pwrite(fd, f"{old:o}\n".encode(), 0)  # the mode to put back, written by the first to change it
+            os.chmod(dev, 0o666)
         yield
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no other session uses it now
+        except BlockingIOError:
+            return
+        saved = os.pread(fd, 16, 0).decode().strip()
+        if saved:
+            os.chmod(dev, int(saved, 8))
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
 
 
 def lazarus_mounts() -> list[str]:
@@ -325,7 +346,7 @@ def test_files_only_rollback_then_restart(runner, fuse_dev, static_api_job):
     doc = json.loads(r.stdout)
     assert doc["changed"] is True and doc["files_rolled_back"] > 0, r
     assert hashes(work) == at_last, f"rolled back to {doc}, the last commit was of step {last}"
-    assert not lazarus_mounts()
+    assert str(work) not in lazarus_mounts(), lazarus_mounts()
     r = runner.lz("rollback", "-d", store)
     assert r.rc == 0 and "rolled back 0 files" in r.stdout, str(r)
     assert hashes(work) == at_last
@@ -387,10 +408,16 @@ def test_mount_refused_for_user(runner, mode):
     """An ordinary user without access to /dev/fuse: one line that says so."""
     if mode != "user" or not IS_ROOT:
         pytest.skip("needs root to run the user variant with /dev/fuse 0600")
-    if stat.S_IMODE(Path("/dev/fuse").stat().st_mode) & 0o006:
-        pytest.skip("/dev/fuse is open to everyone here")
-    work = runner.mkdir("work")
-    r = runner.lz("run", "-d", runner.base / "st", "--fs", work, "--", "/bin/true")
+    import fcntl
+    fd = os.open(FUSE_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # no other session opens /dev/fuse to everyone meanwhile
+        if stat.S_IMODE(Path("/dev/fuse").stat().st_mode) & 0o006:
+            pytest.skip("/dev/fuse is open to everyone here")
+        work = runner.mkdir("work")
+        r = runner.lz("run", "-d", runner.base / "st", "--fs", work, "--", "/bin/true")
+    finally:
+        os.close(fd)
     assert r.rc != 0 and "cannot mount" in r.stderr and "/dev/fuse" in r.stderr, str(r)
     assert len(r.stderr.strip().splitlines()) == 1, str(r)
     assert str(work) not in lazarus_mounts()
