@@ -353,9 +353,12 @@ void job_ckpt_tick(struct sv_state *st)
                 jc_fail(st, NULL, "%s", why);
                 return;
             }
-            if (jc_build_tree(st, &st->tree, why, sizeof why) < 0) {
+            int tr = jc_build_tree(st, &st->tree, why, sizeof why);
+            if (tr < 0) {
                 lz_tree_free(&st->tree);
-                jc_fail(st, NULL, "cannot read the job's process tree (%s)", why);
+                /* a process ended (the program: a zombie the supervisor reaped meanwhile): said as such */
+                if (tr == -2) jc_fail(st, NULL, "%s", why);
+                else jc_fail(st, NULL, "cannot read the job's process tree (%s)", why);
                 return;
             }
             st->have_tree = 1;

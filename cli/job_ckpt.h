@@ -47,6 +47,7 @@ pid_t jc_inner_pid(pid_t pid);
 
 /* job_tree.c: read while every process is captured and still stopped */
 /* The tree (ids, zombies' wait status, shared descriptions): 0, or -1 with why. */
+/* -2: a process of the job is gone (why says which); -1: why says why */
 int jc_build_tree(struct sv_state *st, struct lz_tree *t, char *why, size_t whylen);
 /* job_inet.c: no TCP or UDP socket is held by two processes: 0, or -1 with why. */
 int jc_check_inet_shared(struct sv_state *st, char *why, size_t whylen);

@@ -181,6 +181,11 @@ int jc_build_tree(struct sv_state *st, struct lz_tree *t, char *why, size_t whyl
         snprintf(path, sizeof path, "/proc/%d/status", p->pid);
         size_t n;
         char *b = lz_read_file(path, &n);
+        if (!b && errno == ENOENT) { /* gone: it ended (and was reaped) while the others were stopped */
+            if (i == 0) snprintf(why, whylen, "the program ended before the checkpoint was complete");
+            else snprintf(why, whylen, "process %d of the job ended during the checkpoint (the next one goes without it)", p->pid);
+            return -2;
+        }
         if (!b) { snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno)); return -1; }
         int inner = ns_field(b, "NSpid:", p->pid);
         if (!p->inner) p->inner = inner;
