@@ -26,17 +26,16 @@ import hashlib
 import os
 import re
 import signal
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import LAZARUS, kill_program, run_until_done, wait_gone
+from conftest import LAZARUS, run_until_done, wait_gone
 from test_fs import (STEPS, assert_no_mount, daemon_of, fuse_dev, hashes, reference, static_api_job,  # noqa: F401
                      static_job)
 
 GENS = 5
+PY = "/usr/bin/python3"  # the system one: an ordinary user may not reach the session's
 
 # The job: each generation appends lines (one open+write each, as a log is
 # written), writes a marker at the end and over the file's first bytes,
@@ -122,9 +121,9 @@ def test_outside_reader_sees_only_committed(runner, fuse_dev):
     reader.write_text(READER)
     final.write_bytes(expected_final())
     flag, stop = runner.base / "seen", runner.base / "stop"
-    r = runner.start([sys.executable, reader, work / "log", flag, stop, final, GENS])
+    r = runner.start([PY, reader, work / "log", flag, stop, final, GENS])
     proc = runner.start_lz("run", "-d", store, "--files-only", "--fs", work, "--fs-mode", "buffer", "--",
-                           sys.executable, job, work / "log", LAZARUS, flag, GENS)
+                           PY, job, work / "log", LAZARUS, flag, GENS)
     rc = proc.wait(timeout=120)
     runner.touch(stop)
     r.wait(timeout=30)
@@ -247,7 +246,7 @@ def test_spill_beyond_buffer_max(runner, fuse_dev):
     job.write_text(SPILL_JOB)
     proc = runner.start_lz("run", "-d", store, "--files-only", "--fs", work, "--fs-mode", "buffer",
                            "--fs-buffer-max", "2", "--fs-buffer-low", "1", "--",
-                           sys.executable, job, work / "data", LAZARUS, go)
+                           PY, job, work / "data", LAZARUS, go)
     dpid = daemon_of(proc.pid)
     proc.wait_for_output(r"^self ok$", 60)
     # held beyond 2 MiB: in the backing file, an unnamed file in the store
