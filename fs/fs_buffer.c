@@ -212,7 +212,12 @@ static struct fb_file *get(int fd)
     if (f) return f;
     f = calloc(1, sizeof *f);
     if (!f) return NULL;
-    f->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    /* readable and writable: the engine reads the old bytes through it at CLOSE
+     * (the handle that wrote may be write-only) */
+    char p[64];
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    f->fd = open(p, O_RDWR | O_CLOEXEC);
+    if (f->fd < 0) f->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (f->fd < 0) { free(f); return NULL; }
     f->dev = st.st_dev;
     f->ino = st.st_ino;

@@ -140,6 +140,17 @@ def test_outside_reader_sees_only_committed(runner, fuse_dev):
     # every committed checkpoint but the first (before the program) holds a whole redo log
     v = runner.lz("verify", "-d", store)
     assert v.rc == 0 and "redo log" in v.stdout, str(v)
+    # a damaged redo log: verify says so, a rollback to its checkpoint refuses and changes nothing
+    logs = sorted(store.glob("ckpt.*/proc.*/fsbuf.*"))
+    assert logs, sorted(p.name for p in store.iterdir())
+    blob = bytearray(logs[-1].read_bytes())
+    blob[len(blob) // 2] ^= 0x55
+    logs[-1].write_bytes(bytes(blob))
+    v = runner.lz("verify", "-d", store)
+    assert v.rc == 244 and "redo log" in v.stdout + v.stderr, str(v)
+    r = runner.lz("rollback", "-d", store, "--force")
+    assert r.rc == 244 and "redo log" in r.stderr and len(r.stderr.strip().splitlines()) == 1, str(r)
+    assert (work / "log").read_bytes() == expected_final()
 
 
 @pytest.mark.parametrize("when", ["before_fin", "before_rename", "before_apply"])
@@ -170,6 +181,8 @@ def test_daemon_killed_in_commit(runner, fuse_dev, static_job, when):
     wait_gone([dpid])
     runner.env.pop(hook)
     last = 30 if when == "before_apply" else 0
+    d = runner.lz("diff", "-d", store)
+    assert d.rc == 0 and ("not written to the files yet" in d.stdout) == bool(last), str(d)
     r = runner.lz("rollback", "-d", store, timeout=120)
     assert r.rc == 0, str(r)
     if last:
@@ -183,6 +196,8 @@ def test_daemon_killed_in_commit(runner, fuse_dev, static_job, when):
     assert hashes(work) == at_last, f"{when}: the files are not those of commit at step {last}"
     v = runner.lz("verify", "-d", store)
     assert v.rc == 0, str(v)
+    d = runner.lz("diff", "-d", store)
+    assert d.rc == 0 and "not written to the files yet" not in d.stdout, str(d)
     r = runner.lz("restart", "-d", store, timeout=120)
     assert r.rc == 0 and re.search(rf"^start at step {last}$", r.stdout, re.M), str(r)
     assert hashes(work) == want
