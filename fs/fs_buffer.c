@@ -383,6 +383,11 @@ int fb_close(const char *dir, const uint64_t job[2], uint64_t index, char *why, 
     pthread_mutex_lock(&lock);
     int r = 0;
     for (struct fb_file *f = files; f && !r; f = f->next) r = compose(f);
+    const char *fail = getenv("LAZARUS_TEST_FSD_CLOSE_FAIL"); /* tests fail this checkpoint here */
+    if (!r && fail && strtoull(fail, NULL, 10) == index) {
+        r = -EIO;
+        snprintf(why, whylen, "cannot write the redo log: failed for a test");
+    }
     /* the undo of the apply, in the journal of the interval that ends */
     for (struct fb_file *f = files; f && !r; f = f->next) {
         struct stat st;

@@ -292,3 +292,46 @@ def test_buffer_options_refused(runner, fuse_dev):
                       (["--fs-mode", "buffer", "--fs-buffer-max", "x"], "whole number")):
         r = runner.lz("run", "-d", runner.base / "st", "--fs", work, *args, "--", "true")
         assert r.rc == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, str(r)
+
+
+FAIL_JOB = r'''
+import os, subprocess, sys, time
+path, lazarus, go = sys.argv[1], sys.argv[2], sys.argv[3]
+def commit():
+    return subprocess.run([lazarus, "checkpoint", "-d", os.environ["LAZARUS_DIR"]], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode
+with open(path, "ab") as f:
+    f.write(b"first\n")
+print("first commit", "failed" if commit() else "ok", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.02)
+with open(path, "ab") as f:
+    f.write(b"second\n")
+print("second commit", "failed" if commit() else "ok", open(path, "rb").read() == b"first\nsecond\n", flush=True)
+'''
+
+
+def test_failed_checkpoint_keeps_held_data(runner, fuse_dev):
+    """A checkpoint whose commit fails in the daemon (LAZARUS_TEST_FSD_CLOSE_FAIL):
+    its data never reaches the file (a reader outside sees nothing), stays
+    held (the job reads it), and goes into the next commit with what follows."""
+    work = runner.mkdir("work")
+    store = runner.base / "st"
+    job, go = runner.base / "fail.py", runner.base / "go"
+    job.write_text(FAIL_JOB)
+    runner.env["LAZARUS_TEST_FSD_CLOSE_FAIL"] = "2"  # commit 1 is taken before the program
+    proc = runner.start_lz("run", "-d", store, "--files-only", "--fs", work, "--fs-mode", "buffer", "--",
+                           PY, job, work / "f", LAZARUS, go)
+    proc.wait_for_output(r"^first commit failed$", 60)
+    seen = runner.run(["cat", work / "f"])
+    assert seen.rc == 0 and seen.stdout == "", f"the failed commit's data reached the file: {seen}"
+    runner.touch(go)
+    assert proc.wait(timeout=60) == 0, proc.stderr
+    runner.env.pop("LAZARUS_TEST_FSD_CLOSE_FAIL")
+    assert "second commit ok True" in proc.stdout, proc.stdout
+    assert (work / "f").read_bytes() == b"first\nsecond\n"
+    assert 2 not in runner.indexes(store)
+    # back to the commit after the failed one: both lines, from its redo log
+    r = runner.lz("rollback", "-d", store, "--force")
+    assert r.rc == 0, str(r)
+    assert (work / "f").read_bytes() == b"first\nsecond\n"
