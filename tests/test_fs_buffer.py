@@ -172,7 +172,13 @@ def test_daemon_killed_in_commit(runner, fuse_dev, static_job, when):
                            static_job, work, STEPS, LAZARUS, "30")
     dpid = daemon_of(proc.pid)
     proc.wait_for_output(r"^start at step 0$", 30)
-    time.sleep(2.0)
+    # inside the commit of step 30 (checkpoint 2), held there by the hook for 4 s
+    sign = "ckpt.000002" if when == "before_apply" else "tmp.000002.*/fsbuf.redo"
+    deadline = time.monotonic() + 30
+    while not list(store.glob(sign)):
+        assert time.monotonic() < deadline and proc.poll() is None, f"no {sign}\n{proc.stdout}\n{proc.stderr}"
+        time.sleep(0.01)
+    time.sleep(0.5)
     assert "committed step" not in proc.stdout
     os.kill(dpid, signal.SIGKILL)
     rc = proc.wait(timeout=60)
