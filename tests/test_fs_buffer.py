@@ -151,6 +151,12 @@ def test_outside_reader_sees_only_committed(runner, fuse_dev):
     r = runner.lz("rollback", "-d", store, "--force")
     assert r.rc == 244 and "redo log" in r.stderr and len(r.stderr.strip().splitlines()) == 1, str(r)
     assert (work / "log").read_bytes() == expected_final()
+    # but back to an older commit (checkpoint 4: generations 1 to 3; -k 3 keeps 4 to 6): the writes applied after it are
+    # undone by its journal (the apply's undo was recorded before the data reached the file)
+    older = b"".join(b"gen %d line %02d\n" % (g, i) for g in (1, 2, 3) for i in range(40))
+    r = runner.lz("rollback", "-d", store, "--at", "4", "--force")
+    assert r.rc == 0, str(r)
+    assert (work / "log").read_bytes() == older
 
 
 @pytest.mark.parametrize("when", ["before_fin", "before_rename", "before_apply"])
