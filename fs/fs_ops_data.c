@@ -65,7 +65,11 @@ static void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     struct fuse_entry_param e;
     r = fs_lookup_entry(d, name, &e);
     if (r) { close(fd); fuse_reply_err(req, -r); return; }
-    if (fsd.buffer && (fi->flags & O_TRUNC)) fb_truncate(fd, 0);
+    if (fsd.buffer && (fi->flags & O_TRUNC)) { /* an existing file after all (created meanwhile) */
+        fs_change_begin();
+        fb_truncate(fd, 0);
+        fs_change_end();
+    }
     fi->fh = FH_MAKE(fd, job, fsd.buffer && (fi->flags & O_APPEND));
     if (fsd.buffer) {
         fi->direct_io = 1;
@@ -105,7 +109,10 @@ static void fs_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in,
         mem.buf[0].mem = b;
         ssize_t n = b ? fuse_buf_copy(&mem, in, 0) : -ENOMEM;
         fs_change_begin(); /* not into a commit's middle */
-        if (n >= 0) n = fb_write(fd, FH_APPEND(fi), (uint64_t)off, b, (uint64_t)n) < 0 ? -ENOMEM : n;
+        if (n >= 0) {
+            int e = fb_write(fd, FH_APPEND(fi), (uint64_t)off, b, (uint64_t)n);
+            if (e < 0) n = e;
+        }
         fs_change_end();
         free(b);
         if (n < 0) fuse_reply_err(req, (int)-n);
