@@ -162,6 +162,7 @@ CLI_SRC := \
 	files/outside.c \
 	files/diff.c \
 	files/log_seal.c \
+	files/redo_log.c \
 	cli/restart_sockpaths.c \
 	cli/restart_inet.c \
 	cli/remote_commit.c \
@@ -177,8 +178,8 @@ CLI_SRC := \
 # linked with the file engine's recording side (files/track_*.c).
 FUSE_CFLAGS := $(shell pkg-config --cflags fuse3)
 FUSE_LIBS   := $(shell pkg-config --libs fuse3)
-FS_SRC := fs/fs_main.c fs/fs_inodes.c fs/fs_ops_names.c fs/fs_ops_data.c fs/fs_journal.c fs/fs_commit.c
-FS_ENGINE := $(filter files/track_%.c,$(RT_SRC)) common/progress.c
+FS_SRC := fs/fs_main.c fs/fs_inodes.c fs/fs_ops_names.c fs/fs_ops_data.c fs/fs_journal.c fs/fs_commit.c fs/fs_buffer.c fs/fs_member.c
+FS_ENGINE := $(filter files/track_%.c,$(RT_SRC)) common/progress.c files/redo_log.c
 
 all: $(B)/bin/lazarus-fsd $(B)/bin/lazarus $(B)/bin/lazarus-s3 $(B)/bin/lazarus-restore $(B)/lib/liblazarus-rt.so $(B)/lib/liblazarus.so $(B)/lib/liblazarus.so.$(MAJOR) $(B)/lib/liblazarus.a $(B)/lib/libckpt.so $(B)/lib/libckpt.so.$(MAJOR) $(B)/lib/libckpt.a
 

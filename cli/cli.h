@@ -63,6 +63,7 @@ struct cli_opts {
     const char *log;       /* run, restart --log FILE: Lazarus' own lines appended there */
     char fs[4096];         /* run --fs PATH...: absolute, '\n'-separated */
     const char *fs_mode;   /* run --fs-mode MODE (NULL: undo) */
+    uint64_t fs_buf_max, fs_buf_low; /* run --fs-buffer-max/-low MiB (0: not given) */
     int files_only;        /* run --files-only */
 };
 int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, const char *help, struct cli_opts *o);

@@ -3,6 +3,7 @@
 #include "exit_codes.h"
 #include "remote_store.h"
 #include "rollback.h"
+#include "redo_log.h"
 #include "s3.h"
 #include "util.h"
 #include "json_out.h"
@@ -20,11 +21,14 @@ static const char help[] =
     "  restored PATH   it existed at N (deleted, renamed or replaced since) and comes back\n"
     "  lost     PATH   its content at N is gone (deleted or replaced after the job stopped,\n"
     "                  and the journal holds only part of it): a restart refuses\n"
+    "Buffer mode (run --fs-mode buffer): a commit whose data its daemon did not write to\n"
+    "the files yet (it was killed) is said in one line; a restart or rollback writes it.\n"
     "A damaged store is said in one line, and diff exits 1.\n\n"
     "  -d DIR    checkpoint store (default ./lazarus.ckpt)\n"
     "  --at N    the checkpoint (default: the newest)\n"
     "  --json    one JSON object: {\"index\", \"changes\": [{\"kind\", \"path\"}...]}\n"
-    "            (kind as above; docs/json.md)\n"
+    "            (kind as above; docs/json.md), and \"redo_pending\" (the count of\n"
+    "            such commits' redo logs) when not 0\n"
     "-d s3://BUCKET/PREFIX: checkpoint N of that remote store, fetched into a scratch\n"
     "directory of $TMPDIR (removed after), its journals read where the job kept them\n"
     "(run --journal-dir); --endpoint, --ca-file, --insecure, --addressing and\n"
@@ -82,18 +86,29 @@ static int diff_dir(const char *d, int have_at, uint64_t at, int json)
     int damaged;
     struct fj_plan *plan = rollback_plan_load(dir, index, stop, &damaged, why, sizeof why);
     if (!plan) { lz_err("%s", why); free(dir); return damaged ? LZ_EXIT_DAMAGED : 1; }
+    /* buffer mode: a commit whose held data a killed daemon did not write yet */
+    char ck[LZ_PATH_MAX + 64];
+    lz_ckpt_path(ck, sizeof ck, dir, index);
+    int pending = fr_pending_checkpoint(ck);
     if (json) {
         struct jw w;
         jw_init(&w, stdout);
         jw_obj(&w, NULL);
         jw_version(&w);
         jw_u64(&w, "index", index);
+        if (pending) jw_u64(&w, "redo_pending", (uint64_t)pending); /* buffer mode only */
         jw_arr(&w, "changes");
         fj_plan_changes(plan, stop, json_change, &w);
         jw_end_arr(&w);
         jw_end_obj(&w);
         putchar('\n');
-    } else if (fj_plan_diff(plan, stop, stdout) == 0) printf("no file changes since checkpoint %" PRIu64 "\n", index);
+    } else {
+        size_t n = fj_plan_diff(plan, stop, stdout);
+        if (pending)
+            printf("checkpoint %" PRIu64 " committed data not written to the files yet (%d redo log%s, buffer mode): "
+                   "a restart or rollback to it writes it\n", index, pending, pending == 1 ? "" : "s");
+        else if (n == 0) printf("no file changes since checkpoint %" PRIu64 "\n", index);
+    }
     fj_plan_free(plan);
     free(dir);
     return 0;

@@ -9,6 +9,7 @@
 #include "privilege.h"
 #include "rollback.h"
 #include "rollback_files.h"
+#include "redo_log.h"
 #include "fs_job.h"
 #include "remote_store.h"
 #include "util.h"
@@ -125,7 +126,11 @@ int cmd_rollback(int argc, char **argv)
     uint64_t files;
     struct fj_plan *plan = rollback_files_plan("rollback", dir, index, &job, o.force, &code, &files);
     if (!plan) return code;
-    if (fj_plan_empty(plan)) { /* a second rollback: nothing to do, nothing touched */
+    char ck[LZ_PATH_MAX + 64];
+    lz_ckpt_path(ck, sizeof ck, dir, index);
+    /* a second rollback: nothing to do, nothing touched (but a buffer-mode
+     * commit whose data a killed daemon did not write yet is finished) */
+    if (fj_plan_empty(plan) && !fr_pending_checkpoint(ck)) {
         fj_plan_free(plan);
         said(&o, index, taken, 0, 0);
         return 0;

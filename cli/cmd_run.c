@@ -60,9 +60,16 @@ static const char help[] =
     "              daemon mounted over PATH for the job): every change there, by any\n"
     "              program (static, Go, raw system calls), is undone at a restart\n"
     "              (repeatable)\n"
-    "  --fs-mode undo\n"
-    "              how --fs keeps the files: undo (default; buffer and shadow are not\n"
-    "              implemented yet)\n"
+    "  --fs-mode undo|buffer\n"
+    "              how --fs keeps the files: undo (default: writes reach the files at\n"
+    "              once, undone at a restart) or buffer (the job's writes are held until\n"
+    "              its next checkpoint commits; others see only committed data; shadow\n"
+    "              is not implemented yet)\n"
+    "  --fs-buffer-max MiB\n"
+    "              buffer mode: held data kept in memory up to this (default 256), then\n"
+    "              moved to a backing file in the store\n"
+    "  --fs-buffer-low MiB\n"
+    "              ... down to this (default half of --fs-buffer-max)\n"
     "  --files-only  with --fs: no memory checkpoints; a checkpoint commits the files,\n"
     "              a restart puts them back and runs the program again from its start\n"
     "  --job-stdio the regular files given as stdin, stdout and stderr (`> out 2> err`)\n"
@@ -217,7 +224,7 @@ static int run_user_env(const struct cli_opts *o)
 int cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGMKEAIPJUNWXYBjqlVHo", help, &o);
+    int first = parse_opts(argc, argv, "run", "dikDxcSTCRGMKEAIPJUNWXYBjqlVHobu", help, &o);
     if (first < 0) return 2;
     if (log_setup("run", o.log, o.json, o.quiet) < 0) return 2;
     if (run_ckptrc(&o) < 0) return 2;
@@ -266,6 +273,19 @@ int cmd_run(int argc, char **argv)
     if (first >= argc) { lz_err("run: no program given (usage: lazarus run [-d DIR] [-i SECONDS] [-k N] [--compress SPEC] [--] PROGRAM [ARG...])"); return 2; }
     if (o.files_only && !*o.fs) { lz_err("run: --files-only needs --fs PATH (the directory whose files it keeps)"); return 2; }
     if (o.fs_mode && !*o.fs) { lz_err("run: --fs-mode goes with --fs PATH"); return 2; }
+    int buffer = o.fs_mode && !strcmp(o.fs_mode, "buffer");
+    if ((o.fs_buf_max || o.fs_buf_low) && !buffer) { lz_err("run: --fs-buffer-max and --fs-buffer-low go with --fs-mode buffer"); return 2; }
+    /* CprFS's two thresholds: held in memory up to max, then moved to the
+     * store's backing file down to low (half of max: a spill is a large
+     * sequential write, not one per write) */
+    uint64_t bmax = o.fs_buf_max ? o.fs_buf_max : 256, blow = o.fs_buf_low ? o.fs_buf_low : (bmax / 2);
+    if (buffer && (blow > bmax || bmax > (1u << 20))) {
+        lz_err("run: --fs-buffer-low (%" PRIu64 " MiB) must not be above --fs-buffer-max (%" PRIu64 " MiB, at most 1048576)", blow, bmax);
+        return 2;
+    }
+    char mode[64];
+    if (buffer) snprintf(mode, sizeof mode, "buffer:%" PRIu64 ":%" PRIu64, bmax, blow);
+    else snprintf(mode, sizeof mode, "undo");
     if (*o.fs && (o.journal_dir || stream)) { lz_err("run: --fs goes with -d DIR, without --journal-dir"); return 2; }
     char *dir = abs_dir(o.dir);
     if (lz_store_prepare(dir, why, sizeof why) < 0) { lz_err("%s", why); return 1; }
@@ -281,7 +301,10 @@ int cmd_run(int argc, char **argv)
         char real[4096];
         if (fsm_check_path(path, dir, real, sizeof real, why, sizeof why) < 0) { lz_err("run: %s; nothing was started", why); return 2; }
         size_t have = strlen(fs_lines);
-        snprintf(fs_lines + have, sizeof fs_lines - have, "%s%s %s", have ? "\n" : "", o.fs_mode ? o.fs_mode : "undo", real);
+        if (snprintf(fs_lines + have, sizeof fs_lines - have, "%s%s %s", have ? "\n" : "", mode, real) >= (int)(sizeof fs_lines - have)) {
+            lz_err("run: too many --fs; nothing was started");
+            return 2;
+        }
     }
     int lock = lz_store_lock(dir);
     int busy = lock < 0 && errno == EWOULDBLOCK;

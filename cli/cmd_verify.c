@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "exit_codes.h"
 #include "journal_read.h"
+#include "redo_log.h"
 #include "json_out.h"
 #include "place.h"
 #include "store.h"
@@ -144,6 +145,16 @@ static int verify_dir(struct cli_opts *o_)
             bad = 1;
         } else {
             report(o.json, (int64_t)v[i], piece, NULL);
+        }
+        /* buffer mode: what checkpoint N committed and a restart to it writes (whole, with its FIN) */
+        int nlogs = 0;
+        if (!jr[i] && fr_check_checkpoint(s.ckdir, &nlogs, inner, sizeof inner) < 0) {
+            snprintf(why, sizeof why, "checkpoint %" PRIu64 "'s redo log (buffer mode) is damaged: %s; restarts to checkpoint %" PRIu64
+                     " are refused", v[i], inner, v[i]);
+            report(o.json, (int64_t)v[i], "redo log", why);
+            bad = 1;
+        } else if (nlogs) {
+            report(o.json, (int64_t)v[i], "redo log", NULL);
         }
         fj_seg_free(&s);
     }

@@ -120,6 +120,7 @@ static int commit(struct supervisor *s, char *why, size_t whylen)
     }
     if (rc < 0) { lz_store_cleanup_tmp(s->dir); return -1; }
     lz_fsync_dir(s->dir);
+    fs_apply_all(s, index); /* buffer mode: the held data reaches the files */
     struct lz_job job;
     if (lz_job_read(s->dir, &job) == 0) {
         job.next_index = s->next_index;
@@ -229,6 +230,8 @@ static int loop(struct supervisor *s, char **argv, char **envp, const char *cwd)
         }
         if (client >= 0) { sv_reply(client, out); close(client); }
     }
+    /* buffer mode: a program that ended by itself committed its last writes */
+    if (done && WIFEXITED(status) && !s->fs_failed) fs_finish_all(s);
     /* the mounts go with the program (what the kernel still caches reaches the files first) */
     fs_stop_all(s);
     sv_beat_stop();

@@ -5,6 +5,7 @@
 #include "fs_job.h"
 #include "log_out.h"
 #include "util.h"
+#include "redo_log.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -23,8 +24,8 @@ int fs_start_all(struct supervisor *s, const char *paths, uint64_t restarted, ch
         p += l + (q ? 1 : 0);
         char *path = strchr(line, ' '); /* "MODE PATH" */
         if (!path || s->nfs >= FS_MAX) continue;
-        path++;
-        if (fsm_start(&s->fs[s->nfs], path, s->jhome, s->job_id, s->durability, restarted, why, whylen) < 0) {
+        *path++ = 0;
+        if (fsm_start(&s->fs[s->nfs], path, line, s->jhome, s->job_id, s->durability, restarted, why, whylen) < 0) {
             fs_stop_all(s);
             return -1;
         }
@@ -91,4 +92,34 @@ int fs_gather_all(struct supervisor *s, uint64_t index, const char *root, char *
         }
     }
     return 0;
+}
+
+int fs_apply_all(struct supervisor *s, uint64_t index)
+{
+    int rc = 0;
+    for (int i = 0; i < s->nfs; i++) {
+        char why[4400];
+        if (s->fs[i].closed != index || !s->fs[i].buffer) continue;
+        if (fsm_apply(&s->fs[i], index, why, sizeof why) == 0) {
+            /* the data is in the files: no restart writes it again */
+            char ck[LZ_PATH_MAX + 64], procdir[LZ_PATH_MAX + 96];
+            lz_ckpt_path(ck, sizeof ck, s->dir, index);
+            snprintf(procdir, sizeof procdir, "%s/" LZ_PROC_PREFIX "%d", ck, (int)s->fs[i].pid);
+            fr_mark_applied(procdir);
+            continue;
+        }
+        /* committed all the same: the redo log in checkpoint N finishes it at the next restart */
+        lz_err("%s; checkpoint %" PRIu64 " is committed, and the next restart finishes writing it", why, index);
+        end_job(s, why);
+        rc = -1;
+    }
+    return rc;
+}
+
+void fs_finish_all(struct supervisor *s)
+{
+    for (int i = 0; i < s->nfs; i++) {
+        char why[4400];
+        if (fsm_finish(&s->fs[i], why, sizeof why) < 0) lz_err("%s", why);
+    }
 }

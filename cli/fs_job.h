@@ -17,6 +17,12 @@ int fs_close_all(struct supervisor *s, uint64_t index, char *why, size_t whylen)
 /* Before checkpoint `index` commits (its parts in root): each daemon's
  * journal of the next interval moved in as root/proc.<pid>.  0, or -1 with why. */
 int fs_gather_all(struct supervisor *s, uint64_t index, const char *root, char *why, size_t whylen);
+/* Buffer mode: checkpoint index is committed (renamed and synced): each
+ * daemon writes what it held for it into the files.  A daemon that fails
+ * ends the job (the restart finishes the writing from the redo log): -1. */
+int fs_apply_all(struct supervisor *s, uint64_t index);
+/* Buffer mode: the program ended by itself; its last writes reach the files. */
+void fs_finish_all(struct supervisor *s);
 
 /* fs_files_only.c: run --files-only (its loop instead of supervise()), and
  * the restart of such a job once its files are back at a commit: the

@@ -59,10 +59,11 @@ static ssize_t answer(struct fs_mount *m, char *buf, size_t cap, int ms)
     return n;
 }
 
-int fsm_start(struct fs_mount *m, const char *path, const char *jhome, const uint64_t job[2], int machine,
-              uint64_t restarted, char *why, size_t whylen)
+int fsm_start(struct fs_mount *m, const char *path, const char *mode, const char *jhome, const uint64_t job[2],
+              int machine, uint64_t restarted, char *why, size_t whylen)
 {
     memset(m, 0, sizeof *m);
+    m->buffer = !strncmp(mode, "buffer", 6);
     m->chan = m->mnt_fd = -1;
     snprintf(m->path, sizeof m->path, "%s", path);
     int sp[2];
@@ -92,8 +93,8 @@ int fsm_start(struct fs_mount *m, const char *path, const char *jhome, const uin
          * keep the job's end unseen) */
         if (dup2(sp[1], 3) < 0) _exit(127);
         close_range(4, ~0u, 0);
-        char *av[] = {(char *)exe, (char *)path, (char *)jhome, id, machine ? "machine" : "process", fdnum,
-                      restarted ? idx : NULL, NULL};
+        char *av[] = {(char *)exe, (char *)path, (char *)jhome, id, machine ? "machine" : "process", fdnum, idx,
+                      (char *)mode, NULL};
         execv(exe, av);
         char m2[600];
         int n = snprintf(m2, sizeof m2, "ERR cannot run %s: %s", exe, strerror(errno));
@@ -138,6 +139,31 @@ int fsm_close(struct fs_mount *m, const char *jhome, uint64_t index, char *why, 
     snprintf(why, whylen, "the file system daemon of %s %s", m->path, n < 0 ? "did not answer in 10 s" : "died");
     return -2;
 }
+
+static int ask(struct fs_mount *m, const char *msg, const char *what, char *why, size_t whylen)
+{
+    if (!m->buffer) return 0;
+    char buf[600];
+    if (m->pid <= 0 || m->chan < 0 || send(m->chan, msg, strlen(msg), MSG_NOSIGNAL) < 0) {
+        snprintf(why, whylen, "the file system daemon of %s is gone", m->path);
+        return -1;
+    }
+    /* no time limit of 10 s here: it writes what the interval held (it may be GiB) */
+    ssize_t n = answer(m, buf, sizeof buf, -1);
+    if (n > 0 && !strcmp(buf, "OK")) return 0;
+    if (n > 4 && !strncmp(buf, "ERR ", 4)) snprintf(why, whylen, "the file system over %s: %s: %s", m->path, what, buf + 4);
+    else snprintf(why, whylen, "the file system daemon of %s died (%s)", m->path, what);
+    return -1;
+}
+
+int fsm_apply(struct fs_mount *m, uint64_t index, char *why, size_t whylen)
+{
+    char msg[64];
+    snprintf(msg, sizeof msg, "APPLY %" PRIu64, index);
+    return ask(m, msg, "applying the commit", why, whylen);
+}
+
+int fsm_finish(struct fs_mount *m, char *why, size_t whylen) { return ask(m, "FINISH", "the program's last writes", why, whylen); }
 
 void fsm_reaped(struct fs_mount *m, int status)
 {

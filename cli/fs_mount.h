@@ -16,6 +16,7 @@ struct fs_mount {
     int status;    /* its wait status once reaped */
     uint64_t closed;   /* the checkpoint whose interval it closed last (fsm_close) */
     char jdir[4200];   /* that closing's journal of the next interval, DIR/tmp.N.PID */
+    int buffer;        /* --fs-mode buffer: APPLY after each commit, FINISH at the end */
 };
 
 /* Checks `--fs PATH` against the store: an existing directory, neither
@@ -25,8 +26,14 @@ int fsm_check_path(const char *path, const char *dir, char *real, size_t rlen, c
 /* Starts the daemon and waits for its mount: 0, or -1 with why (nothing
  * mounted).  restarted: the checkpoint a restart went back to (its journal
  * goes on), 0 for a new job. */
-int fsm_start(struct fs_mount *m, const char *path, const char *jhome, const uint64_t job[2], int machine,
-              uint64_t restarted, char *why, size_t whylen);
+int fsm_start(struct fs_mount *m, const char *path, const char *mode, const char *jhome, const uint64_t job[2],
+              int machine, uint64_t restarted, char *why, size_t whylen);
+/* Buffer mode: checkpoint N is committed, the daemon writes what it held
+ * for it to the files (APPLY N); FINISH at the program's own end.  0, or
+ * -1 with why (the files are finished by the next restart from the redo
+ * log).  Nothing to do in undo mode. */
+int fsm_apply(struct fs_mount *m, uint64_t index, char *why, size_t whylen);
+int fsm_finish(struct fs_mount *m, char *why, size_t whylen);
 /* Checkpoint N, every process of the job stopped (files-only: the
  * commit): the mount synced (what the kernel holds reaches the daemon and is
  * recorded), then the daemon closes interval N and records on in a journal

@@ -116,6 +116,8 @@ void jc_finish_ok(struct sv_state *st)
         if (st->resumed) { jc_finish_failed(st); return; }
         return; /* the API's caller is told by the ABORT */
     }
+    /* buffer mode: what the file systems held for it reaches the files now */
+    fs_apply_all(s, st->index);
     if (!st->resumed) { /* the C API: the caller learns the checkpoint is committed */
         for (size_t i = 0; i < st->nparts; i++)
             if (!st->parts[i].zombie) sv_tell(st, st->parts[i].pid, "RESUME %" PRIu64 " 1", st->index);

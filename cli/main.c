@@ -71,6 +71,7 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         {"mintime", required_argument, 0, 'U'}, {"encrypt-key", required_argument, 0, 'Y'},
         {"lazy", no_argument, 0, 'L'}, {"fallback", required_argument, 0, 'B'},
         {"fs", required_argument, 0, 'V'}, {"fs-mode", required_argument, 0, 'H'},
+        {"fs-buffer-max", required_argument, 0, 'b'}, {"fs-buffer-low", required_argument, 0, 'u'},
         {"files-only", no_argument, 0, 'o'}, {"quiet", no_argument, 0, 'q'}, {"log", required_argument, 0, 'l'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->durability = -1;
@@ -127,11 +128,11 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
             continue;
         }
         if (c == 'H') {
-            if (!strcmp(optarg, "buffer") || !strcmp(optarg, "shadow")) {
-                lz_err("%s: --fs-mode %s is not implemented yet (undo is)", cmd, optarg);
+            if (!strcmp(optarg, "shadow")) {
+                lz_err("%s: --fs-mode %s is not implemented yet (undo and buffer are)", cmd, optarg);
                 return -1;
             }
-            if (strcmp(optarg, "undo")) { lz_err("%s: --fs-mode is 'undo', 'buffer' or 'shadow', not '%s'", cmd, optarg); return -1; }
+            if (strcmp(optarg, "undo") && strcmp(optarg, "buffer")) { lz_err("%s: --fs-mode is 'undo', 'buffer' or 'shadow', not '%s'", cmd, optarg); return -1; }
             o->fs_mode = optarg;
             continue;
         }
@@ -208,6 +209,8 @@ int parse_opts(int argc, char **argv, const char *cmd, const char *allowed, cons
         case 'j': o->json = 1; break;
         case 'K': o->have_keep_remote = 1; o->keep_remote = v; break;
         case 'O': o->have_older_than = 1; o->older_than = v; break;
+        case 'b': o->fs_buf_max = v; break;
+        case 'u': o->fs_buf_low = v; break;
         }
     }
     if (!*o->dir) { lz_err("%s: -d needs a directory", cmd); return -1; }

@@ -6,6 +6,7 @@
 #include "exit_codes.h"
 #include "store_admin.h"
 #include "rollback.h"
+#include "redo_log.h"
 #include "util.h"
 #include <dirent.h>
 #include <errno.h>
@@ -34,6 +35,15 @@ struct fj_plan *rollback_files_plan(const char *cmd, const char *dir, uint64_t i
     if (job->rolling_to >= 0 && index > (uint64_t)job->rolling_to) {
         lz_err("cannot %s: a rollback of the files to checkpoint %" PRId64 " was interrupted; finish it with "
                "`lazarus %s --at %" PRId64 "`", what, job->rolling_to, cmd, job->rolling_to);
+        return NULL;
+    }
+    /* buffer mode: the redo log of N, written at the end, is proved first (phase 1 changes nothing) */
+    char ck[LZ_PATH_MAX + 64];
+    int nlogs;
+    lz_ckpt_path(ck, sizeof ck, dir, index);
+    if (fr_check_checkpoint(ck, &nlogs, why, sizeof why) < 0) {
+        lz_err("cannot %s: checkpoint %" PRIu64 "'s redo log (buffer mode) is damaged: %s; nothing was changed", verb, index, why);
+        *code = LZ_EXIT_DAMAGED;
         return NULL;
     }
     /* finishing an interrupted rollback: it linked kept inodes back already */
@@ -119,13 +129,29 @@ uint64_t rollback_next_index(const char *dir, uint64_t index, const struct lz_jo
     return next;
 }
 
+/* Buffer mode (run --fs-mode buffer): checkpoint N's redo logs (ftIO's FIN
+ * rule: a committed checkpoint's log is whole) applied to the files: a
+ * daemon killed between the commit and its writing of the files, or in the
+ * middle of it, is finished here.  Applying one again changes nothing. */
+static int redo(const char *cmd, const char *ck, uint64_t index)
+{
+    char why[LZ_PATH_MAX + 512];
+    if (fr_apply_checkpoint(ck, why, sizeof why) == 0) return 0;
+    lz_err("cannot write what checkpoint %" PRIu64 " committed to the files (buffer mode): %s; run `lazarus %s --at %" PRIu64
+           "` again once that is fixed", index, why, cmd, index);
+    return -1;
+}
+
 int rollback_files_apply(const char *cmd, const char *dir, uint64_t index, struct lz_job *job, struct fj_plan *plan,
                          uint64_t next)
 {
     char why[LZ_PATH_MAX + 512];
+    char ck[LZ_PATH_MAX + 64];
+    lz_ckpt_path(ck, sizeof ck, dir, index);
     /* no file to roll back: the checkpoints after N go once the program is
-     * back (the supervisor), so that a failed restart changes nothing */
-    if (fj_plan_empty(plan)) return 0;
+     * back (the supervisor), so that a failed restart changes nothing; what
+     * buffer mode held for N (its redo log) reaches the files all the same */
+    if (fj_plan_empty(plan)) return redo(cmd, ck, index);
     job->rolling_to = (int64_t)index;
     job->next_index = next; /* the checkpoints after N go: their indices stay used */
     if (lz_job_write(dir, job) < 0) { lz_err("cannot write %s/%s: %s", dir, LZ_JOBFILE, strerror(errno)); return -1; }
@@ -135,10 +161,13 @@ int rollback_files_apply(const char *cmd, const char *dir, uint64_t index, struc
                "` again once that is fixed", index, why, cmd, index);
         return -1;
     }
+    /* the names are at N: what buffer mode committed at N is written now
+     * (again, if it was: every record is absolute), before the journal that
+     * holds its log is emptied */
+    if (redo(cmd, ck, index) < 0) return -1;
     /* the files are at N: later checkpoints describe files that are gone, and
      * later journals (of failed checkpoints too) were just applied */
     lz_store_drop_branch(dir, index, UINT64_MAX);
-    char ck[LZ_PATH_MAX + 64];
     lz_journal_path(ck, sizeof ck, dir, index, 0);
     fj_journal_reset(ck, job->id, index);
     return 0;

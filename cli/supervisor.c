@@ -538,6 +538,8 @@ int supervise(struct supervisor *s)
     flusher_stop(s->flusher);
     /* the job's other processes go on outside it, or end with it */
     sv_end_members(&st, !s->restoring && st.have_status && WIFEXITED(st.status));
+    /* buffer mode: a program that ended by itself committed its last writes */
+    if (st.have_status && WIFEXITED(st.status) && !s->fs_failed) fs_finish_all(s);
     /* the mounts go with the job (what the kernel still caches reaches the files first) */
     fs_stop_all(s);
     sv_beat_stop();

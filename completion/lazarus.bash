@@ -12,7 +12,7 @@ _lazarus()
     fi
     local opts
     case ${COMP_WORDS[1]} in
-    run) opts="-d --dir -i --interval -k --keep --compress --durability -x --exclude --fs --fs-mode --files-only --job-stdio --tcp=
+    run) opts="-d --dir -i --interval -k --keep --compress --durability -x --exclude --fs --fs-mode --fs-buffer-max --fs-buffer-low --files-only --job-stdio --tcp=
                --compact --resume --checkpoint-signal --remote --keep-remote --journal-dir --encrypt-key
                --fallback --mintime --no-incremental --no-fork --check-exclusions --quiet --log --json $s3 --help" ;;
     checkpoint) opts="-d --dir --fallback --json --help" ;;
@@ -38,6 +38,7 @@ _lazarus()
         COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --durability) COMPREPLY=($(compgen -W "process machine" -- "$cur")); return ;;
     --fs-mode) COMPREPLY=($(compgen -W "undo buffer shadow" -- "$cur")); return ;;
+    --fs-buffer-max|--fs-buffer-low) return ;;
     --addressing) COMPREPLY=($(compgen -W "path virtual" -- "$cur")); return ;;
     --compress) COMPREPLY=($(compgen -W "none lz4 zstd zstd:" -- "$cur")); return ;;
     --checkpoint-signal) COMPREPLY=($(compgen -W "USR1 USR2 HUP INT TERM" -- "$cur")); return ;;

@@ -1,5 +1,6 @@
 /* Rolling files back: applying the journals (rollback.h), and emptying a
  * checkpoint's journal once the files are at N again. */
+#include "redo_log.h"
 #include "rollback.h"
 #include "journal.h"
 #include "journal_read.h"
@@ -517,6 +518,8 @@ static void drop_proc_journals(int dfd)
         drop_proc_journals(sfd);
         unlinkat(sfd, FJ_LOG, 0);
         unlinkat(sfd, FJ_DATAFILE, 0);
+        unlinkat(sfd, FR_NAME, 0); /* buffer mode's redo log: applied before (rollback_files.c) */
+        unlinkat(sfd, FR_DONE, 0);
         lz_remove_tree(sfd, FJ_KEEP);
         close(sfd);
         unlinkat(dfd, subs[i], AT_REMOVEDIR);

@@ -9,7 +9,19 @@
  * when N commits; if N fails, it is the failed checkpoint's journal (jrnl.N),
  * which a rollback applies too, as it does a process's.  This is what the
  * runtime does in a process's pause (runtime/rt_writer.c).
- * End of file (the supervisor is gone, or the job ended): unmount and exit. */
+ * Buffer mode (fs_buffer.c) adds to CLOSE, before the switch: the undo of
+ * what the interval held back (recorded in the journal of the interval that
+ * ends: rolling back to an earlier checkpoint undoes it), then the redo log
+ * DIR/tmp.N.PID/fsbuf.redo, on the disk with its FIN before OK.  And:
+ *   APPLY N                 checkpoint N is committed (renamed, synced):
+ *                           its held data is written to the files -> OK | ERR
+ *   FINISH                  the program ended by itself: what it wrote since
+ *                           is written too (its end is its last commit) -> OK
+ * A failed checkpoint gets no APPLY: its data stays held and goes into the
+ * next CLOSE's log with what follows it.
+ * End of file (the supervisor is gone, or the job ended): unmount and exit;
+ * what is held and not committed is dropped (a restart goes back to the
+ * last commit, whose files never saw it). */
 #include "fsd.h"
 #include "track.h"
 #include <errno.h>
@@ -33,11 +45,24 @@ void *fs_commit_thread(void *arg)
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
         msg[n] = 0;
-        if (strncmp(msg, "CLOSE ", 6)) { answer("ERR unknown request"); continue; }
         char why[300] = "";
+        if (!strncmp(msg, "APPLY ", 6) || !strcmp(msg, "FINISH")) {
+            int r = msg[0] == 'A' ? fb_apply(msg + 6) : fb_finish(why, sizeof why);
+            if (r < 0 && !why[0]) snprintf(why, sizeof why, "cannot write the held data to the files: %s", strerror(-r));
+            char out[400];
+            snprintf(out, sizeof out, "ERR %s", why);
+            answer(r < 0 ? out : "OK");
+            continue;
+        }
+        if (strncmp(msg, "CLOSE ", 6)) { answer("ERR unknown request"); continue; }
         fs_gate_close();
         /* the journal's directory is ours to make, as a process's part of a checkpoint is */
         if (mkdir(msg + 6, 0700) < 0 && errno != EEXIST) snprintf(why, sizeof why, "cannot make its journal: %s", strerror(errno));
+        /* buffer mode: the checkpoint's index is in the directory's name (tmp.N.PID) */
+        const char *base = strrchr(msg + 6, '/');
+        uint64_t index = base && !strncmp(base + 1, "tmp.", 4) ? strtoull(base + 5, NULL, 10) : 0;
+        if (!why[0] && fsd.buffer && fb_close(msg + 6, fsd.job, index, why, sizeof why) < 0 && !why[0])
+            snprintf(why, sizeof why, "cannot write the redo log");
         if (!why[0] && fj_prepare(msg + 6, why, sizeof why) == 0) {
             const char *d = getenv("LAZARUS_TEST_FSD_COMMIT_DELAY_MS"); /* tests kill us here */
             if (d) usleep((useconds_t)atoi(d) * 1000);

@@ -29,7 +29,7 @@ void fs_fdpath(char *buf, size_t len, int fd) { snprintf(buf, len, "/proc/self/f
 int fs_lookup_entry(struct fs_inode *parent, const char *name, struct fuse_entry_param *e)
 {
     memset(e, 0, sizeof *e);
-    e->attr_timeout = 1.0;
+    e->attr_timeout = fsd.buffer ? 0 : 1.0; /* buffer mode: the size depends on who asks */
     e->entry_timeout = 1.0;
     int fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return -errno;

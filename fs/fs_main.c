@@ -1,11 +1,12 @@
-/* lazarus-fsd PATH STORE JOB DURABILITY CTLFD [INDEX]
+/* lazarus-fsd PATH STORE JOB DURABILITY CTLFD [INDEX [MODE]]
  * Started by the supervisor (cli/fs_mount.c), never by hand.  PATH's real
  * directory is opened before the mount, which then goes in place over PATH;
  * "READY" (or "ERR why") on the channel CTLFD says how that went.  INDEX:
  * a restarted job's checkpoint, whose emptied journal this daemon goes on
  * in; without it nothing is recorded until the first commit (there is
  * nothing before it to go back to).  Several threads serve the kernel; one
- * more serves the supervisor (fs_commit.c). */
+ * more serves the supervisor (fs_commit.c).  INDEX 0: not restarted.  MODE:
+ * undo, or buffer:MAX:LOW (the thresholds in MiB; fs_buffer.c). */
 #include "fsd.h"
 #include "track.h"
 #include <errno.h>
@@ -32,6 +33,9 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
     conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
     /* O_TRUNC comes as a truncation (setattr), which the engine records */
     conn->want &= ~(unsigned)FUSE_CAP_ATOMIC_O_TRUNC;
+    /* buffer mode: no page cache either (every handle is direct_io, fs_ops_data.c):
+     * the kernel's cache of a file is one for every process, the job's data
+     * and the committed data are not */
     if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
 }
 
@@ -59,7 +63,7 @@ static void say(const char *fmt, const char *a, const char *b)
 
 int main(int argc, char **argv)
 {
-    if (argc < 6 || argc > 7) {
+    if (argc < 6 || argc > 8) {
         fprintf(stderr, "lazarus-fsd: started by `lazarus run --fs PATH`, not by hand\n");
         return 2;
     }
@@ -67,6 +71,18 @@ int main(int argc, char **argv)
     fsd.path = argv[1];
     fsd.ctl = atoi(argv[5]);
     if (parse_job(argv[3], job) < 0) { say("ERR bad job identity %s%s", argv[3], ""); return 2; }
+    fsd.store = argv[2];
+    fsd.job[0] = job[0];
+    fsd.job[1] = job[1];
+    fsd.self = getpid();
+    fsd.sup = getppid();
+    if (argc == 8 && !strncmp(argv[7], "buffer", 6)) {
+        unsigned long long mx = 256, lo = 128;
+        if (argv[7][6] == ':' && sscanf(argv[7] + 7, "%llu:%llu", &mx, &lo) != 2) { say("ERR bad mode %s%s", argv[7], ""); return 2; }
+        fsd.buffer = 1;
+        fb_max = (uint64_t)mx << 20;
+        fb_low = (uint64_t)lo << 20;
+    }
     /* terminal signals are the program's, not ours (the supervisor ends us) */
     signal(SIGINT, SIG_IGN);
     signal(SIGQUIT, SIG_IGN);
@@ -81,7 +97,7 @@ int main(int argc, char **argv)
     fsd.root.nlookup = 2;
     if (fj_setup(argv[2], !strcmp(argv[4], "machine"), NULL, 0, job) < 0) { say("ERR cannot set up the file engine%s%s", "", ""); return 1; }
     fj_limit(fsd.path, fsd.root_fd);
-    if (argc == 7) {
+    if (argc >= 7 && strtoull(argv[6], NULL, 10) > 0) {
         char why[300];
         if (fj_restarted(argv[2], strtoull(argv[6], NULL, 10), 0, why, sizeof why) < 0) { say("ERR %s%s", why, ""); return 1; }
     }

@@ -14,10 +14,24 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+/* buffer mode: what the job sees of a file's size is its own (nothing is
+ * cached: the answer depends on who asks) */
+static void job_view(fuse_req_t req, struct stat *st, double *timeout)
+{
+    if (!fsd.buffer) return;
+    *timeout = 0;
+    uint64_t size;
+    if (S_ISREG(st->st_mode) && fs_req_is_job(req) && fb_size(st->st_dev, st->st_ino, &size)) {
+        st->st_size = (off_t)size;
+        st->st_blocks = (blkcnt_t)((size + 511) / 512);
+    }
+}
+
 static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct fuse_entry_param e;
     int r = fs_lookup_entry(fs_inode(parent), name, &e);
+    if (r == 0) job_view(req, &e.attr, &e.attr_timeout);
     if (r == -ENOENT) { /* a negative entry, cached as briefly as the others */
         memset(&e, 0, sizeof e);
         e.entry_timeout = 1.0;
@@ -45,7 +59,9 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     (void)fi;
     struct stat st;
     if (fstatat(fs_inode(ino)->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) { fuse_reply_err(req, errno); return; }
-    fuse_reply_attr(req, &st, 1.0);
+    double t = 1.0;
+    job_view(req, &st, &t);
+    fuse_reply_attr(req, &st, t);
 }
 
 static void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid, struct fuse_file_info *fi)
@@ -54,6 +70,7 @@ static void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid
     char p[64];
     fs_fdpath(p, sizeof p, n->fd);
     int r = 0;
+    if (fsd.buffer && (valid & FUSE_SET_ATTR_SIZE) && !fs_req_is_job(req)) { fuse_reply_err(req, EROFS); return; }
     fs_change_begin();
     if (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))
         r = fj_before_attr_fd(n->fd);
@@ -64,9 +81,12 @@ static void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid
         if (fchownat(n->fd, "", u, g, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) r = -errno;
     }
     if (!r && (valid & FUSE_SET_ATTR_SIZE)) {
-        int fd = fi ? (int)fi->fh : open(p, O_WRONLY | O_CLOEXEC);
+        int fd = fi ? FH_FD(fi) : open(p, O_WRONLY | O_CLOEXEC);
         if (fd < 0) r = -errno;
-        else {
+        else if (fsd.buffer) { /* held until the commit */
+            r = fb_truncate(fd, (uint64_t)a->st_size);
+            if (!fi) close(fd);
+        } else {
             r = fj_before_truncate_fd(fd, (int64_t)a->st_size);
             if (!r && ftruncate(fd, a->st_size) < 0) r = -errno;
             if (!fi) { fj_fd_changed(fd); close(fd); }

@@ -9,7 +9,9 @@
  *   fs_ops_data.c  open, read, write, truncate, fallocate, sync
  *   fs_journal.c   the recording: the gate that keeps operations out of a
  *                  commit, and the engine's hooks
- *   fs_commit.c    the commit protocol with the supervisor (its channel) */
+ *   fs_commit.c    the commit protocol with the supervisor (its channel)
+ *   fs_buffer.c    buffer mode: the job's writes held until their commit
+ *   fs_member.c    buffer mode: which requests are the job's */
 #ifndef LZ_FS_FSD_H
 #define LZ_FS_FSD_H
 #define FUSE_USE_VERSION 312
@@ -32,6 +34,10 @@ struct fs_daemon {
     struct fs_inode root;
     struct fuse_session *se;
     int ctl;              /* the channel to the supervisor */
+    const char *store;    /* DIR */
+    uint64_t job[2];
+    int buffer;           /* --fs-mode buffer */
+    pid_t self, sup;      /* this daemon, the supervisor (our parent) */
 };
 extern struct fs_daemon fsd;
 
@@ -55,6 +61,25 @@ void fs_gate_open(void);
 /* fs_commit.c: serves the supervisor's channel (a thread). */
 void *fs_commit_thread(void *arg);
 extern int fs_ending; /* set once it unmounts (the job's end) */
+
+/* fs_member.c: whether a request's process is the job's (always, in undo mode) */
+int fs_is_job(pid_t pid);
+int fs_req_is_job(fuse_req_t req);
+
+/* fs_buffer.c (buffer mode): thresholds in bytes; fb_* 0 or -errno */
+extern uint64_t fb_max, fb_low, fb_spilled_total;
+int fb_write(int fd, int append, uint64_t off, const char *data, uint64_t len);
+int fb_truncate(int fd, uint64_t size);
+int fb_read(int fd, uint64_t off, uint64_t len, char *buf, uint64_t *got);
+int fb_size(dev_t dev, ino_t ino, uint64_t *size);
+int fb_close(const char *dir, const uint64_t job[2], uint64_t index, char *why, size_t whylen);
+int fb_apply(const char *who);
+int fb_finish(char *why, size_t whylen);
+/* the handle: a descriptor of the real file, and whether the job opened it */
+#define FH_FD(fi) ((int)((fi)->fh & 0xffffffffu))
+#define FH_JOB(fi) ((int)(((fi)->fh >> 32) & 1))
+#define FH_APPEND(fi) ((int)(((fi)->fh >> 33) & 1))
+#define FH_MAKE(fd, job, app) ((uint64_t)(uint32_t)(fd) | (uint64_t)(job) << 32 | (uint64_t)(app) << 33)
 
 /* fs_ops_names.c, fs_ops_data.c */
 void fs_ops_names(struct fuse_lowlevel_ops *ops);

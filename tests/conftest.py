@@ -532,7 +532,8 @@ TIERS = {
     # real programs, the corruption suite (minutes together; tests/README.md)
     "slow": ["test_memory_restart.py::test_killed_at_random_instants",
              "test_files_programs.py", "test_tree_programs.py",
-             "test_fs.py::test_static_files_only_killed_at_random_instants", "test_fs.py::test_daemon_killed", "test_kill_restart.py", "test_torn_checkpoint.py",
+             "test_fs.py::test_static_files_only_killed_at_random_instants", "test_fs.py::test_daemon_killed",
+             "test_fs_buffer.py::test_static_killed_at_random_instants_buffer", "test_fs_buffer.py::test_daemon_killed_in_commit", "test_kill_restart.py", "test_torn_checkpoint.py",
              "test_undo_shared.py::test_dd_loop_whole_job_killed",
              "test_threads.py::test_openmp_killed_at_random_instants",
              "test_threads.py::test_producer_consumer_killed_at_random_instants",

@@ -389,7 +389,6 @@ def test_bad_inputs(runner, fuse_dev):
         (["--fs", runner.base / "missing"], "No such file or directory"),
         (["--fs", afile], "not a directory"),
         (["--files-only"], "--files-only needs --fs"),
-        (["--fs", work, "--fs-mode", "buffer"], "not implemented yet"),
         (["--fs", work, "--fs-mode", "shadow"], "not implemented yet"),
         (["--fs", work, "--fs-mode", "nonsense"], "--fs-mode is"),
     ]
