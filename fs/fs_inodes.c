@@ -48,6 +48,7 @@ int fs_lookup_entry(struct fs_inode *parent, const char *name, struct fuse_entry
         n = calloc(1, sizeof *n);
         if (!n) { pthread_mutex_unlock(&table_lock); close(fd); return -ENOMEM; }
         n->fd = fd;
+        pthread_mutex_init(&n->times, NULL);
         n->dev = e->attr.st_dev;
         n->ino = e->attr.st_ino;
         n->nlookup = 1;
@@ -71,6 +72,7 @@ void fs_forget_one(fuse_ino_t ino, uint64_t count)
         while (*p && *p != n) p = &(*p)->next;
         if (*p) *p = n->next;
         close(n->fd);
+        pthread_mutex_destroy(&n->times);
         free(n);
     }
     pthread_mutex_unlock(&table_lock);

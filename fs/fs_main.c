@@ -26,11 +26,18 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
     (void)userdata;
     /* No writeback cache in undo mode: with it the kernel keeps a file's
-     * mtime itself and (6.x here) never sends it, so the file's real mtime
-     * is the daemon's later write, not what the program saw at the commit,
-     * and a rollback would bring back the wrong one (measured: 3 ms off).
-     * The supervisor syncs the mount before each commit all the same. */
+     * mtime itself and sends it in a setattr at a close or a sync, which can
+     * reach us before the pages written back with it, so the file's real
+     * mtime would be the daemon's later write, not what the program saw at
+     * the commit, and a rollback would bring back the wrong one (measured:
+     * 40 files of 40 after a sync).  LAZARUS_TEST_FSD_WRITEBACK=1 (test-only:
+     * bench/fs_io.py measures what it gives, test_fs.py checks the mtimes)
+     * turns it on, and then our writes keep the file's mtime (fs_write_buf).
+     * The supervisor syncs the mount before each commit either way. */
     conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+    if (!fsd.buffer && getenv("LAZARUS_TEST_FSD_WRITEBACK") && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+        conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+    fsd.writeback = !!(conn->want & FUSE_CAP_WRITEBACK_CACHE);
     /* O_TRUNC comes as a truncation (setattr), which the engine records */
     conn->want &= ~(unsigned)FUSE_CAP_ATOMIC_O_TRUNC;
     /* buffer mode: no page cache either (every handle is direct_io, fs_ops_data.c):
@@ -95,6 +102,7 @@ int main(int argc, char **argv)
     fsd.root.dev = st.st_dev;
     fsd.root.ino = st.st_ino;
     fsd.root.nlookup = 2;
+    pthread_mutex_init(&fsd.root.times, NULL);
     if (fj_setup(argv[2], !strcmp(argv[4], "machine"), NULL, 0, job) < 0) { say("ERR cannot set up the file engine%s%s", "", ""); return 1; }
     fj_limit(fsd.path, fsd.root_fd);
     if (argc >= 7 && strtoull(argv[6], NULL, 10) > 0) {

@@ -123,10 +123,19 @@ static void fs_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in,
     out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
     out.buf[0].fd = fd;
     out.buf[0].pos = off;
+    /* With the writeback cache the kernel owns the mtime: it sends it in a
+     * setattr (at a close, a sync), possibly before the pages it wrote back
+     * reach us; our write keeps the file's mtime so as not to undo it. */
+    struct fs_inode *n = fsd.writeback ? fs_inode(ino) : NULL;
+    struct stat st;
+    if (n) pthread_mutex_lock(&n->times);
+    int keep = n && fstat(fd, &st) == 0;
     fs_change_begin();
     ssize_t r = fj_pass_pwrite(fd) ? 0 : fj_before_write(fd, off, len);
     if (!r) r = fuse_buf_copy(&out, in, 0);
+    if (keep && r > 0) futimens(fd, (struct timespec[2]){{0, UTIME_OMIT}, st.st_mtim});
     fs_change_end();
+    if (n) pthread_mutex_unlock(&n->times);
     if (r < 0) fuse_reply_err(req, (int)-r);
     else fuse_reply_write(req, (size_t)r);
 }

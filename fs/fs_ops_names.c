@@ -71,6 +71,7 @@ static void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid
     fs_fdpath(p, sizeof p, n->fd);
     int r = 0;
     if (fsd.buffer && (valid & FUSE_SET_ATTR_SIZE) && !fs_req_is_job(req)) { fuse_reply_err(req, EROFS); return; }
+    if (fsd.writeback) pthread_mutex_lock(&n->times); /* fs_write_buf keeps what we set */
     fs_change_begin();
     if (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))
         r = fj_before_attr_fd(n->fd);
@@ -101,6 +102,7 @@ static void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int valid
         if (utimensat(AT_FDCWD, p, tv, 0) < 0) r = -errno;
     }
     fs_change_end();
+    if (fsd.writeback) pthread_mutex_unlock(&n->times);
     if (r) { fuse_reply_err(req, -r); return; }
     fs_getattr(req, ino, fi);
 }

@@ -16,6 +16,7 @@
 #define LZ_FS_FSD_H
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -25,6 +26,7 @@ struct fs_inode {
     dev_t dev;
     ino_t ino;
     uint64_t nlookup;     /* the kernel's references; freed at 0 */
+    pthread_mutex_t times; /* writeback cache: a write and a setting of the times, one at a time */
     struct fs_inode *next; /* hash chain */
 };
 
@@ -38,6 +40,7 @@ struct fs_daemon {
     uint64_t job[2];
     int buffer;           /* --fs-mode buffer */
     pid_t self, sup;      /* this daemon, the supervisor (our parent) */
+    int writeback;        /* the kernel's writeback cache is on (test-only switch) */
 };
 extern struct fs_daemon fsd;
 

@@ -382,7 +382,8 @@ class Runner:
             "TMPDIR": str(base),
         }
         # a sanitizer build (scripts/sanitize.sh) gets its settings through
-        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "LAZARUS_INHERIT_MIN_KIB"):
+        # (LAZARUS_TEST_FSD_WRITEBACK=1: the --fs tests with the kernel's writeback cache)
+        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "LAZARUS_INHERIT_MIN_KIB", "LAZARUS_TEST_FSD_WRITEBACK"):
             if k in os.environ:
                 self.env[k] = os.environ[k]
 

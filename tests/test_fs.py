@@ -488,3 +488,53 @@ def test_program_runs_on_while_checkpoint_written(runner, fuse_dev):
     assert_no_mount(work)
     nums = [int(l.split()[1]) for l in log.read_text().splitlines()]
     assert nums == list(range(len(nums))), f"lines missing or twice: {[n for k, n in enumerate(nums) if n != k][:10]}"
+
+
+
+WB_WRITER = r'''
+import hashlib, json, os, sys, time
+work, seen_path = sys.argv[1:3]
+names = ["f%d" % i for i in range(40)]
+fds = [os.open(os.path.join(work, n), os.O_RDWR) for n in names]
+for fd in fds:
+    for k in range(32):
+        os.pwrite(fd, os.urandom(4096), k * 8192)
+time.sleep(0.1)  # the pages reach the daemon at the sync, later than the mtime the program sees
+os.sync()
+seen = {n: [os.fstat(fd).st_mtime_ns, hashlib.sha256(os.pread(fd, 1 << 20, 0)).hexdigest()] for n, fd in zip(names, fds)}
+with open(seen_path, "w") as f:
+    json.dump(seen, f)
+os._exit(0)
+'''
+
+
+def test_writeback_cache_keeps_mtime(runner, fuse_dev):
+    """The kernel's writeback cache (on only through the test switch
+    LAZARUS_TEST_FSD_WRITEBACK=1; bench/fs_io.py measures it) owns a file's
+    mtime and sends it in a setattr at a close or a sync, which can reach
+    the daemon before the pages written back with it: the daemon's writes
+    keep the mtime, so the real file has the one the program saw (what a
+    rollback brings back).  A files-only job overwrites 40 files, syncs, notes
+    each one's mtime and bytes and exits (before the fix, nearly every mtime
+    was the daemon's later write)."""
+    work = runner.mkdir("work")
+    for i in range(40):
+        p = work / f"f{i}"
+        p.write_bytes(rbytes(100 + i, 300_000))
+        runner.touch(p)
+    prog = runner.base / "wb_writer.py"
+    prog.write_text(WB_WRITER)
+    os.chmod(prog, 0o644)
+    seen_path = runner.base / "seen.json"
+    runner.env["LAZARUS_TEST_FSD_WRITEBACK"] = "1"
+    r = runner.lz("run", "-d", runner.base / "st", "--files-only", "--fs", work, "--",
+                  "/usr/bin/python3", prog, work, seen_path, timeout=120)
+    runner.env.pop("LAZARUS_TEST_FSD_WRITEBACK")
+    assert r.rc == 0, str(r)
+    assert_no_mount(work)
+    seen = json.loads(seen_path.read_text())
+    got = {n: [(work / n).stat().st_mtime_ns, hashlib.sha256((work / n).read_bytes()).hexdigest()] for n in seen}
+    assert [n for n in seen if got[n][1] != seen[n][1]] == [], "bytes differ from the program's"
+    bad = [n for n in seen if got[n][0] != seen[n][0]]
+    assert bad == [], f"{len(bad)} of {len(seen)} mtimes are not the program's: " \
+                      f"{[(n, seen[n][0], got[n][0]) for n in bad[:3]]}"
