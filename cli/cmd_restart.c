@@ -237,23 +237,12 @@ int cmd_restart(int argc, char **argv)
                "(which publishes what only the spool holds first); nothing was changed", o.dir, sj.remote, sj.remote);
         return 1;
     }
-    /* root restarting an ordinary user's job is that user from here on */
-    if (privilege_become_store_owner(dir, o.have_at, o.at, why, sizeof why) < 0) { lz_err("cannot restart: %s", why); return 1; }
-    int lock = lz_store_lock(dir);
-    if (lock < 0) {
-        int busy = errno == EWOULDBLOCK;
-        lz_err(busy ? "a job is already running with %s; it cannot be restarted twice"
-                    : "cannot lock the checkpoint store %s", o.dir);
-        return busy ? LZ_EXIT_RUNNING : LZ_EXIT_FAIL;
-    }
-    /* a checkpoint torn by a crash: its part becomes the journal it is */
-    lz_store_cleanup_tmp(dir);
-
     /* ---- phase 1: read and check everything; change nothing */
     struct lz_job job;
-    int jr = lz_job_read(dir, &job);
-    if (jr == LZ_JOB_DAMAGED) { lz_err("cannot restart: the store's job file is damaged (%s/%s); nothing was changed", o.dir, LZ_JOBFILE); return LZ_EXIT_DAMAGED; }
-    if (jr < 0) { lz_err("cannot restart: cannot read %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
+    int lock;
+    int oc = rollback_open_store("restart", "a job is already running with %s; it cannot be restarted twice", dir, o.dir,
+                                 o.have_at, o.at, &job, &lock);
+    if (oc) return oc;
     /* a job that encrypts what it flushes goes on only with its key (given again: it is recorded nowhere) */
     if (*job.remote && remote_key_fits(job.encrypt_fp, o.dir, why, sizeof why) < 0) {
         lz_err("cannot restart: %s; nothing was changed", why);

@@ -88,23 +88,12 @@ int cmd_rollback(int argc, char **argv)
     char *dir = abs_dir(o.dir);
     char why[1200];
     if (access(dir, F_OK) < 0) { lz_err("no checkpoint store at %s", o.dir); return LZ_EXIT_NOT_FOUND; }
-    /* root rolling back an ordinary user's job is that user from here on */
-    if (privilege_become_store_owner(dir, o.have_at, o.at, why, sizeof why) < 0) { lz_err("cannot roll back: %s", why); return 1; }
-    int lock = lz_store_lock(dir);
-    if (lock < 0) {
-        int busy = errno == EWOULDBLOCK;
-        lz_err(busy ? "a job is running with %s; stop it before rolling its files back; nothing was changed"
-                    : "cannot lock the checkpoint store %s", o.dir);
-        return busy ? LZ_EXIT_RUNNING : LZ_EXIT_FAIL;
-    }
-    /* a checkpoint torn by a crash: its part becomes the journal it is */
-    lz_store_cleanup_tmp(dir);
-
     /* ---- phase 1, as restart's: read and check everything; change nothing */
     struct lz_job job;
-    int jr = lz_job_read(dir, &job);
-    if (jr == LZ_JOB_DAMAGED) { lz_err("cannot roll back: the store's job file is damaged (%s/%s); nothing was changed", o.dir, LZ_JOBFILE); return LZ_EXIT_DAMAGED; }
-    if (jr < 0) { lz_err("cannot roll back: cannot read %s/%s: %s", o.dir, LZ_JOBFILE, strerror(errno)); return 1; }
+    int lock;
+    int oc = rollback_open_store("roll back", "a job is running with %s; stop it before rolling its files back; nothing was changed",
+                                 dir, o.dir, o.have_at, o.at, &job, &lock);
+    if (oc) return oc;
     uint64_t index;
     if (lz_store_pick(dir, o.have_at, o.at, &index, why, sizeof why) < 0) { lz_err("%s", why); return LZ_EXIT_NOT_FOUND; }
     char ckpt[LZ_PATH_MAX + 64];

@@ -6,6 +6,7 @@
 #include "exit_codes.h"
 #include "store_admin.h"
 #include "rollback.h"
+#include "privilege.h"
 #include "redo_log.h"
 #include "util.h"
 #include <dirent.h>
@@ -170,5 +171,29 @@ int rollback_files_apply(const char *cmd, const char *dir, uint64_t index, struc
     lz_store_drop_branch(dir, index, UINT64_MAX);
     lz_journal_path(ck, sizeof ck, dir, index, 0);
     fj_journal_reset(ck, job->id, index);
+    return 0;
+}
+
+int rollback_open_store(const char *verb, const char *busy, const char *dir, const char *shown, int have_at, uint64_t at,
+                        struct lz_job *job, int *lock)
+{
+    char why[1200];
+    /* root acting on an ordinary user's job is that user from here on */
+    if (privilege_become_store_owner(dir, have_at, at, why, sizeof why) < 0) { lz_err("cannot %s: %s", verb, why); return 1; }
+    *lock = lz_store_lock(dir);
+    if (*lock < 0) {
+        int running = errno == EWOULDBLOCK;
+        if (running) lz_err(busy, shown);
+        else lz_err("cannot lock the checkpoint store %s", shown);
+        return running ? LZ_EXIT_RUNNING : LZ_EXIT_FAIL;
+    }
+    /* a checkpoint torn by a crash: its part becomes the journal it is */
+    lz_store_cleanup_tmp(dir);
+    int jr = lz_job_read(dir, job);
+    if (jr == LZ_JOB_DAMAGED) {
+        lz_err("cannot %s: the store's job file is damaged (%s/%s); nothing was changed", verb, shown, LZ_JOBFILE);
+        return LZ_EXIT_DAMAGED;
+    }
+    if (jr < 0) { lz_err("cannot %s: cannot read %s/%s: %s", verb, shown, LZ_JOBFILE, strerror(errno)); return 1; }
     return 0;
 }

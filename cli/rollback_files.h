@@ -22,4 +22,11 @@ uint64_t rollback_next_index(const char *dir, uint64_t index, const struct lz_jo
  * is finished by the next restart or rollback.  0, or -1 having said why. */
 int rollback_files_apply(const char *cmd, const char *dir, uint64_t index, struct lz_job *job, struct fj_plan *plan,
                          uint64_t next);
+/* What restart and rollback do first, in this order: become the store's
+ * owner (root acting for an ordinary user), lock the store (busy: the line
+ * when a job runs, with %s the store as given), finish a torn checkpoint,
+ * read the job file.  0, or the exit status having said why ("cannot VERB:
+ * ..."). */
+int rollback_open_store(const char *verb, const char *busy, const char *dir, const char *shown, int have_at, uint64_t at,
+                        struct lz_job *job, int *lock);
 #endif
